@@ -1,0 +1,14 @@
+# The two commands of the README, and a few conveniences.
+.PHONY: setup demo test
+
+setup:
+	bash scripts/setup.sh
+
+# The main job on the embedded default: the bundled demo games, the non-LLM explorer.
+demo: setup
+	.venv/bin/duck play --out runs/demo --overwrite
+
+# The test command (CI runs exactly this from a clean clone).
+test:
+	bash scripts/setup.sh --test
+	.venv/bin/python -m pytest -q
