@@ -1,0 +1,183 @@
+"""duck ab / ab-stats / ab-merge on real games (bundled; public ones marked `public`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from duck.ab import config_diff, load_arm, policy_options, record_path, stats_from_paths
+from duck.cli import main
+from duck.record import read_record
+from duck.run import play_folder
+
+ROOT = Path(__file__).resolve().parent.parent
+GAMES = ROOT / "tests" / "games"
+EXPERIMENTS = ROOT / "experiments"
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+@pytest.fixture(scope="module")
+def configs(tmp_path_factory) -> tuple[Path, Path]:
+    d = tmp_path_factory.mktemp("cfg")
+    a = write(d / "short.toml", '[play]\npolicy = "random"\nmax_actions = 60\n')
+    b = write(d / "long.toml", '[play]\npolicy = "random"\nmax_actions = 150\n')
+    return a, b
+
+
+def ab(out: Path, a: Path, b: Path, *extra: str) -> dict:
+    assert main(["ab", "--a", str(a), "--b", str(b), "--games", str(GAMES), "--passes", "2",
+                 "--out", str(out), "--boot", "500", *extra]) == 0
+    return json.loads((out / "ab.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def ab_run(tmp_path_factory, configs) -> Path:
+    out = tmp_path_factory.mktemp("ab")
+    ab(out, *configs)
+    return out
+
+
+def test_ab_writes_paired_records_ab_json_and_report(ab_run: Path):
+    doc = json.loads((ab_run / "ab.json").read_text())
+    assert {"delta", "ci95", "p_value", "passes", "games"} <= set(doc)
+    assert doc["passes"] == 2 and doc["n_games"] == 3 and doc["n_pairs"] == 6
+    assert doc["config_diff"] == [{"field": "play.max_actions", "a": 60, "b": 150}]
+    for game, s in doc["games"].items():
+        assert s["keys"] == [0, 1]
+        for p in (0, 1):
+            ra = read_record(record_path(ab_run, "a", p, game))
+            rb = read_record(record_path(ab_run, "b", p, game))
+            assert ra.header["seed"] == rb.header["seed"] == p and ra.header["pass"] == p
+            # same seed, same game: B's first 60 actions are A's (pairs share conditions)
+            assert [x["action"] for x in ra.actions] == [x["action"] for x in rb.actions[:len(ra.actions)]]
+            assert ra.header["config"]["arm"] == "a" and rb.header["config"]["play"]["max_actions"] == 150
+    html = (ab_run / "report.html").read_text()
+    for section in ("summary", "config", "forest", "per-game", "method"):
+        assert f"<section id={section}>" in html
+    assert html.count("<img") == 1 and "data:image/png;base64," in html
+    assert doc["delta"] == pytest.approx(sum(s["delta"] for s in doc["games"].values()) / 3)
+
+
+def test_rerun_resumes_and_refuses_another_experiment(ab_run: Path, configs, tmp_path: Path):
+    files = sorted(ab_run.rglob("records/*.jsonl"))
+    before = {f: f.stat().st_mtime_ns for f in files}
+    ab(ab_run, *configs)  # everything is done: nothing is replayed
+    assert {f: f.stat().st_mtime_ns for f in files} == before
+    other = write(tmp_path / "other.toml", '[play]\npolicy = "random"\nmax_actions = 61\n')
+    with pytest.raises(SystemExit, match="another experiment"):
+        ab(ab_run, configs[0], other)
+
+
+def test_interrupted_unit_is_replayed(ab_run: Path, configs, tmp_path: Path):
+    import shutil
+    out = tmp_path / "copy"
+    shutil.copytree(ab_run, out)
+    game = sorted(json.loads((out / "ab.json").read_text())["games"])[0]
+    path = record_path(out, "b", 1, game)
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join(lines[: len(lines) // 2]) + "\n")  # killed mid-game: no end line
+    doc = ab(out, *configs)
+    assert read_record(path).end is not None and doc["n_pairs"] == 6
+
+
+def test_shards_merge_to_the_unsharded_result(ab_run: Path, configs, tmp_path: Path):
+    s1, s2, merged = tmp_path / "s1", tmp_path / "s2", tmp_path / "merged"
+    d1 = ab(s1, *configs, "--shard", "1/2")
+    d2 = ab(s2, *configs, "--shard", "2/2")
+    assert d1["n_pairs"] + d2["n_pairs"] == 6 and d1["n_pairs"] == 3
+    assert main(["ab-merge", str(s1), str(s2), "--out", str(merged), "--boot", "500"]) == 0
+    got = json.loads((merged / "ab.json").read_text())
+    want = json.loads((ab_run / "ab.json").read_text())
+    for k in ("delta", "p_value", "n_pairs", "ci95"):
+        assert got[k] == pytest.approx(want[k]), k
+    assert {g: (s["a"], s["b"]) for g, s in got["games"].items()} == \
+        {g: (s["a"], s["b"]) for g, s in want["games"].items()}
+
+
+def test_adaptive_passes_go_to_noisy_games(configs, tmp_path: Path):
+    doc = ab(tmp_path / "adaptive", *configs, "--max-passes", "4")
+    assert doc["max_passes"] == 4
+    for s in doc["games"].values():
+        assert 2 <= s["passes"] <= 4
+        if s["passes"] < 4:
+            assert not s["within_noise"]
+        assert s["keys"] == list(range(s["passes"]))
+
+
+def test_ab_stats_on_the_arms_and_on_the_folder(ab_run: Path, capsys):
+    want = json.loads((ab_run / "ab.json").read_text())
+    assert main(["ab-stats", str(ab_run / "a"), str(ab_run / "b"), "--boot", "500"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["delta"] == pytest.approx(want["delta"]) and got["p_value"] == pytest.approx(want["p_value"])
+    assert got["sources"]["a"]["paired_by"] == "pass"
+    again = stats_from_paths(str(ab_run), None, n_boot=500)
+    assert again["ci95"] == pytest.approx(want["ci95"])
+
+
+def test_ab_stats_pairs_separate_play_runs_by_seed(tmp_path: Path, capsys):
+    for side, n in (("a", 50), ("b", 120)):
+        for seed in (0, 1):
+            play_folder(GAMES, tmp_path / side / f"seed{seed}", policy="random", seed=seed, max_actions=n)
+    assert main(["ab-stats", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "st")]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["sources"]["a"]["paired_by"] == "seed"
+    assert doc["n_pairs"] == 6 and all(s["keys"] == [0, 1] for s in doc["games"].values())
+    assert (tmp_path / "st" / "ab.json").exists() and (tmp_path / "st" / "report.html").exists()
+
+
+def test_ab_stats_on_runs_jsonl_files(tmp_path: Path, capsys):
+    rows = [{"game_id": g, "pass": p, "final_score": float((p * 7 + i) % 5 == 0) * (p + 1)}
+            for i, g in enumerate(["x-1", "y-2", "z-3"]) for p in range(6)]
+    f = write(tmp_path / "runs.jsonl", "\n".join(json.dumps(r) for r in rows) + "\n")
+    assert main(["ab-stats", str(f), str(f), "--a-passes", "0-2", "--b-passes", "3-5",
+                 "--pair-by", "order"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["n_pairs"] == 9 and doc["unpaired"] == {"a": 0, "b": 0}
+    g = doc["games"]["x-1"]
+    assert g["a"] == [r["final_score"] for r in rows[:3]] and g["b"] == [r["final_score"] for r in rows[3:6]]
+    assert main(["ab-stats", str(f), str(f)]) == 0
+    same = json.loads(capsys.readouterr().out)
+    assert same["delta"] == 0 and same["p_value"] == 1.0
+
+
+def test_experiment_configs_change_one_field_each():
+    base = load_arm([str(EXPERIMENTS / "baseline.toml")])
+    variants = sorted(p for p in EXPERIMENTS.glob("*.toml")
+                      if p.stem not in ("baseline", "random", "explorer"))
+    assert len(variants) >= 6
+    changed = set()
+    for v in variants:
+        diff = config_diff(base, load_arm([str(EXPERIMENTS / "baseline.toml"), str(v)]))
+        assert len(diff) == 1, (v.name, diff)
+        changed.add(diff[0]["field"])
+    assert {"agent.keep_notes_on_game_over", "agent.carry_notes_across_levels", "agent.animation_summaries",
+            "agent.action_counts_in_prompt", "agent.seeded_sampling", "scheduler.policy"} <= changed
+    for name in ("random", "explorer"):
+        assert load_arm([str(EXPERIMENTS / f"{name}.toml")]).play.policy == name
+
+
+def test_policy_options_pass_the_endpoint_only_to_model_policies():
+    llm = load_arm([str(EXPERIMENTS / "baseline.toml")])
+    opts = policy_options(llm, unit_index=7, pass_=2)
+    from duck.ab import _ctor_params
+    if "config" in _ctor_params("llm"):  # the agent exists: it gets what it names
+        assert opts["config"] is llm and opts["model_url"] == ["http://localhost:8000/v1"]
+        assert opts["url_index"] == 7 and opts["pass_"] == 2
+    assert policy_options(load_arm([str(EXPERIMENTS / "random.toml")]), unit_index=1) == {}
+    assert "config" not in policy_options(load_arm([str(EXPERIMENTS / "explorer.toml")]))
+
+
+@pytest.mark.public
+def test_ab_on_public_games(public: Path, configs, tmp_path: Path):
+    out = tmp_path / "pub"
+    assert main(["ab", "--a", str(configs[0]), "--b", str(configs[1]), "--games", str(public),
+                 "--passes", "2", "--only", "ls20", "vc33", "--out", str(out), "--boot", "500"]) == 0
+    doc = json.loads((out / "ab.json").read_text())
+    assert doc["n_games"] == 2 and doc["n_pairs"] == 4
+    assert (out / "report.html").exists()
