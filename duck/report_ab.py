@@ -9,7 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from duck.report import Raw, _matplotlib_headless, esc, fig_png, fmt, page, png_data_uri, table
+from duck.report_html import Raw, esc, fmt, page, table
+from duck.report_plots import _matplotlib_headless, fig_png, png_data_uri
 
 
 def forest_plot(doc: dict[str, Any]) -> bytes:
