@@ -12,3 +12,9 @@ demo: setup
 test:
 	bash scripts/setup.sh --test
 	.venv/bin/python -m pytest -q
+
+# The Kaggle notebook: notebook.ipynb is generated from notebook.py, its single source
+# (tests/test_notebook.py fails when the two disagree).
+.PHONY: notebook
+notebook:
+	.venv/bin/python -m duck.kaggle notebook

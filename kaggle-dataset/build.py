@@ -1,0 +1,322 @@
+#!/usr/bin/env python3
+"""Build the offline Kaggle dataset: wheels for the Kaggle image, the locks, the metadata.
+
+The Kaggle rerun has no internet, so everything the notebook installs comes from this
+folder. Two environments, two locks, one `wheels/` folder:
+
+* `duck.lock`: this project's pinned dependencies, installed into the notebook's own
+  Python. The project itself goes in twice: as a wheel (`wheels/duck_arc3-*.whl`, for
+  `pip install` elsewhere) and as its source tree `src/` (duck/, scheduler/, prompts/),
+  which the notebook puts first on `sys.path`: the prompt templates live in `prompts/`
+  beside the packages, outside any wheel.
+* `vllm.lock`: the pinned vLLM (pyproject's `serve` extra) and its whole closure (torch,
+  the CUDA wheels, ...), installed into a venv of its own: vLLM's numba needs numpy<2.5
+  while this project pins numpy 2.5.5, so the two cannot share one environment.
+
+Both are resolved for the Kaggle platform (Linux x86-64, CPython 3.12, glibc 2.35) with
+`pip --platform ... --python-version 3.12 --only-binary=:all:`, whatever machine runs this.
+The locks are committed beside this script; `--relock` resolves them again.
+
+    python kaggle-dataset/build.py --dry-run           # what would be downloaded, nothing written
+    python kaggle-dataset/build.py                     # build/kaggle-dataset/, then the check
+    python kaggle-dataset/build.py --no-vllm           # the small half (no vLLM/torch/CUDA)
+    python kaggle-dataset/build.py --check-only        # re-run the offline-resolution check
+    python kaggle-dataset/build.py --relock            # resolve both locks again
+
+The check installs each lock with `pip install --no-index --find-links OUT/wheels -r LOCK
+--dry-run --ignore-installed` for the Kaggle platform: it passes only when the folder alone
+resolves everything. It also verifies SHA256SUMS. Exit status 0 only when all holds.
+See kaggle-dataset/README.md for publishing the folder and attaching the model weights.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import tomllib
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+PYTHON_VERSION = "3.12"  # the Kaggle image's Python (3.12.13 in mid-2026)
+GLIBC_MINOR = 35  # Ubuntu 22.04 under the Kaggle image: manylinux_2_35 and older wheels run
+LOCKS = {"duck": HERE / "duck.lock", "vllm": HERE / "vllm.lock"}
+MARKER = "duck-dataset.json"  # the notebook finds the dataset under /kaggle/input by this file
+DEFAULT_ID = "YOUR_KAGGLE_USERNAME/duck-arc3-wheels"
+
+
+def platform_args() -> list[str]:
+    """pip's --platform does not widen manylinux_2_35 to older tags by itself: list them."""
+    tags = [f"manylinux_2_{m}_x86_64" for m in range(GLIBC_MINOR, 16, -1)]
+    tags += ["manylinux2014_x86_64", "manylinux_2_12_x86_64", "manylinux2010_x86_64",
+             "manylinux_2_5_x86_64", "manylinux1_x86_64"]
+    out = []
+    for t in tags:
+        out += ["--platform", t]
+    return out + ["--python-version", PYTHON_VERSION, "--implementation", "cp", "--only-binary=:all:"]
+
+
+def project() -> dict:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+
+
+def norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def requirements(which: str, vllm: str | None) -> list[str]:
+    """Top-level requirements of one lock, from pyproject (the single source of pins)."""
+    p = project()
+    if which == "duck":
+        return list(p["dependencies"])
+    pins = [r for r in p["optional-dependencies"]["serve"] if norm(re.split(r"[=<>!~ \[]", r)[0]) == "vllm"]
+    if vllm:
+        pins = [f"vllm=={vllm}"]
+    if not pins:
+        raise SystemExit("pyproject's `serve` extra pins no vllm; pass --vllm VERSION")
+    return pins
+
+
+def pip(*args: str, capture: bool = False) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "pip", *args]
+    print("+ pip " + " ".join(a if " " not in a else repr(a) for a in args[:12])
+          + (" ..." if len(args) > 12 else ""), file=sys.stderr, flush=True)
+    env = dict(os.environ, PIP_DISABLE_PIP_VERSION_CHECK="1")
+    return subprocess.run(cmd, check=False, text=True, env=env,
+                          stdout=subprocess.PIPE if capture else None,
+                          stderr=subprocess.PIPE if capture else None)
+
+
+def resolve(reqs: list[str]) -> list[dict]:
+    """What pip would install on Kaggle for `reqs`: one dict per distribution (no download
+    into the output; pip fetches metadata, and wheels where the index has no metadata)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        report = Path(tmp, "report.json")
+        r = pip("install", "--dry-run", "--ignore-installed", "--quiet", "--report", str(report),
+                "--target", str(Path(tmp, "target")), *platform_args(), *reqs, capture=True)
+        if r.returncode != 0:
+            sys.stderr.write(r.stderr[-4000:])
+            raise SystemExit(f"resolution failed for {reqs}")
+        items = json.loads(report.read_text())["install"]
+    out = []
+    for it in items:
+        url = it["download_info"]["url"]
+        out.append({"name": norm(it["metadata"]["name"]), "version": it["metadata"]["version"],
+                    "file": url.rsplit("/", 1)[-1],
+                    "sha256": (it["download_info"].get("archive_info") or {}).get("hashes", {}).get("sha256")})
+    return sorted(out, key=lambda d: d["name"])
+
+
+def write_lock(path: Path, which: str, reqs: list[str], items: list[dict]) -> None:
+    head = [f"# {which}.lock: generated by kaggle-dataset/build.py --relock; do not edit by hand.",
+            f"# Resolved for the Kaggle image: CPython {PYTHON_VERSION}, Linux x86-64, manylinux_2_{GLIBC_MINOR}.",
+            f"# From: {' '.join(reqs)}",
+            "# Each line: name==version  # wheel file, sha256 (verified again in the built folder)"]
+    lines = [f"{d['name']}=={d['version']}  # {d['file']} sha256={d['sha256']}" for d in items]
+    path.write_text("\n".join(head + lines) + "\n")
+
+
+def read_lock(path: Path) -> list[dict]:
+    out = []
+    for line in path.read_text().splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        pin, _, comment = line.partition("#")
+        name, _, version = pin.strip().partition("==")
+        m = re.search(r"(\S+\.whl) sha256=(\w+)", comment)
+        out.append({"name": norm(name), "version": version, "file": m.group(1) if m else None,
+                    "sha256": m.group(2) if m and m.group(2) != "None" else None,
+                    "local": "built from this repository" in comment})
+    return out
+
+
+def relock(which: list[str], vllm: str | None) -> None:
+    for w in which:
+        reqs = requirements(w, vllm)
+        items = resolve(reqs)
+        write_lock(LOCKS[w], w, reqs, items)
+        print(f"{LOCKS[w].relative_to(ROOT)}: {len(items)} distributions", file=sys.stderr)
+
+
+def sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def download(items: list[dict], wheels: Path) -> None:
+    want = [d for d in items if not d["local"] and not (d["file"] and (wheels / d["file"]).exists())]
+    if not want:
+        return
+    with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
+        f.write("\n".join(f"{d['name']}=={d['version']}" for d in want) + "\n")
+    try:
+        r = pip("download", "--quiet", "--no-deps", "--dest", str(wheels), *platform_args(), "-r", f.name)
+    finally:
+        os.unlink(f.name)
+    if r.returncode != 0:
+        raise SystemExit("pip download failed")
+
+
+def build_project_wheel(wheels: Path) -> Path:
+    name = norm(project()["name"]).replace("-", "_")
+    for old in wheels.glob(f"{name}-*.whl"):
+        old.unlink()
+    r = pip("wheel", "--quiet", "--no-deps", "--wheel-dir", str(wheels), str(ROOT))
+    if r.returncode != 0:
+        raise SystemExit("building this project's wheel failed")
+    return next(wheels.glob(f"{name}-*.whl"))
+
+
+SOURCE = ("duck", "scheduler", "prompts")  # what the notebook imports and reads
+
+
+def copy_source(dst: Path) -> int:
+    """This project's source tree, as the notebook imports it (prompts/ included)."""
+    shutil.rmtree(dst, ignore_errors=True)
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
+    for name in SOURCE:
+        if (ROOT / name).is_dir():
+            shutil.copytree(ROOT / name, dst / name, ignore=ignore)
+    shutil.copy(ROOT / "pyproject.toml", dst / "pyproject.toml")
+    return sum(1 for f in dst.rglob("*") if f.is_file())
+
+
+def check(out: Path, which: list[str]) -> bool:
+    """The folder alone resolves each lock for the Kaggle platform; the sums hold."""
+    ok = True
+    sums = out / "SHA256SUMS"
+    if sums.exists():
+        for line in sums.read_text().splitlines():
+            digest, name = line.split(None, 1)
+            f = out / "wheels" / name.strip()
+            if not f.exists() or sha256(f) != digest:
+                print(f"check: {name} is missing or its sha256 differs", file=sys.stderr)
+                ok = False
+    for w in which:
+        lock = out / f"{w}.lock"
+        if not lock.exists():
+            print(f"check: {lock} missing", file=sys.stderr)
+            ok = False
+            continue
+        for d in read_lock(lock):
+            if d["sha256"] and d["file"] and (out / "wheels" / d["file"]).exists() \
+                    and sha256(out / "wheels" / d["file"]) != d["sha256"]:
+                print(f"check: {d['file']} does not match the lock's sha256", file=sys.stderr)
+                ok = False
+        with tempfile.TemporaryDirectory() as tmp:
+            r = pip("install", "--dry-run", "--ignore-installed", "--no-index", "--find-links",
+                    str(out / "wheels"), "--target", str(Path(tmp, "t")), *platform_args(),
+                    "-r", str(lock), capture=True)
+        if r.returncode != 0:
+            print(f"check: {w}.lock does NOT resolve from {out}/wheels alone:\n{r.stderr[-3000:]}",
+                  file=sys.stderr)
+            ok = False
+        else:
+            n = next((ln for ln in r.stdout.splitlines() if ln.startswith("Would install")), "")
+            print(f"check: {w}.lock resolves offline from the folder alone "
+                  f"({len(n.split()) - 2} distributions)")
+    return ok
+
+
+def metadata(dataset_id: str) -> dict:
+    return {"title": "duck-arc3 offline wheels", "id": dataset_id,
+            "subtitle": "vLLM and duck-arc3 wheels for the ARC-AGI-3 notebook (no internet)",
+            "licenses": [{"name": "other"}],
+            "description": "Built by kaggle-dataset/build.py of duck-arc3. Install with "
+                           "`pip install --no-index --find-links wheels -r duck.lock`; vLLM goes into "
+                           "its own venv from vllm.lock (the notebook does both)."}
+
+
+def git_commit() -> str | None:
+    try:
+        return subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True,
+                              text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", default=str(ROOT / "build" / "kaggle-dataset"), help="the folder to upload")
+    p.add_argument("--dry-run", action="store_true", help="list what would be downloaded; write nothing")
+    p.add_argument("--relock", action="store_true", help="resolve the locks again (needs the index)")
+    p.add_argument("--no-vllm", action="store_true", help="only duck.lock (no vLLM, torch, CUDA)")
+    p.add_argument("--vllm", default=None, help="vLLM version (default: pyproject's serve extra)")
+    p.add_argument("--check-only", action="store_true", help="only the offline-resolution check of --out")
+    p.add_argument("--id", default=os.environ.get("DUCK_DATASET_ID", DEFAULT_ID),
+                   help="Kaggle dataset id owner/slug for dataset-metadata.json")
+    a = p.parse_args(argv)
+    which = ["duck"] if a.no_vllm else ["duck", "vllm"]
+    out = Path(a.out)
+
+    if a.check_only:
+        return 0 if check(out, which) else 1
+    if a.relock or a.vllm or any(not LOCKS[w].exists() for w in which):
+        if a.dry_run:  # resolve without touching the committed locks
+            for w in which:
+                items = resolve(requirements(w, a.vllm))
+                for d in items:
+                    print(f"{w}\t{d['name']}=={d['version']}\t{d['file']}")
+                print(f"{w}: {len(items)} wheels to download", file=sys.stderr)
+            return 0
+        relock(which, a.vllm)
+    locks = {w: read_lock(LOCKS[w]) for w in which}
+    if a.dry_run:
+        seen = set()
+        for w in which:
+            for d in locks[w]:
+                what = "build" if d["local"] else "download"
+                where = d["file"] or "(this repository)"
+                if (d["name"], d["version"]) not in seen:
+                    print(f"{w}\t{what}\t{d['name']}=={d['version']}\t{where}")
+                seen.add((d["name"], d["version"]))
+            print(f"{w}.lock: {len(locks[w])} distributions", file=sys.stderr)
+        print(f"duck\tbuild\t{norm(project()['name'])}=={project()['version']}\t(this repository: wheel + src/)")
+        print(f"would write {out}/: wheels/ ({len(seen)} files), duck.lock"
+              + ("" if a.no_vllm else ", vllm.lock") + f", src/, {MARKER}, dataset-metadata.json, SHA256SUMS, README.md",
+              file=sys.stderr)
+        return 0
+
+    wheels = out / "wheels"
+    wheels.mkdir(parents=True, exist_ok=True)
+    for w in which:
+        download(locks[w], wheels)
+    own = build_project_wheel(wheels)
+    keep = {d["file"] for w in which for d in locks[w] if d["file"]} | {own.name}
+    for f in wheels.iterdir():
+        if f.name not in keep:
+            f.unlink()  # wheels of an older lock
+    n_src = copy_source(out / "src")
+    for w in which:
+        shutil.copy(LOCKS[w], out / f"{w}.lock")
+    for stale in {"duck", "vllm"} - set(which):
+        (out / f"{stale}.lock").unlink(missing_ok=True)
+    shutil.copy(HERE / "README.md", out / "README.md")
+    (out / "SHA256SUMS").write_text("".join(f"{sha256(f)}  {f.name}\n" for f in sorted(wheels.iterdir())))
+    (out / "dataset-metadata.json").write_text(json.dumps(metadata(a.id), indent=2) + "\n")
+    (out / MARKER).write_text(json.dumps({
+        "name": "duck-arc3-wheels", "project": project()["name"], "version": project()["version"],
+        "python": PYTHON_VERSION, "platform": f"manylinux_2_{GLIBC_MINOR}_x86_64",
+        "locks": {w: f"{w}.lock" for w in which}, "wheels": "wheels", "project_wheel": own.name,
+        "source": "src",
+        "built_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "git_commit": git_commit()}, indent=2) + "\n")
+    size = sum(f.stat().st_size for f in wheels.iterdir())
+    print(f"built {out}: {len(list(wheels.iterdir()))} wheels, {size / 2**20:.0f} MiB; src/ {n_src} files")
+    return 0 if check(out, which) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,254 @@
+"""duck.kaggle: finding Kaggle's inputs, the gateway wait, the placeholder, the fallback
+policy, and whole notebook runs in-process (interactive, and degraded paths)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from duck import kaggle
+from duck.config import load_config
+from duck.games import GameSource
+from duck.kaggle import (FallbackPolicy, KaggleRun, ModelHealth, find_competition_dir, find_dataset_dir,
+                         find_model_dir, is_rerun, wait_for_gateway, write_placeholder_submission)
+from duck.play import PlayStopped, play_game
+from duck.record import read_record
+
+from conftest import BUNDLED
+
+
+def test_mode_from_the_rerun_variable():
+    assert is_rerun({"KAGGLE_IS_COMPETITION_RERUN": "1"})
+    assert not is_rerun({})
+    assert not is_rerun({"KAGGLE_IS_COMPETITION_RERUN": ""})
+
+
+def test_config_section_from_environment():
+    cfg = load_config(env={"DUCK_KAGGLE__BUDGET_S": "120", "DUCK_KAGGLE__GATEWAY_URL": "http://x:1/",
+                           "DUCK_KAGGLE__SCHEDULER_OVERRIDES": '{"margin_s": 2}'})
+    assert cfg.kaggle.budget_s == 120.0 and cfg.kaggle.gateway_url == "http://x:1/"
+    assert cfg.kaggle.scheduler_overrides == {"margin_s": 2}
+    d = load_config(env={}).kaggle
+    assert (d.working_dir, d.gateway_url, d.api_key) == ("/kaggle/working", "http://gateway:8001/", "test-key-123")
+    assert d.budget_s == 9 * 3600 and 0 < d.margin_s < d.budget_s
+
+
+def _kaggle_inputs(root: Path) -> dict[str, Path]:
+    comp = root / "competitions" / kaggle.COMPETITION
+    (comp / "environment_files").mkdir(parents=True)
+    (comp / "arc_agi_3_wheels").mkdir()
+    ds = root / "datasets" / "someone" / "duck-arc3-wheels"
+    ds.mkdir(parents=True)
+    (ds / kaggle.DATASET_MARKER).write_text("{}")
+    model = root / "models" / "qwen-lm" / "qwen3.6-27b-fp8" / "transformers" / "default" / "1"
+    model.mkdir(parents=True)
+    (model / "config.json").write_text("{}")
+    (model / "model-00001-of-00002.safetensors").write_bytes(b"")
+    other = root / "datasets" / "someone" / "qwen3-8-27b-fp8"
+    other.mkdir(parents=True)
+    (other / "config.json").write_text("{}")
+    (other / "model.safetensors").write_bytes(b"")
+    return {"competition": comp, "dataset": ds, "model": model, "other": other}
+
+
+def test_finding_the_inputs_as_kaggle_mounts_them(tmp_path):
+    p = _kaggle_inputs(tmp_path)
+    assert find_competition_dir(tmp_path) == p["competition"]
+    assert find_dataset_dir(tmp_path) == p["dataset"]
+    assert find_model_dir(tmp_path, "Qwen3.6-27B-FP8") == p["model"]
+    assert find_model_dir(tmp_path, "Qwen/Qwen3.8-27B-FP8") == p["other"]
+    assert find_model_dir(tmp_path, "Llama-70B") is None  # two candidates, neither named
+    assert find_model_dir(tmp_path, "x", explicit=str(p["other"])) == p["other"]
+    assert find_dataset_dir(tmp_path / "nowhere") is None
+    old = tmp_path / "old"
+    (old / kaggle.COMPETITION / "environment_files").mkdir(parents=True)
+    assert find_competition_dir(old) == old / kaggle.COMPETITION
+
+
+def test_placeholder_submission(tmp_path):
+    import pyarrow.parquet as pq
+    path = write_placeholder_submission(tmp_path / "submission.parquet")
+    table = pq.read_table(path)
+    assert table.column_names == list(kaggle.PLACEHOLDER_COLUMNS)
+    assert table.to_pylist() == [{"row_id": "1_0", "game_id": "1", "end_of_game": True, "score": 1}]
+
+
+class _Games(BaseHTTPRequestHandler):
+    calls = 0
+
+    def log_message(self, *a):
+        pass
+
+    def do_GET(self):
+        type(self).calls += 1
+        body = json.dumps([] if type(self).calls < 3 else [{"game_id": "ab12-1", "title": "AB"}]).encode()
+        self.send_response(200 if self.path == "/api/games" else 404)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+def test_wait_for_gateway_polls_until_games_are_listed():
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Games)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        games = wait_for_gateway(f"http://127.0.0.1:{httpd.server_address[1]}/", 10, "k", poll_s=0.05)
+        assert games == [{"game_id": "ab12-1", "title": "AB"}] and _Games.calls >= 3
+    finally:
+        httpd.shutdown()
+    t = time.monotonic()
+    with pytest.raises(TimeoutError):
+        wait_for_gateway("http://127.0.0.1:9/", 0.3, poll_s=0.05)
+    assert time.monotonic() - t < 5
+
+
+# ---------------------------------------------------------------------------------------
+# The fallback policy, over a real game
+
+class _Steps:
+    """A policy that plays UP `n` times, then does `then` (return, raise)."""
+
+    name = "fake"
+
+    def __init__(self, n: int, then: BaseException | None = None, on_step=None):
+        self.n, self.then, self.on_step, self.played = n, then, on_step, 0
+
+    def play(self, session):
+        from duck.games import Action
+        for i in range(self.n):
+            if self.on_step:
+                self.on_step(i)
+            session.step(Action(1))
+            self.played += 1
+        if self.then is not None:
+            raise self.then
+
+
+def _play(tmp_path, policy, **kw):
+    source = GameSource.offline(BUNDLED)
+    path = tmp_path / "r.jsonl"
+    result = play_game(source, "zb01-00000001", policy, max_actions=kw.pop("max_actions", 50), record_path=path, **kw)
+    return result, read_record(path)
+
+
+def test_fallback_takes_over_when_the_model_policy_raises(tmp_path):
+    health = ModelHealth(tmp_path / "down")
+    llm, explorer = _Steps(3, RuntimeError("boom")), _Steps(4)
+    result, rec = _play(tmp_path, FallbackPolicy(lambda: llm, lambda: explorer, health))
+    assert (llm.played, explorer.played, result.actions) == (3, 4, 7)
+    fallbacks = [e for e in rec.events if e["kind"] == "fallback"]
+    assert len(fallbacks) == 1 and "boom" in fallbacks[0]["message"]
+
+
+def test_fallback_takes_over_when_the_server_goes_down_mid_game(tmp_path):
+    health = ModelHealth(tmp_path / "down")
+    llm = _Steps(10, on_step=lambda i: health.mark_down("test") if i == 5 else None)
+    explorer = _Steps(2)
+    result, rec = _play(tmp_path, FallbackPolicy(lambda: llm, lambda: explorer, health))
+    assert (llm.played, explorer.played, result.actions) == (5, 2, 7)
+    assert "down" in [e for e in rec.events if e["kind"] == "fallback"][0]["message"]
+
+
+def test_fallback_without_a_server_plays_the_explorer_only(tmp_path):
+    health = ModelHealth(tmp_path / "down")
+    health.mark_down("never started")
+    called = []
+    result, _ = _play(tmp_path, FallbackPolicy(lambda: called.append(1), lambda: _Steps(3), health))
+    assert not called and result.actions == 3
+
+
+def test_fallback_respects_the_sessions_own_stops(tmp_path):
+    health = ModelHealth(tmp_path / "down")
+    explorer = _Steps(3)
+    result, _ = _play(tmp_path, FallbackPolicy(lambda: _Steps(100), lambda: explorer, health), max_actions=6)
+    assert result.end_reason == "max_actions" and result.actions == 6 and explorer.played == 0
+    stopped = _Steps(1, PlayStopped("deadline"))
+    result, _ = _play(tmp_path, FallbackPolicy(lambda: stopped, lambda: explorer, health))
+    assert result.end_reason == "deadline" and explorer.played == 0
+
+
+def test_model_health_flag(tmp_path):
+    h = ModelHealth(tmp_path / "x" / "down")
+    assert h.ok()
+    h.mark_down("why")
+    assert h.down() and (tmp_path / "x" / "down").read_text() == "why"
+    h.mark_up()
+    assert h.ok()
+
+
+# ---------------------------------------------------------------------------------------
+# Whole runs in-process: an interactive run on the bundled games, no model
+
+def _interactive(tmp_path, monkeypatch, **extra) -> KaggleRun:
+    inp = tmp_path / "input"
+    comp = inp / "competitions" / kaggle.COMPETITION
+    import shutil
+    shutil.copytree(BUNDLED, comp / "environment_files")
+    env = {"DUCK_KAGGLE__INPUT_DIR": str(inp), "DUCK_KAGGLE__WORKING_DIR": str(tmp_path / "working"),
+           "DUCK_KAGGLE__BUDGET_S": "60", "DUCK_KAGGLE__MARGIN_S": "10", "DUCK_KAGGLE__STOP_GRACE_S": "3",
+           "DUCK_KAGGLE__SCHEDULER_OVERRIDES": '{"margin_s": 1, "stall_s": 15, "min_play_s": 15}',
+           "DUCK_PLAY__MAX_ACTIONS": "60", "DUCK_SCHEDULER__SLOTS": "3", **extra}
+    for k in list(__import__("os").environ):
+        if k.startswith("DUCK_") or k == "KAGGLE_IS_COMPETITION_RERUN":
+            monkeypatch.delenv(k)
+    return KaggleRun(env=env)
+
+
+def test_interactive_run_plays_the_public_games_and_leaves_a_placeholder(tmp_path, monkeypatch):
+    run = _interactive(tmp_path, monkeypatch)
+    assert run.summary.mode == "interactive" and run.model_dir is None
+    assert run.prepare_model() is False  # no weights attached: the explorer plays
+    assert run.open_games() == ["zb01-00000001", "zc01-00000001", "zs01-00000001"]
+    try:
+        run.play()
+    finally:
+        run.finish()
+    run.finish()  # twice is harmless
+    out = tmp_path / "working"
+    summary = json.loads((out / "duck" / "summary.json").read_text())
+    assert summary["errors"] == [] and summary["scorecard"]["closed"] is True
+    assert summary["runner"].startswith("scheduler.runner")
+    assert set(summary["results"]) == set(run.game_ids)
+    assert all(r["actions"] > 0 for r in summary["results"].values())
+    assert (out / "submission.parquet").exists() and (out / "duck" / "score.json").exists()
+    assert len(list((out / "duck" / "records").glob("*.jsonl"))) == 3
+    assert summary["ended_at"] - summary["started_at"] < 60
+
+
+def test_a_failing_runner_leaves_no_game_unplayed(tmp_path, monkeypatch):
+    run = _interactive(tmp_path, monkeypatch)
+    run.prepare_model()
+    run.open_games()
+
+    def broken():
+        raise RuntimeError("runner bug")
+    monkeypatch.setattr(run, "_run_scheduler", broken)
+    try:
+        run.play()
+    finally:
+        run.finish()
+    summary = json.loads((tmp_path / "working" / "duck" / "summary.json").read_text())
+    assert any("runner bug" in e for e in summary["errors"])
+    assert "pool" in summary["runner"] and summary["scorecard"]["closed"] is True
+    assert all(summary["results"][g]["actions"] > 0 for g in run.game_ids)
+
+
+def test_missing_inputs_degrade_instead_of_failing(tmp_path, monkeypatch):
+    run = _interactive(tmp_path, monkeypatch, DUCK_KAGGLE__INPUT_DIR=str(tmp_path / "empty"))
+    assert run.open_games() == []
+    run.play()
+    run.finish()
+    summary = json.loads((tmp_path / "working" / "duck" / "summary.json").read_text())
+    assert summary["errors"] and (tmp_path / "working" / "submission.parquet").exists()
+
+
+def test_a_bad_config_variable_is_dropped_not_fatal(tmp_path, monkeypatch):
+    run = _interactive(tmp_path, monkeypatch, DUCK_KAGGLE__NO_SUCH_FIELD="1", DUCK_PLAY__MAX_ACTIONS="many")
+    assert run.cfg.kaggle.working_dir == str(tmp_path / "working")  # the good ones are kept
+    assert run.cfg.play.max_actions == 1000
+    assert len(run.summary.errors) == 2 and all("ignored" in e for e in run.summary.errors)

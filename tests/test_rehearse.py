@@ -1,0 +1,69 @@
+"""The rehearsal of a competition rerun: the real notebook, a local gateway in competition
+mode, a stand-in vLLM serving the scripted stub model (duck/rehearse.py).
+
+One short rehearsal runs in CI through the command line (`duck rehearse`, exit status 0
+only when every check holds). The fault variants take about 30 s each; they run when
+DUCK_REHEARSAL_FAULTS=1 (`DUCK_REHEARSAL_FAULTS=1 pytest tests/test_rehearse.py`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import BUNDLED, ROOT
+from duck.rehearse import FAULTS, Report, check_run, rehearse
+
+faults = pytest.mark.skipif(not os.environ.get("DUCK_REHEARSAL_FAULTS"),
+                            reason="fault variants are opt-in: DUCK_REHEARSAL_FAULTS=1")
+
+
+@pytest.mark.slow
+def test_rehearsal_of_a_rerun_passes_from_the_command_line(tmp_path):
+    out = tmp_path / "reh"
+    p = subprocess.run([sys.executable, "-m", "duck.cli", "rehearse", "--games", str(BUNDLED),
+                        "--budget-seconds", "45", "--max-actions", "150", "--out", str(out)],
+                       capture_output=True, text=True, timeout=240, cwd=ROOT)
+    assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-4000:]
+    doc = json.loads((out / "rerun-none" / "rehearsal.json").read_text())
+    assert doc["ok"] and doc["checks"]["every_game_played"]["ok"] and doc["checks"]["scorecard_closed"]["ok"]
+    assert doc["checks"]["inside_budget"]["detail"]["notebook_s"] <= 45
+    assert set(doc["facts"]["gateway_scorecard"]["environments"]) == {"zb01-00000001", "zc01-00000001",
+                                                                      "zs01-00000001"}
+    assert "rehearsal rerun/none: PASS" in p.stdout
+
+
+@pytest.mark.slow
+@faults
+@pytest.mark.parametrize("fault", [f for f in FAULTS if f != "none"])
+def test_rehearsal_fault_variants(fault, tmp_path):
+    rep = rehearse(BUNDLED, 60, fault=fault, out=tmp_path / fault, max_actions=200)
+    assert rep.ok, json.dumps({k: v for k, v in rep.checks.items() if not v["ok"]}, indent=1, default=str)
+
+
+@pytest.mark.slow
+@faults
+def test_rehearsal_of_an_interactive_run(tmp_path):
+    rep = rehearse(BUNDLED, 60, mode="interactive", out=tmp_path / "i", max_actions=200)
+    assert rep.ok, json.dumps({k: v for k, v in rep.checks.items() if not v["ok"]}, indent=1, default=str)
+
+
+def test_the_checks_fail_when_a_game_was_not_played_or_the_card_left_open(tmp_path):
+    """The checks bite: a summary that skipped a game and never closed the scorecard."""
+    working = tmp_path / "working"
+    (working / "duck" / "records").mkdir(parents=True)
+    (working / "duck" / "summary.json").write_text(json.dumps({
+        "mode": "interactive", "games": ["a", "b"], "scorecard": {"card_id": "c"}, "steps": [],
+        "started_at": 100.0, "ended_at": 130.0, "model": {}}))
+    (working / "duck" / "run.log").write_text("")
+    rep = Report("interactive", "none", 60)
+    check_run(rep, {"working": working}, {"error": None, "seconds": 31.0}, ["a", "b"], None,
+              "http://127.0.0.1:9")
+    assert not rep.ok
+    failed = {k for k, v in rep.checks.items() if not v["ok"]}
+    assert {"every_game_played", "scorecard_closed", "outputs_in_place", "model_was_ready"} <= failed
+    assert rep.checks["inside_budget"]["ok"]
