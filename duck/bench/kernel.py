@@ -1,0 +1,140 @@
+"""`python -m duck.bench kernel`: cost of one `action()` call as the history grows.
+
+The claim to check (DESIGN §3): an action costs the same at step 1,000 as at step 10,
+because each observation reaches the kernel once, as a delta. For each history length
+(10, 100, 500, 1,000 actions) one kernel's game is first played up to that length by the
+host (RESET after GAME_OVER); then snippets time `action()` calls from inside each kernel,
+in interleaved rounds: host step, engine, record line, result, delta over the pipe, new
+frame objects and the animation summary included.
+
+Prints JSON: {"median_ms": {"10": ..., "100": ..., "500": ..., "1000": ...},
+"ratio_1000_10": ..., "game": ...}. Options: --game ID, --games DIR, --samples N.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+from pathlib import Path
+
+from duck.games import RESET, Action, GameSource
+from duck.kernel import Kernel
+from duck.play import Session
+from duck.record import RecordWriter
+
+_ROOT = Path(__file__).resolve().parents[2]
+LENGTHS = (10, 100, 500, 1000)
+
+SNIPPET = """
+import time
+_ts = []
+for _i in range({n}):
+    _t = time.perf_counter()
+    _r = action({acts}[_i % {k}])
+    _ts.append((time.perf_counter() - _t) * 1000)
+    if not _r.get('executed') or _r.get('game_over') or _r.get('level_completed') or _r.get('done'):
+        break
+result = _ts
+"""
+
+
+def _pick_game(source: GameSource, wanted: str | None) -> str:
+    ids = [g.game_id for g in source.games()]
+    if wanted:
+        return next(i for i in ids if i.startswith(wanted))
+    return next((i for i in ids if i.startswith("ls20")), ids[0])
+
+
+def _cycle(available: list[int]) -> tuple[list[Action], list[object]]:
+    """Actions that keep a game busy: two opposite moves if it has them, else clicks."""
+    simple = [a for a in (1, 2, 3, 4, 5) if a in available]
+    if len(simple) >= 2:
+        ids = simple[:2] if {1, 2} <= set(simple) else simple
+        names = {1: "UP", 2: "DOWN", 3: "LEFT", 4: "RIGHT", 5: "SPACE"}
+        return [Action(i) for i in ids], [names[i] for i in ids]
+    cells = [(10, 10), (50, 50), (32, 32), (20, 40)]
+    return ([Action.click(c, r) for r, c in cells],
+            [{"action": "MOUSE", "row": r, "col": c} for r, c in cells])
+
+
+WARM_UP = """
+import time
+for _f in (current_frame, current_frame):
+    _f.segmentation, _f.ascii, _f.grid.sum()
+"""
+
+
+def _warm_up(source: GameSource, gid: str, acts: list[Action], kernel: Kernel) -> None:
+    """First calls pay for imports and caches; pay them before the length-10 sample (on a
+    second copy of the game, so the measured history stays short)."""
+    other = source.make(gid)
+    for j in range(30):
+        other.step(RESET if other.obs.state != "NOT_FINISHED" else acts[j % len(acts)])
+    kernel.run(WARM_UP)
+
+
+def _filled(source: GameSource, gid: str, acts: list[Action], length: int, tmp: str) -> Kernel:
+    """A kernel whose game has `length` actions of history (RESET after GAME_OVER)."""
+    game = source.make(gid)
+    writer = RecordWriter(Path(tmp) / f"bench-{length}.jsonl")
+    writer.header(game_id=gid, title=game.title, baselines=game.baselines, obs=game.obs,
+                  policy="bench", seed=0)
+    session = Session(game, writer, max_actions=10**9)
+    kernel = Kernel(session)
+    kernel.start()
+    _warm_up(source, gid, acts, kernel)
+    j = 0
+    while game.actions < length:
+        kernel.act(RESET if session.obs.state != "NOT_FINISHED" else acts[j % len(acts)])
+        j += 1
+    kernel.run("pass")  # the worker takes the host's actions as one delta
+    return kernel
+
+
+def measure(games_dir: str, game_id: str | None = None, samples: int = 60, rounds: int = 12) -> dict:
+    """Median ms per action() at each history length. The lengths are measured in
+    interleaved rounds, so a busy machine slows all of them alike."""
+    source = GameSource.offline(games_dir)
+    gid = _pick_game(source, game_id)
+    host_acts, model_acts = _cycle(source.make(gid).obs.available_actions)
+    per_round = max(1, samples // rounds)
+    times: dict[int, list[float]] = {n: [] for n in LENGTHS}
+    with tempfile.TemporaryDirectory() as tmp:
+        kernels = {n: _filled(source, gid, host_acts, n, tmp) for n in LENGTHS}
+        try:
+            while any(len(t) < samples for t in times.values()):
+                for n, kernel in kernels.items():
+                    if len(times[n]) >= samples:
+                        continue
+                    if kernel.session.obs.state != "NOT_FINISHED":
+                        kernel.act(RESET)
+                        kernel.run("pass")
+                    res = kernel.run(SNIPPET.format(n=per_round, acts=repr(model_acts), k=len(model_acts)))
+                    got = res.result if isinstance(res.result, list) else []
+                    if not got:
+                        raise RuntimeError(f"no action could be timed: {res.text[:500]}")
+                    times[n] += got
+        finally:
+            for kernel in kernels.values():
+                kernel.close()
+                kernel.session.writer.close()
+    medians = {str(n): round(statistics.median(t), 3) for n, t in times.items()}
+    return {"median_ms": medians, "ratio_1000_10": round(medians["1000"] / medians["10"], 3),
+            "game": gid, "samples": samples}
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="python -m duck.bench kernel", description=__doc__.split("\n")[0])
+    p.add_argument("--games", default=None, help="environments folder (default: public games if "
+                   "present, else tests/games)")
+    p.add_argument("--game", default=None, help="game id or prefix (default: ls20 or the first)")
+    p.add_argument("--samples", type=int, default=60)
+    args = p.parse_args(argv)
+    games = args.games
+    if games is None:
+        public = _ROOT / "environment_files"
+        games = str(public if public.is_dir() and any(public.iterdir()) else _ROOT / "tests" / "games")
+    print(json.dumps(measure(games, args.game, args.samples)))
+    return 0

@@ -1,0 +1,407 @@
+"""Frames as the model sees them: letters, objects, and what an animation did.
+
+`Frame` is the read-only view of one 64x64 board that model-written code gets inside the
+kernel (DESIGN §3). Its public surface is the Duck's (`.ascii`, `.segmentation`, `.step`,
+`.level`, `.shape`, `str()` = `AsciiFrameView(level=L, step=S, shape=64x64)`) so the Duck's
+recorded code runs unchanged, plus `.grid`, a read-only numpy array.
+
+`segment(grid)` reproduces the Duck's segmentation bit for bit, because recorded snippets
+compare hashes and click on boundary corners copied from earlier output
+(../shared/duck-traces/README.md, "Sandbox API"):
+
+* nodes are the 4-connected equal-colour regions, numbered in row-major order of their
+  first cell; keys in the order id, color, hash, pixels, boundary, children;
+* `hash`: sha1 of `repr((letter, sorted cells relative to the bbox corner))`, 16 hex digits;
+* `boundary`: Moore-neighbour contour (clockwise, scan from NW after the W backtrack, stop
+  when the start is left again towards the second cell, iteration cap 8*pixels+16), reduced
+  to the cells where the direction changes;
+* `children`: B encloses A when A's first cell cannot reach the board edge outside B; A's
+  parent is its encloser that has the most enclosers itself (ties: lower id);
+* `adjacency_list`: sorted unique `[i, j]` pairs of regions sharing an edge.
+
+The Duck computed containment with one flood fill per region (~1 s on a busy board); here
+it comes from one depth-first search of the region graph (articulation points relative to
+a virtual "outside" node), which gives the same enclosers in a few milliseconds.
+
+`summarize_animation(before, frames)` turns one action's frames into a few hundred
+characters: what moved where, what appeared or vanished, what was visible only mid-way.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any, Sequence
+
+import numpy as np
+
+LETTERS = "WwgGcBMPRbSYOrNp"
+_LUT = np.frombuffer(LETTERS.encode(), dtype=np.uint8)
+
+# Moore neighbours clockwise from NW (row grows downwards).
+_CW = ((-1, -1), (-1, 0), (-1, 1), (0, 1), (1, 1), (1, 0), (1, -1), (0, -1))
+# "(r, c)" for every relative cell of a 64x64 board: joining these reproduces
+# repr(list_of_tuples) ~10x faster than repr itself.
+_PAIR = [f"({r}, {c})" for r in range(64) for c in range(64)]
+# After stepping to neighbour j, the backtrack cell (neighbour j-1 of the old cell) is
+# neighbour _BACK[j] of the new one.
+_BACK = tuple(_CW.index((_CW[(j + 7) % 8][0] - _CW[j][0], _CW[(j + 7) % 8][1] - _CW[j][1]))
+              for j in range(8))
+
+
+def to_ascii(grid: np.ndarray) -> str:
+    """64 lines of letters joined by newlines, no trailing newline."""
+    g = np.clip(np.asarray(grid), 0, 15).astype(np.intp)
+    h, w = g.shape
+    out = np.full((h, w + 1), ord("\n"), dtype=np.uint8)
+    out[:, :w] = _LUT[g]
+    return out.tobytes()[:-1].decode()
+
+
+def label_regions(grid: np.ndarray) -> tuple[np.ndarray, int]:
+    """4-connected equal-value regions, numbered by their first cell in row-major order.
+
+    Works on horizontal runs (a few hundred per board) with union-find, so it costs about a
+    millisecond instead of a per-cell flood fill."""
+    g = np.asarray(grid)
+    h, w = g.shape
+    starts_mask = np.ones((h, w), dtype=bool)
+    starts_mask[:, 1:] = g[:, 1:] != g[:, :-1]
+    n_runs = int(starts_mask.sum())
+    run_id = (np.cumsum(starts_mask.ravel()) - 1).reshape(h, w)  # run index of every cell
+    parent = list(range(n_runs))
+
+    def find(x: int) -> int:
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    # Vertical unions: cells equal to the cell above join their runs.
+    same = g[1:, :] == g[:-1, :]
+    a = run_id[1:, :][same]
+    b = run_id[:-1, :][same]
+    if len(a):
+        pairs = np.unique(a.astype(np.int64) * n_runs + b)
+        for p in pairs.tolist():
+            x, y = find(p // n_runs), find(p % n_runs)
+            if x != y:
+                if x < y:
+                    parent[y] = x
+                else:
+                    parent[x] = y
+    roots = np.fromiter((find(i) for i in range(n_runs)), dtype=np.int64, count=n_runs)
+    # Each root is the smallest run index of its set, hence its first cell in scan order.
+    uniq, inverse = np.unique(roots, return_inverse=True)
+    return inverse[run_id].astype(np.int32), len(uniq)
+
+
+def _trace(lab: list[int], k: int, start: int, width: int, cap: int) -> list[int]:
+    """Moore-neighbour contour of region k in a padded, flattened label list."""
+    offs = [dr * width + dc for dr, dc in _CW] * 2
+    back_of = _BACK
+    contour = [start]
+    b = start
+    idx = 7  # backtrack = W neighbour
+    second = None
+    for _ in range(cap):
+        nxt = -1
+        for j in range(idx + 1, idx + 9):
+            cand = b + offs[j]
+            if lab[cand] == k:
+                nxt = cand
+                break
+        if nxt < 0:
+            break
+        if second is None:
+            second = nxt
+        elif b == start and nxt == second:
+            break
+        contour.append(nxt)
+        idx = back_of[j % 8]
+        b = nxt
+    if len(contour) > 1 and contour[-1] == contour[0]:
+        contour.pop()
+    return contour
+
+
+def _corners(contour: list[int], pw: int) -> list[list[int]]:
+    """Contour cells (flat indices in the padded board) where the direction changes.
+    With a padded width of 66 every unit step has its own flat difference."""
+    m = len(contour)
+    if m <= 2:
+        keep = contour
+    else:
+        keep = [c for p, c, n in zip(contour[-1:] + contour[:-1], contour, contour[1:] + contour[:1])
+                if c - p != n - c]
+    return [[c // pw - 1, c % pw - 1] for c in keep]
+
+
+def _enclosers(n: int, edges: np.ndarray, on_edge: np.ndarray) -> list[list[int]]:
+    """For every region, the regions that separate it from the board edge.
+
+    Region b encloses a iff every path from a to a virtual node E (linked to all regions
+    touching the border) passes through b: b is a DFS-tree ancestor of a whose child w on
+    the path has low[w] >= disc[b]."""
+    adj: list[list[int]] = [[] for _ in range(n + 1)]
+    for i, j in edges.tolist():
+        adj[i].append(j)
+        adj[j].append(i)
+    root = n
+    for i in np.nonzero(on_edge)[0].tolist():
+        adj[root].append(i)
+        adj[i].append(root)
+    disc = [-1] * (n + 1)
+    low = [0] * (n + 1)
+    par = [-1] * (n + 1)
+    disc[root] = low[root] = 0
+    t = 1
+    stack = [(root, iter(adj[root]))]
+    while stack:
+        v, it = stack[-1]
+        for u in it:
+            if disc[u] < 0:
+                disc[u] = low[u] = t
+                t += 1
+                par[u] = v
+                stack.append((u, iter(adj[u])))
+                break
+            if u != par[v] and disc[u] < low[v]:
+                low[v] = disc[u]
+        else:
+            stack.pop()
+            p = par[v]
+            if p >= 0 and low[v] < low[p]:
+                low[p] = low[v]
+    out: list[list[int]] = []
+    for a in range(n):
+        encl = []
+        w, b = a, par[a]
+        while b != root and b >= 0:
+            if low[w] >= disc[b]:
+                encl.append(b)
+            w, b = b, par[b]
+        out.append(encl)
+    return out
+
+
+def segment(grid: np.ndarray) -> dict[str, Any]:
+    """The Duck's segmentation of one board (see the module docstring)."""
+    return segment_with_labels(grid)[0]
+
+
+def segment_with_labels(grid: np.ndarray) -> tuple[dict[str, Any], np.ndarray]:
+    """`segment(grid)` plus the region id of every cell (an int32 array like the grid)."""
+    g = np.clip(np.asarray(grid), 0, 15).astype(np.int8)
+    h, w = g.shape
+    labels, n = label_regions(g)
+    flat = labels.ravel()
+    pixels = np.bincount(flat, minlength=n)
+    order = np.argsort(flat, kind="stable")
+    bounds = np.concatenate([[0], np.cumsum(pixels)])
+    colours = g.ravel()[order[bounds[:-1]]]  # colour of each region's first cell
+
+    # adjacency
+    ha, hb = labels[:, :-1].ravel(), labels[:, 1:].ravel()
+    va, vb = labels[:-1, :].ravel(), labels[1:, :].ravel()
+    a = np.concatenate([ha, va]).astype(np.int64)
+    b = np.concatenate([hb, vb]).astype(np.int64)
+    m = a != b
+    lo, hi = np.minimum(a[m], b[m]), np.maximum(a[m], b[m])
+    codes = np.unique(lo * n + hi)
+    edges = np.stack([codes // n, codes % n], axis=1) if len(codes) else np.zeros((0, 2), np.int64)
+
+    # containment
+    on_edge = np.zeros(n, dtype=bool)
+    on_edge[labels[0, :]] = True
+    on_edge[labels[-1, :]] = True
+    on_edge[labels[:, 0]] = True
+    on_edge[labels[:, -1]] = True
+    enclosers = _enclosers(n, edges, on_edge)
+    children: list[list[int]] = [[] for _ in range(n)]
+    for a_id in range(n):
+        if enclosers[a_id]:
+            parent = max(enclosers[a_id], key=lambda e: (len(enclosers[e]), -e))
+            children[parent].append(a_id)
+
+    # boundaries work on a padded flat label list (border = -1)
+    padded = np.full((h + 2, w + 2), -1, dtype=np.int32)
+    padded[1:-1, 1:-1] = labels
+    lab = padded.ravel().tolist()
+    pw = w + 2
+    rows = order // w
+    cols = order % w
+    starts = bounds[:-1]
+    r0s = rows[starts]
+    c0s = np.minimum.reduceat(cols, starts)
+    stride = max(64, w)
+    rel = ((rows - np.repeat(r0s, pixels)) * stride + cols - np.repeat(c0s, pixels)).tolist()
+    first_flat = ((r0s + 1) * pw + cols[starts] + 1).tolist()
+    bl = bounds.tolist()
+    px = pixels.tolist()
+    letters = [LETTERS[v] for v in colours.tolist()]
+    sha1 = hashlib.sha1
+    pair = _PAIR
+    nodes = []
+    for k in range(n):
+        s, e = bl[k], bl[k + 1]
+        letter = letters[k]
+        if h <= 64 and w <= 64:
+            text = f"('{letter}', [" + ", ".join([pair[i] for i in rel[s:e]]) + "])"
+        else:
+            text = repr((letter, [divmod(i, stride) for i in rel[s:e]]))
+        digest = sha1(text.encode()).hexdigest()[:16]
+        start = first_flat[k]
+        contour = [start] if px[k] == 1 else _trace(lab, k, start, pw, 8 * px[k] + 16)
+        nodes.append({"id": k, "color": letter, "hash": digest, "pixels": px[k],
+                      "boundary": _corners(contour, pw), "children": sorted(children[k])})
+    return {"nodes": nodes, "adjacency_list": edges.tolist()}, labels
+
+
+class Frame:
+    """One board as model code sees it. Cheap to create; letters and objects are computed
+    on first access and cached, so history frames nobody looks at cost nothing."""
+
+    __slots__ = ("_grid", "step", "level", "_ascii", "_seg", "_labels")
+
+    def __init__(self, grid: np.ndarray, step: int = 0, level: int = 1) -> None:
+        arr = np.array(grid, dtype=np.int8, copy=True)
+        arr.flags.writeable = False
+        self._grid = arr
+        self.step = step
+        self.level = level
+        self._ascii: str | None = None
+        self._seg: dict[str, Any] | None = None
+        self._labels: np.ndarray | None = None
+
+    @property
+    def grid(self) -> np.ndarray:
+        """The colour indices 0-15 as a read-only int8 array (copy it to modify)."""
+        return self._grid
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (int(self._grid.shape[0]), int(self._grid.shape[1]))
+
+    @property
+    def ascii(self) -> str:
+        if self._ascii is None:
+            self._ascii = to_ascii(self._grid)
+        return self._ascii
+
+    @property
+    def segmentation(self) -> dict[str, Any]:
+        if self._seg is None:
+            self._seg, self._labels = segment_with_labels(self._grid)
+        return self._seg
+
+    def labels(self) -> np.ndarray:
+        """Region id per cell (the segmentation's node ids), cached; cheaper than
+        `.segmentation` when only the regions are needed."""
+        if self._labels is None:
+            self._labels = label_regions(self._grid)[0]
+        return self._labels
+
+    def __str__(self) -> str:
+        rows, cols = self.shape
+        return f"AsciiFrameView(level={self.level}, step={self.step}, shape={rows}x{cols})"
+
+    __repr__ = __str__
+
+
+# ---------------------------------------------------------------------------------------
+# Animation summaries
+
+SPRITE_MAX = 256  # regions larger than this are scenery: reported as reshaped, not tracked
+
+
+def _bbox_text(rows: np.ndarray, cols: np.ndarray) -> str:
+    r0, r1, c0, c1 = int(rows.min()), int(rows.max()), int(cols.min()), int(cols.max())
+    rs = f"row {r0}" if r0 == r1 else f"rows {r0}-{r1}"
+    cs = f"col {c0}" if c0 == c1 else f"cols {c0}-{c1}"
+    return f"{rs}, {cs}"
+
+
+def _touched(board: Any, mask: np.ndarray) -> tuple[list[tuple], list[tuple]]:
+    """Sprites (letter, pixels, top, left, shape key) and scenery regions touching `mask`.
+    Only the touched regions are measured, so a small change costs well under a ms."""
+    if isinstance(board, Frame):
+        grid, labels = board.grid, board.labels()
+    else:
+        grid = np.asarray(board)
+        labels = label_regions(grid)[0]
+    sprites, scenery = [], []
+    for k in np.unique(labels[mask]).tolist():
+        rows, cols = np.nonzero(labels == k)
+        r0, c0 = int(rows.min()), int(cols.min())
+        letter = LETTERS[int(grid[rows[0], cols[0]]) % 16]
+        crop = np.zeros((int(rows.max()) - r0 + 1, int(cols.max()) - c0 + 1), dtype=bool)
+        crop[rows - r0, cols - c0] = True
+        key = letter + hashlib.sha1(crop.tobytes() + bytes(crop.shape)).hexdigest()[:12]
+        item = (letter, len(rows), r0, c0, key)
+        (sprites if len(rows) <= SPRITE_MAX else scenery).append(item)
+    return sprites, scenery
+
+
+def _listing(name: str, items: list[str], keep: int = 4) -> str:
+    more = f"; +{len(items) - keep} more" if len(items) > keep else ""
+    return f"{name}: " + ", ".join(items[:keep]) + more
+
+
+def summarize_animation(before: Any, frames: Sequence[Any], limit: int = 400) -> str:
+    """What one action did, in at most `limit` characters, for the model's action result.
+
+    `before` is the board before the action and `frames` every frame the action returned
+    (the last is the new board); each may be a `Frame` (its cached segmentation is reused)
+    or an array. Sprites (regions up to SPRITE_MAX cells) are matched by shape hash:
+    "moved" gives (top,left) before -> after; larger regions that changed are "reshaped"."""
+    if not len(frames):
+        return "no frames"
+    n = len(frames)
+    parts = [f"{n} frame{'s' if n != 1 else ''}"]
+    if before is None:
+        return parts[0]
+    b_grid = before.grid if isinstance(before, Frame) else np.asarray(before)
+    last = frames[-1]
+    a_grid = last.grid if isinstance(last, Frame) else np.asarray(last)
+    changed = b_grid != a_grid
+    n_changed = int(changed.sum())
+    if n_changed == 0:
+        parts.append("board unchanged")
+    elif n_changed > a_grid.size // 2:
+        parts.append(f"board replaced ({n_changed} cells changed)")
+    else:
+        rows, cols = np.nonzero(changed)
+        parts.append(f"{n_changed} cells changed in {_bbox_text(rows, cols)}")
+        old, old_big = _touched(before, changed)
+        new, new_big = _touched(last, changed)
+        moved, appeared = [], []
+        pool = list(old)
+        for obj in new:
+            same = [o for o in pool if o[4] == obj[4]]
+            if not same:
+                appeared.append(f"{obj[0]}{obj[1]}px at ({obj[2]},{obj[3]})")
+                continue
+            src = min(same, key=lambda o: abs(o[2] - obj[2]) + abs(o[3] - obj[3]))
+            pool.remove(src)
+            if (src[2], src[3]) != (obj[2], obj[3]):
+                moved.append(f"{obj[0]}{obj[1]}px ({src[2]},{src[3]})->({obj[2]},{obj[3]})")
+        vanished = [f"{o[0]}{o[1]}px at ({o[2]},{o[3]})" for o in pool]
+        reshaped = sorted({f"{o[0]}" for o in old_big + new_big})
+        for name, items in (("moved", moved), ("appeared", appeared), ("vanished", vanished)):
+            if items:
+                parts.append(_listing(name, items))
+        if reshaped:
+            parts.append("large regions reshaped: " + "".join(reshaped))
+    if n > 2:
+        mids = np.asarray([f.grid if isinstance(f, Frame) else f for f in frames[:-1]])
+        transient = (mids != b_grid) & (mids != a_grid)
+        hit = transient.any(axis=(1, 2))
+        if hit.any():
+            cells = transient.any(axis=0)
+            rows, cols = np.nonzero(cells)
+            letters = "".join(sorted({LETTERS[int(v) % 16] for v in np.unique(mids[transient])}))
+            idx = np.nonzero(hit)[0]
+            parts.append(f"seen only mid-animation: {letters} in {_bbox_text(rows, cols)} "
+                         f"(frames {int(idx[0]) + 1}-{int(idx[-1]) + 1} of {n})")
+    text = "; ".join(parts)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -1,0 +1,134 @@
+"""The kernel worker's fences: what model code may import, call and touch.
+
+The model is careless, not malicious; these keep its mistakes from hurting the run or
+the machine, and tell it clearly what happened:
+
+* resource limits: address space (a memory bomb raises MemoryError), file size (EFBIG, not
+  a killed process), open files, no core dumps; CPU time is set per call by the worker;
+* an audit hook (`Guard`) refusing new processes, signals to other processes, sockets,
+  ctypes, and any write, rename or delete outside the kernel's temp directory; reads of
+  the games' source folders are refused too (no peeking at the rules);
+* `import` at snippet level: in our namespace everything but process, thread, network and
+  host modules (numpy and the standard library work); in the Duck-compatible namespace the
+  Duck's 14-module whitelist and its error message;
+* tracebacks: the Duck's format in compat mode (snippet frames only, no source), ours with
+  source lines and the failing library frame, trimmed for runaway recursion.
+"""
+
+from __future__ import annotations
+
+import builtins
+import os
+import resource
+import signal
+import traceback
+from typing import Any
+
+DUCK_MODULES = {"bisect", "collections", "copy", "fractions", "functools", "heapq", "itertools",
+                "json", "math", "operator", "random", "re", "statistics", "string"}
+DUCK_BUILTINS = ("abs all any ascii bin bool bytearray bytes callable chr complex dict dir divmod "
+                 "enumerate Exception filter float format frozenset getattr hasattr hash hex int "
+                 "isinstance issubclass iter len list map max min next oct ord pow print range repr "
+                 "reversed round set slice sorted str sum tuple TypeError type ValueError "
+                 "RuntimeError zip").split()
+# Refused at snippet level in our namespace: processes, threads, network, host access.
+REFUSED_MODULES = {"subprocess", "multiprocessing", "socket", "ssl", "ctypes", "threading",
+                   "_thread", "asyncio", "concurrent", "signal", "pty", "http", "urllib",
+                   "ftplib", "smtplib", "select", "selectors", "mmap", "resource", "duck",
+                   "arc_agi", "arcengine", "requests", "openai", "importlib", "_posixsubprocess"}
+_BLOCKED_EVENTS = {"os.system", "os.exec", "os.fork", "os.forkpty", "os.posix_spawn", "os.spawn",
+                   "subprocess.Popen", "os.kill", "os.killpg", "socket.connect", "socket.bind",
+                   "socket.__new__", "ctypes.dlopen", "os.setuid"}
+_PATH_EVENTS = {"os.remove", "os.rename", "os.rmdir", "os.mkdir", "os.chmod", "os.chown",
+                "os.link", "os.symlink", "os.truncate", "os.utime", "shutil.rmtree"}
+
+
+class Guard:
+    """The audit hook (installed once; audit hooks cannot be removed)."""
+
+    def __init__(self, workdir: str, deny_read: list[str]) -> None:
+        self.workdir = os.path.realpath(workdir)
+        self.deny_read = [os.path.realpath(p) for p in deny_read]
+
+    def __call__(self, event: str, args: tuple) -> None:
+        if event in _BLOCKED_EVENTS:
+            raise PermissionError(f"{event} is not allowed in the kernel")
+        if event == "open":
+            path, mode, flags = args
+            if isinstance(path, int) or path is None:
+                return
+            writing = (isinstance(mode, str) and any(c in mode for c in "wax+")) or \
+                (isinstance(flags, int) and flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC))
+            self.check_path(os.fsdecode(path), writing)
+        elif event in _PATH_EVENTS:
+            for p in args[:2]:
+                if isinstance(p, (str, bytes, os.PathLike)):
+                    self.check_path(os.fsdecode(p), True)
+
+    def check_path(self, path: str, writing: bool) -> None:
+        real = os.path.realpath(path)
+        if writing:
+            if real != os.devnull and not (real + os.sep).startswith(self.workdir + os.sep):
+                raise PermissionError(f"writing outside the kernel's working directory is not "
+                                      f"allowed: {path}")
+        elif any((real + os.sep).startswith(d + os.sep) for d in self.deny_read):
+            raise PermissionError(f"reading {path} is not allowed in the kernel")
+
+
+def duck_import(name: str, globals: Any = None, locals: Any = None, fromlist: Any = (),
+                level: int = 0) -> Any:
+    if str(name or "").split(".", 1)[0] not in DUCK_MODULES:
+        raise ImportError(f"Module '{name}' is not allowed in the sandbox.")
+    return builtins.__import__(name, globals, locals, fromlist, level)
+
+
+def kernel_import(name: str, globals: Any = None, locals: Any = None, fromlist: Any = (),
+                  level: int = 0) -> Any:
+    if str(name or "").split(".", 1)[0] in REFUSED_MODULES:
+        raise ImportError(f"Module '{name}' is not available in the kernel (no processes, "
+                          "threads, network or host access); numpy and the rest of the "
+                          "standard library are.")
+    return builtins.__import__(name, globals, locals, fromlist, level)
+
+
+def _stack(exc: BaseException, keep: int = 30) -> traceback.StackSummary:
+    """The traceback's frames; of a very deep one (runaway recursion) only the first and
+    last `keep`, so formatting stays fast."""
+    pairs = []
+    tb = exc.__traceback__
+    while tb is not None:
+        pairs.append((tb.tb_frame, tb.tb_lineno))
+        tb = tb.tb_next
+    if len(pairs) > 2 * keep:
+        pairs = pairs[:keep] + pairs[-keep:]
+    return traceback.StackSummary.extract(iter(pairs), lookup_lines=False)
+
+
+def format_error(exc: BaseException, filename: str, compat: bool) -> str:
+    tb = _stack(exc)
+    if compat:  # the Duck's format: snippet frames only, no source lines
+        frames = [f for f in tb if f.filename == "<python_tool>"] or tb[-1:]
+        lines = ["Traceback (most recent call last):"]
+        lines += [f'  File "<python_tool>", line {f.lineno}, in {f.name}' for f in frames]
+        lines.append(f"{type(exc).__name__}: {exc}")
+        return "\n".join(lines)
+    keep = [f for f in tb if f.filename.startswith("<cell-")]
+    if tb and not tb[-1].filename.startswith("<cell-") and "kernel_worker" not in tb[-1].filename:
+        keep.append(tb[-1])  # where inside a library it failed
+    out = ["Traceback (most recent call last):\n"] + traceback.format_list(keep)
+    out += traceback.format_exception_only(exc)
+    text = "".join(out).rstrip()
+    return text
+
+
+def set_limits(cfg: dict[str, Any]) -> None:
+    mb = 1 << 20
+    for lim, value in ((resource.RLIMIT_AS, cfg.get("memory_mb", 2048) * mb),
+                       (resource.RLIMIT_FSIZE, cfg.get("file_mb", 16) * mb),
+                       (resource.RLIMIT_NOFILE, cfg.get("open_files", 64)),
+                       (resource.RLIMIT_CORE, 0)):
+        try:
+            resource.setrlimit(lim, (value, value))
+        except (ValueError, OSError):
+            pass
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a too-large file fails, not the kernel

@@ -1,0 +1,75 @@
+"""The pipe protocol between the kernel host and its worker process.
+
+One message = 8-byte header (JSON length, blob length) + UTF-8 JSON + a binary blob. Boards
+travel in the blob as raw int8 bytes (4 KB each), so a new observation costs one small
+write, never a re-serialisation of the history. The host parses only JSON from the worker
+(never pickle), so model code that scribbles on the pipe can at worst get itself restarted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import struct
+import time
+from typing import Any
+
+_HDR = struct.Struct("<II")
+MAX_MESSAGE = 256 << 20  # anything larger is garbage on the pipe
+
+
+class WireError(RuntimeError):
+    """The other side closed the pipe or sent something unreadable."""
+
+
+def send(fd: int, obj: dict[str, Any], blob: bytes = b"") -> None:
+    data = json.dumps(obj, separators=(",", ":"), default=str).encode()
+    view = memoryview(_HDR.pack(len(data), len(blob)) + data + blob)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+class Reader:
+    """Buffered reads of whole messages, with an optional deadline (host side)."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.buf = bytearray()
+
+    def _fill(self, n: int, deadline: float | None) -> bool:
+        while len(self.buf) < n:
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                ready, _, _ = select.select([self.fd], [], [], left)
+                if not ready:
+                    return False
+            chunk = os.read(self.fd, max(65536, n - len(self.buf)))
+            if not chunk:
+                raise WireError("pipe closed")
+            self.buf += chunk
+        return True
+
+    def recv(self, deadline: float | None = None) -> tuple[dict[str, Any], bytes] | None:
+        """The next message, or None if the deadline passed first (nothing is lost: a
+        partly read message stays buffered for the next call)."""
+        if not self._fill(_HDR.size, deadline):
+            return None
+        jlen, blen = _HDR.unpack_from(self.buf)
+        if jlen + blen > MAX_MESSAGE:
+            raise WireError(f"message of {jlen + blen} bytes")
+        total = _HDR.size + jlen + blen
+        if not self._fill(total, deadline):
+            return None
+        try:
+            obj = json.loads(bytes(self.buf[_HDR.size:_HDR.size + jlen]))
+        except ValueError as e:
+            raise WireError(f"unreadable message: {e}") from None
+        if not isinstance(obj, dict):
+            raise WireError("message is not an object")
+        blob = bytes(self.buf[_HDR.size + jlen:total])
+        del self.buf[:total]
+        return obj, blob

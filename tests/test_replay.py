@@ -1,0 +1,114 @@
+"""duck.replay: recorded Duck snippets re-run through the kernel, and the output comparison."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from duck.cli import build_parser
+from duck.kernel_render import transcript
+from duck.record import read_record
+from duck.replay import normalise, run_replay
+
+ROOT = Path(__file__).resolve().parent.parent
+BUNDLED = ROOT / "tests" / "games"
+TRACES = ROOT.parent / "shared" / "duck-traces"
+
+
+def _call(i: int, code: str, result: str, actions: list[str], **extra) -> dict:
+    return {"call_index": i, "code": code, "result": result, "actions": actions, **extra}
+
+
+def _turn(i: int, calls: list[dict], end: str = "step_executed", pre: list[str] = ()) -> dict:
+    return {"game_id": "zs01-00000001", "pass": 0, "turn_index": i, "calls": calls, "end": end,
+            "pre_turn_auto_actions": list(pre)}
+
+
+def _write_traces(folder: Path, turns: list[dict], levels: int, actions: int) -> Path:
+    (folder / "turns").mkdir(parents=True)
+    meta = {"game_id": "zs01-00000001", "pass": 0, "levels_completed": levels, "actions": actions,
+            "time_limit_seconds": 2700.0, "trailing_auto_actions": []}
+    (folder / "runs.jsonl").write_text(json.dumps(meta) + "\n")
+    with gzip.open(folder / "turns" / "zs01-00000001.jsonl.gz", "wt") as f:
+        for t in turns:
+            f.write(json.dumps(t) + "\n")
+    return folder
+
+
+def test_a_small_trace_replays_identically(tmp_path):
+    turns = [
+        _turn(0, [_call(0, "print(len(history), current_frame.step)", "1 0", []),
+                  _call(1, "action('DOWN')", "executed: true", ["DOWN"])]),
+        _turn(1, [_call(0, "for a in ['LEFT', 'UP', 'RIGHT', 'DOWN']:\n    action(a)", "x",
+                        ["LEFT", "UP", "RIGHT"])]),
+        _turn(2, [_call(0, "print(last_action_result['stop_reason'], current_frame.level)\n"
+                           "print({'b', 'a', 'c'}, 'timers' in str(last_action_result))",
+                        "previous_level_completed 2\n{'c', 'a', 'b'} False", []),
+                  _call(1, "print(undefined)", "Traceback (most recent call last):\n"
+                        "  File \"<python_tool>\", line 1, in <module>\n"
+                        "NameError: name 'undefined' is not defined", []),
+                  _call(2, "action('DOWN')\naction('LEFT')", "Tool timed out after 30s", ["DOWN"],
+                        timed_out=True)]),
+    ]
+    traces = _write_traces(tmp_path / "traces", turns, levels=1, actions=5)
+    doc = run_replay(str(traces), str(BUNDLED), str(tmp_path / "run"), workers=1, timeout_s=5)
+    o = doc["overall"]
+    assert (o["snippet_match"], o["run_identical"], o["stdout_match"]) == (1.0, 1.0, 1.0), doc
+    assert o["stdout_compared"] == 3 and o["kinds"]["stopped"] == 1
+    assert set(o["call_ms"]) == {"p50", "p90", "p99"}
+    run = doc["runs"]["zs01-00000001_p0"]
+    assert run["run_identical"] and run["levels"] == 1 and run["actions"] == 5
+    assert o["timeouts"] == {"recorded": 1, "ours_cut_at_recorded_count": 1, "ours_time_limit": 0}
+    rec = read_record(tmp_path / "run" / "records" / "zs01-00000001_p0.jsonl")
+    assert len(rec.actions) == 5 and rec.end["reason"] == "replay_done"
+    assert json.loads((tmp_path / "run" / "replay.json").read_text())["overall"] == o
+
+
+def test_a_diverging_snippet_is_counted_and_categorised(tmp_path):
+    turns = [_turn(0, [_call(0, "print(current_frame.step + 1)", "5", []),
+                       _call(1, "action('UP')", "", ["DOWN"])])]
+    traces = _write_traces(tmp_path / "traces", turns, levels=0, actions=1)
+    o = run_replay(str(traces), str(BUNDLED), str(tmp_path / "run"), workers=1)["overall"]
+    assert o["snippet_match"] == 0.5 and o["run_identical"] == 0.0 and o["stdout_match"] == 0.0
+    assert o["stdout_miss_categories"] == {"other": 1}
+
+
+def test_time_up_turns_stop_instead_of_acting(tmp_path):
+    turns = [_turn(0, [_call(0, "r = action(['DOWN', 'LEFT'])\nprint(r['error'])",
+                             "No action was executed because the current game state is terminal or stopping.",
+                             [])], end="yield_stop_requested")]
+    traces = _write_traces(tmp_path / "traces", turns, levels=0, actions=0)
+    o = run_replay(str(traces), str(BUNDLED), str(tmp_path / "run"), workers=1)["overall"]
+    assert o["snippet_match"] == 1.0 and o["run_identical"] == 1.0
+
+
+def test_normalise_timers_and_sets():
+    a = "run_elapsed_seconds: 12.5\n'time_remaining_seconds': 2687.49, {'b', 'a'}"
+    b = "run_elapsed_seconds: 1.0\n'time_remaining_seconds': 3, {'a', 'b'}"
+    assert normalise(a) == normalise(b)
+    assert normalise("{'a': 1}") == "{'a': 1}"
+
+
+def test_transcript_rendering():
+    assert transcript({"tool": "python", "returncode": 0, "stdout": "\nhi\n"}) == "hi"
+    assert transcript({"tool": "python", "error": "E", "stdout": "out\n"}) == "out\n\nerror:\nE"
+    assert transcript({"tool": "python", "returncode": 0,
+                       "result": {"a": [1, "x"], "b": None}}) == "a:\n  - 1\n  - x\nb: null"
+    assert transcript({"tool": "python", "returncode": 0}) == "tool: python\nreturncode: 0"
+
+
+def test_cli_registers_replay():
+    args = build_parser().parse_args(["replay", "traces", "--games", "g", "--out", "o"])
+    assert (args.traces_dir, args.games, args.out, args.workers) == ("traces", "g", "o", 2)
+
+
+@pytest.mark.public
+@pytest.mark.slow
+@pytest.mark.skipif(not (TRACES / "turns").is_dir(), reason="duck-traces not present")
+def test_a_recorded_duck_run_replays_identically(public, tmp_path):
+    doc = run_replay(str(TRACES), str(public), str(tmp_path), workers=1, only=["ft09"], passes=[0])
+    o = doc["overall"]
+    assert o["run_identical"] == 1.0 and o["snippet_match"] == 1.0 and o["stdout_match"] == 1.0
