@@ -28,6 +28,27 @@ class PlayConfig(Section):
     workers: int = 1  # parallel game processes (the engine is pure Python under the GIL)
 
 
+class ServeConfig(Section):
+    """`duck serve`: the vLLM command (DESIGN §1c; flags checked against vLLM's docs)."""
+
+    model_path: str = "Qwen/Qwen3.6-27B-FP8"  # a local folder on Kaggle (no internet)
+    executable: str = "vllm"  # a stand-in script in tests
+    host: str = "127.0.0.1"
+    port: int = 8000
+    max_model_len: int = 40960  # a 32K prompt budget plus the output cap
+    gpu_memory_utilization: float = 0.90
+    max_num_seqs: int = 32  # concurrent games; KV share per game = cache / this
+    max_num_batched_tokens: int = 8192  # what the field found stable on the RTX Pro 6000
+    kv_cache_dtype: str = "auto"  # "fp8" doubles the cache (an A/B question)
+    cudagraph_mode: str = "PIECEWISE"  # piecewise CUDA graphs: stable where full graphs wedged
+    linear_backend: str = "cutlass"  # CUTLASS FP8 GEMM (`--linear-backend`, vLLM >= 0.2x)
+    flashinfer_sampler: bool = False  # the FlashInfer top-k kernel livelocked (vLLM #43885)
+    images_per_prompt: int = 64  # one frame per turn stays in the history
+    extra_args: list[str] = []
+    ready_timeout_s: float = 900.0  # the Duck's vLLM took ~6.5 min to become ready
+    log_path: str = "runs/vllm.log"
+
+
 class ModelConfig(Section):
     urls: list[str] = []  # OpenAI-compatible base URLs, one per vLLM server (GPU)
     name: str = "Qwen3.6-27B-FP8"
@@ -35,24 +56,47 @@ class ModelConfig(Section):
     top_p: float = 0.95
     top_k: int = 20
     thinking: bool = True
+    # Keep past turns' reasoning in the rendered prompt (Qwen3.6 template kwarg; 3.8 keeps
+    # it by default): the prompt then only ever grows at its end, so the prefix cache hits,
+    # at the price of a faster-filling context. None: the template's own default.
+    preserve_thinking: bool | None = True
     max_output_tokens: int = 4096  # the Duck had no cap; its calls averaged ~800 tokens
-    timeout_s: float = 180.0
+    timeout_s: float = 180.0  # per request; what arrived by then is kept
+    stall_s: float = 60.0  # no byte for this long ends the request
     retries: int = 3
+    backoff_s: float = 1.0  # first retry pause; doubles each time, jittered
+    serve: ServeConfig = ServeConfig()
 
 
 class KernelConfig(Section):
     call_timeout_s: float = 30.0  # the Duck's limit; our calls are fast, so it rarely binds
     output_chars: int = 4096  # head+tail kept of each call's output (the Duck's cap)
-    memory_mb: int = 2048
+    memory_mb: int = 2048  # address-space limit of the worker (numpy needs ~300 MB)
+    file_mb: int = 16  # largest file model code may write in its temp dir
+    open_files: int = 64
+    grace_s: float = 1.0  # after the soft interrupt, time to unwind before the process is killed
+    notes_chars: int = 8000  # the `notes` dict, as JSON, is kept across calls up to this size
 
 
 class AgentConfig(Section):
     context_tokens: int = 32768  # prompt budget per game (see DESIGN §1c: KV cache share)
+    evict_to: float = 0.5  # near the budget, drop old turns until the prompt is this share
     keep_notes_on_game_over: bool = True
     carry_notes_across_levels: bool = True
     animation_summaries: bool = True
     action_counts_in_prompt: bool = True
     seeded_sampling: bool = True
+    image_scale: int = 4  # the frame as a 256x256 PNG (~64 image tokens on Qwen3.6)
+    reasoning_history_chars: int | None = None  # keep only the tail of each reply's reasoning (A/B)
+    notes_chars: int = 900  # per notes section; longer text keeps its head and tail
+    nudge_after_calls: int = 6  # calls in a turn without an action before "act now"
+    turn_time_s: float = 240.0  # a turn this long without an action gets the same nudge
+    max_calls_per_turn: int = 16  # then the turn ends and a fresh one starts
+    auto_reset_on_game_over: bool = True  # after GAME_OVER only RESET does anything
+    fallback: str | None = "explorer"  # policy that takes over when the server keeps failing
+    kernel_compat: bool = False  # the Duck's sandbox rules and result format (trace replays)
+    kernel_fresh: bool = False  # a new namespace per call, as the Duck had (trace replays)
+    failures_before_fallback: int = 3  # consecutive failed requests (each already retried)
 
 
 class SchedulerConfig(Section):
@@ -61,12 +105,44 @@ class SchedulerConfig(Section):
     slots: int = 28
 
 
+class KaggleConfig(Section):
+    """The Kaggle notebook (duck/kaggle.py): where things are, how long the run may take."""
+
+    input_dir: str = "/kaggle/input"  # attached competition data, datasets and models
+    working_dir: str = "/kaggle/working"  # Kaggle keeps what is written here as the output
+    competition_dir: str = ""  # "": the folder under input_dir with environment_files/
+    dataset_dir: str = ""  # our wheels; "": the folder under input_dir holding duck-dataset.json
+    model_dir: str = ""  # the weights; "": the folder under input_dir whose config.json fits
+    vllm_env_dir: str = "/tmp/vllm-env"  # vLLM's own venv: its numpy pin conflicts with ours
+    gateway_url: str = "http://gateway:8001/"  # the rerun's gateway (DESIGN §1)
+    api_key: str = "test-key-123"
+    gateway_wait_s: float = 600.0  # the official starter waits this long for /api/games
+    budget_s: float = 9 * 3600.0  # Kaggle's limit for the whole notebook, from its first cell
+    # The games end this long before budget_s: a stop lands between actions (one model
+    # request, up to model.timeout_s, plus a kernel call), then records, the scorecard and
+    # vLLM's teardown; about three times that worst case, for a day's submission.
+    margin_s: float = 900.0
+    stop_grace_s: float = 240.0  # after the stop, how long games get to return
+    interactive_budget_s: float = 2700.0  # a Save & Run All: install, vLLM, ~20 min of public games
+    interactive_games: int = 0  # 0: every public game; N: the first N (a quicker check)
+    use_model: bool = True  # False: the explorer only (no GPU, or a safe submission)
+    # Thresholds of the scheduler policy (scheduler.policy), e.g. {"margin_s": 300}; its
+    # defaults are for the 9 h run, a short rehearsal scales them down.
+    scheduler_overrides: dict[str, float] = {}
+    health_interval_s: float = 30.0  # a 1-token chat this often tells a wedged server
+    health_timeout_s: float = 120.0  # under 28 streams a 1-token request still lands in time
+    health_failures: int = 2  # consecutive failed probes before the server counts as down
+    model_restarts: int = 1  # restarts of a dead server (each ~6.5 min on Kaggle)
+    restart_min_left_s: float = 3600.0  # no restart with less than this left to play
+
+
 class Config(Section):
     play: PlayConfig = PlayConfig()
     model: ModelConfig = ModelConfig()
     kernel: KernelConfig = KernelConfig()
     agent: AgentConfig = AgentConfig()
     scheduler: SchedulerConfig = SchedulerConfig()
+    kaggle: KaggleConfig = KaggleConfig()
 
 
 def _set(doc: dict[str, Any], dotted: str, value: Any) -> None:
