@@ -96,6 +96,9 @@ class AgentConfig(Section):
     fallback: str | None = "explorer"  # policy that takes over when the server keeps failing
     kernel_compat: bool = False  # the Duck's sandbox rules and result format (trace replays)
     kernel_fresh: bool = False  # a new namespace per call, as the Duck had (trace replays)
+    # Honour the recorded caps (`max_actions`, `on_cap`) a trace replay sends as extra tool
+    # arguments. Never for a live model: on_cap="stop" would end the game's time.
+    trace_replay: bool = False
     failures_before_fallback: int = 3  # consecutive failed requests (each already retried)
 
 

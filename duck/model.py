@@ -1,0 +1,315 @@
+"""The model client: one OpenAI-compatible chat endpoint (vLLM) or several, one per GPU.
+
+`ModelClient.chat(messages, tools, seed=...)` streams one chat completion and returns a
+`Reply` (visible text, reasoning, tool calls, finish reason, the server's token usage and
+timings). What it guarantees, because the Duck lost turns and time to each of these:
+
+* Qwen sampling (temperature, top_p, top_k) with thinking on or off through
+  `chat_template_kwargs`, an output-token cap, and a seed per request (`request_seed`:
+  derived from game, pass, turn and call, so two runs of one config sample alike).
+* Streaming with a wall-clock limit per request: when the limit passes mid-reply, what
+  was received so far is returned (`Reply.cut == "timeout"`), not thrown away.
+* Retries with exponential back-off on connection errors, time-outs with nothing received,
+  429 and 5xx, moving to the next base URL on each retry; other 4xx fail at once
+  (`ModelError`, or `ContextOverflow` when the prompt is too long for the server).
+* Reasoning returned to the server in the field its chat template reads. vLLM returns the
+  reasoning parser's output as `reasoning` (older versions: `reasoning_content`) and, for
+  incoming assistant messages, copies `reasoning` onto `reasoning_content`, the variable
+  the Qwen3/3.6/3.8 chat templates render inside `<think>`. `Reply.message()` sends both
+  names, so old and new servers render it alike.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import time
+import zlib
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+import urllib.request
+
+import openai
+from openai import OpenAI
+
+log = logging.getLogger(__name__)
+
+
+class ModelError(RuntimeError):
+    """The model server could not give a reply (after retries, or a request it refuses)."""
+
+    def __init__(self, message: str, *, retryable: bool = False, status: int | None = None) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+        self.status = status
+
+
+class ContextOverflow(ModelError):
+    """The server refused the prompt as longer than its context window."""
+
+
+def request_seed(*parts: Any) -> int:
+    """A 31-bit seed from (run seed, game, pass, turn, call), stable across processes."""
+    return zlib.crc32(":".join(str(p) for p in parts).encode()) & 0x7FFFFFFF
+
+
+def pick_url(urls: list[str], game_id: str, index: int | None = None) -> int:
+    """Which base URL a game starts on: `index` when the runner assigns one (round robin
+    over games), else a stable hash of the game id."""
+    if not urls:
+        raise ModelError("no model URL configured")
+    return (index if index is not None else zlib.crc32(game_id.encode())) % len(urls)
+
+
+@dataclass
+class ToolCall:
+    id: str
+    name: str
+    arguments: str  # the raw JSON text the server produced
+
+
+@dataclass
+class Reply:
+    content: str = ""
+    reasoning: str = ""
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    finish_reason: str | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    cached_tokens: int | None = None
+    latency_s: float = 0.0
+    first_token_s: float | None = None
+    url: str = ""
+    attempts: int = 1
+    seed: int | None = None
+    cut: str | None = None  # "timeout" (the wall-clock limit) or "length" (the token cap)
+
+    def message(self, keep_reasoning: int | None = None) -> dict[str, Any]:
+        """The assistant message to append to the history, as generated; with
+        `keep_reasoning`, only the reasoning's last that many characters are kept (fixed
+        once, so the history stays prefix-stable; smaller prompts, fewer evictions)."""
+        msg: dict[str, Any] = {"role": "assistant", "content": self.content}
+        reasoning = self.reasoning
+        if keep_reasoning is not None and len(reasoning) > keep_reasoning:
+            reasoning = "[…] " + reasoning[len(reasoning) - keep_reasoning:]
+        if reasoning:
+            msg["reasoning"] = reasoning  # what vLLM reads (and copies for the template)
+            msg["reasoning_content"] = reasoning  # what the template reads (older servers)
+        if self.tool_calls:
+            msg["tool_calls"] = [{"id": c.id, "type": "function",
+                                  "function": {"name": c.name, "arguments": c.arguments}}
+                                 for c in self.tool_calls]
+        return msg
+
+    def stats(self) -> dict[str, Any]:
+        """Per-call numbers for the record (`model` events) and the report."""
+        return {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
+                "cached_tokens": self.cached_tokens, "latency_s": round(self.latency_s, 3),
+                "first_token_s": None if self.first_token_s is None else round(self.first_token_s, 3),
+                "finish_reason": self.finish_reason, "cut": self.cut, "url": self.url,
+                "attempts": self.attempts, "reasoning_chars": len(self.reasoning),
+                "content_chars": len(self.content), "tool_calls": len(self.tool_calls)}
+
+
+@dataclass
+class Sampling:
+    model: str = "Qwen3.6-27B-FP8"
+    temperature: float = 0.6
+    top_p: float = 0.95
+    top_k: int = 20
+    thinking: bool = True
+    preserve_thinking: bool | None = True
+    max_output_tokens: int = 4096
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> "Sampling":
+        return cls(cfg.name, cfg.temperature, cfg.top_p, cfg.top_k, cfg.thinking,
+                   cfg.preserve_thinking, cfg.max_output_tokens)
+
+    def body(self) -> dict[str, Any]:
+        """The non-OpenAI fields vLLM reads from the request body."""
+        kwargs: dict[str, Any] = {"enable_thinking": self.thinking}
+        if self.preserve_thinking is not None:
+            kwargs["preserve_thinking"] = self.preserve_thinking
+        return {"top_k": self.top_k, "chat_template_kwargs": kwargs}
+
+
+class ModelClient:
+    """Chat completions against one or several OpenAI-compatible base URLs."""
+
+    def __init__(self, urls: list[str] | str, sampling: Sampling | None = None, *,
+                 timeout_s: float = 180.0, stall_s: float = 60.0, retries: int = 3,
+                 backoff_s: float = 1.0, start: int = 0, api_key: str = "EMPTY",
+                 session: str | None = None) -> None:
+        self.urls = [u.rstrip("/") for u in ([urls] if isinstance(urls, str) else urls)]
+        if not self.urls:
+            raise ModelError("no model URL configured")
+        self.sampling = sampling or Sampling()
+        self.timeout_s = timeout_s
+        self.retries = retries
+        self.backoff_s = backoff_s
+        self.current = start % len(self.urls)
+        # One client per URL; the openai client's own retries are off (ours move across URLs).
+        timeout = openai.Timeout(connect=10.0, read=stall_s, write=30.0, pool=10.0)
+        headers = {"X-Duck-Session": session} if session else None  # ignored by vLLM
+        self._clients = [OpenAI(base_url=_v1(u), api_key=api_key, timeout=timeout, max_retries=0,
+                                default_headers=headers) for u in self.urls]
+        self._rng = random.Random(start)
+
+    @classmethod
+    def from_config(cls, cfg: Any, urls: list[str], **kwargs: Any) -> "ModelClient":
+        """A client with the ModelConfig's sampling, time-outs and retries."""
+        return cls(urls, Sampling.from_config(cfg), timeout_s=cfg.timeout_s, stall_s=cfg.stall_s,
+                   retries=cfg.retries, backoff_s=cfg.backoff_s, **kwargs)
+
+    def chat(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None, *,
+             seed: int | None = None, max_tokens: int | None = None,
+             deadline: float | None = None) -> Reply:
+        """One completion, retried across URLs. `deadline` (monotonic) bounds the whole call."""
+        last: ModelError | None = None
+        for attempt in range(self.retries + 1):
+            if attempt:
+                pause = self.backoff_s * 2 ** (attempt - 1) * (0.5 + self._rng.random())
+                if deadline is not None:
+                    pause = min(pause, max(0.0, deadline - time.monotonic()))
+                time.sleep(pause)
+                self.current = (self.current + 1) % len(self.urls)
+            limit = self.timeout_s if deadline is None else min(self.timeout_s, deadline - time.monotonic())
+            if limit <= 0:
+                break
+            try:
+                reply = self._stream(self.current, messages, tools, seed, max_tokens, limit)
+                reply.attempts, reply.seed = attempt + 1, seed
+                return reply
+            except ModelError as e:
+                last = e
+                log.warning("model request to %s failed (attempt %d): %s", self.urls[self.current],
+                            attempt + 1, e)
+                if not e.retryable:
+                    raise
+        raise last or ModelError("no time left for a model request", retryable=True)
+
+    def _stream(self, i: int, messages, tools, seed, max_tokens, limit: float) -> Reply:
+        s = self.sampling
+        kwargs: dict[str, Any] = dict(model=s.model, messages=messages, stream=True,
+                                      stream_options={"include_usage": True},
+                                      temperature=s.temperature, top_p=s.top_p,
+                                      max_tokens=max_tokens or s.max_output_tokens,
+                                      extra_body=s.body())
+        if tools:
+            kwargs["tools"] = tools
+        if seed is not None:
+            kwargs["seed"] = seed
+        t0 = time.monotonic()
+        reply = Reply(url=self.urls[i])
+        parts: dict[str, list[str]] = {"content": [], "reasoning": []}
+        calls: dict[int, dict[str, Any]] = {}
+        try:
+            stream = self._clients[i].chat.completions.create(**kwargs)
+        except openai.APIStatusError as e:
+            raise _status_error(e) from e
+        except (openai.APITimeoutError, openai.APIConnectionError) as e:
+            raise ModelError(f"{type(e).__name__}: {e}", retryable=True) from e
+        try:
+            for chunk in stream:
+                if chunk.usage is not None:
+                    _usage(reply, chunk.usage)
+                for choice in chunk.choices or []:
+                    if reply.first_token_s is None:
+                        reply.first_token_s = time.monotonic() - t0
+                    _delta(choice.delta, parts, calls)
+                    if choice.finish_reason:
+                        reply.finish_reason = choice.finish_reason
+                if time.monotonic() - t0 > limit:
+                    reply.cut = "timeout"
+                    break
+        except openai.APIStatusError as e:
+            raise _status_error(e) from e
+        except Exception as e:  # a stall or a broken connection mid-reply (httpx/openai errors)
+            if not (parts["content"] or parts["reasoning"] or calls):
+                raise ModelError(f"{type(e).__name__}: {e}", retryable=True) from e
+            reply.cut = "timeout"  # keep what arrived
+        finally:
+            try:
+                stream.close()
+            except Exception:  # closing a broken stream must not hide the reply
+                pass
+        reply.latency_s = time.monotonic() - t0
+        reply.content = "".join(parts["content"])
+        reply.reasoning = "".join(parts["reasoning"])
+        reply.tool_calls = [ToolCall(c["id"] or f"call_{k}", c["name"], "".join(c["args"]))
+                            for k, c in sorted(calls.items())]
+        if reply.cut == "timeout":
+            # A tool call whose arguments were still streaming is not a call.
+            reply.tool_calls = [c for c in reply.tool_calls if _complete_json(c.arguments)]
+        elif reply.finish_reason == "length":
+            reply.cut = "length"
+        return reply
+
+
+def _v1(url: str) -> str:
+    return url if url.endswith("/v1") else url + "/v1"
+
+
+def _delta(delta: Any, parts: dict[str, list[str]], calls: dict[int, dict[str, Any]]) -> None:
+    if delta is None:
+        return
+    if delta.content:
+        parts["content"].append(delta.content)
+    extra = delta.model_extra or {}
+    reasoning = extra.get("reasoning") or extra.get("reasoning_content")
+    if reasoning:
+        parts["reasoning"].append(reasoning)
+    for tc in delta.tool_calls or []:
+        slot = calls.setdefault(tc.index if tc.index is not None else len(calls),
+                                {"id": "", "name": "", "args": []})
+        if tc.id:
+            slot["id"] = tc.id
+        if tc.function is not None:
+            if tc.function.name:
+                slot["name"] += tc.function.name
+            if tc.function.arguments:
+                slot["args"].append(tc.function.arguments)
+
+
+def _usage(reply: Reply, usage: Any) -> None:
+    reply.prompt_tokens = usage.prompt_tokens
+    reply.completion_tokens = usage.completion_tokens
+    details = getattr(usage, "prompt_tokens_details", None)
+    if details is not None and getattr(details, "cached_tokens", None) is not None:
+        reply.cached_tokens = details.cached_tokens
+
+
+def _complete_json(text: str) -> bool:
+    try:
+        json.loads(text)
+        return True
+    except ValueError:
+        return False
+
+
+def _status_error(e: openai.APIStatusError) -> ModelError:
+    status = e.status_code
+    text = str(e)
+    if status == 400 and any(k in text.lower() for k in ("context length", "maximum context",
+                                                         "too long", "max_model_len")):
+        return ContextOverflow(f"HTTP {status}: {text}", status=status)
+    return ModelError(f"HTTP {status}: {text}", retryable=status in (408, 409, 429) or status >= 500,
+                      status=status)
+
+
+def list_models(url: str, timeout: float = 5.0) -> list[str]:
+    """The model ids a server offers (its `/v1/models`); raises on any failure."""
+    with urllib.request.urlopen(_v1(url.rstrip("/")) + "/models", timeout=timeout) as r:
+        return [m["id"] for m in json.loads(r.read()).get("data", [])]
+
+
+def join_urls(values: Iterable[str] | str | None) -> list[str]:
+    """`"http://a,http://b"` or a list of them → a flat list of URLs."""
+    if not values:
+        return []
+    if isinstance(values, str):
+        values = [values]
+    return [u.strip() for v in values for u in v.split(",") if u.strip()]

@@ -1,0 +1,329 @@
+"""The agent loop over real HTTP against the stub server, on the bundled games.
+
+These use a stand-in kernel (FakeKernel below: in-process, with the result shape of
+duck.kernel) so they test the loop, not the sandbox; tests/test_agent_kernel.py runs the
+same loop on the real kernel."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from duck.agent import AgentPolicy
+from duck.config import load_config
+from duck.games import Action, GameSource
+from duck.play import play_game
+from duck.record import read_record
+from duck.stub_server import FixedModel, SolutionModel, StubServer, action_code
+
+BUNDLED = Path(__file__).resolve().parent / "games"
+
+NAMES = {"UP": 1, "DOWN": 2, "LEFT": 3, "RIGHT": 4, "SPACE": 5, "UNDO": 7, "RESET": 0}
+
+
+def _action(a: Any) -> Action:
+    if isinstance(a, dict):
+        return Action.click(int(a["col"]), int(a["row"]))
+    return Action(NAMES[a.upper()])
+
+
+class FakeKernel:
+    """The surface of duck.kernel.Kernel the agent uses: run, notes, act, new_turn, close."""
+
+    def __init__(self, session: Any, cfg: Any = None) -> None:
+        self.session = session
+        self.ns: dict[str, Any] = {"notes": {}}
+        self.notes: dict[str, Any] = {}
+        self.closed = 0
+        self.calls: list[dict[str, Any]] = []
+
+    def run(self, code: str, *, timeout_s: float | None = None, max_actions: int | None = None,
+            on_cap: str = "cap", info: dict | None = None) -> SimpleNamespace:
+        executed: list[str] = []
+        results: list[dict] = []
+        session = self.session
+
+        def action(actions: Any) -> dict:
+            before_grid = session.obs.grid
+            for a in actions if isinstance(actions, list) else [actions]:
+                if max_actions is not None and len(executed) >= max_actions:
+                    break
+                before = session.obs
+                obs = session.step(_action(a), info)
+                executed.append(str(_action(a)))
+                if obs.levels_completed != before.levels_completed or obs.state != "NOT_FINISHED":
+                    break
+            res = {"executed": bool(executed), "state": session.obs.state,
+                   "board_changed": bool((before_grid != session.obs.grid).any()),
+                   "animation": f"{len(executed)} actions played"}
+            results.append(res)
+            return res
+
+        self.ns.update(action=action, current_frame=SimpleNamespace(level=session.obs.levels_completed + 1,
+                                                                   grid=session.obs.grid),
+                       valid_actions=list(session.obs.available_actions))
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            try:
+                exec(code, self.ns)
+            except Exception as e:  # noqa: BLE001 - shown to the model like a traceback
+                print(f"error: {type(e).__name__}: {e}")
+        self.calls.append({"code": code, "max_actions": max_actions, "on_cap": on_cap, "info": info,
+                           "actions": executed})
+        self.notes = dict(self.ns["notes"])
+        return SimpleNamespace(kind="ok", text=buf.getvalue() or "(no output)", actions=executed,
+                               action_results=results, restarted=False)
+
+    def act(self, action: Action, info: dict | None = None) -> None:
+        self.session.step(action, info)
+
+    def new_turn(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.closed += 1
+
+
+
+def _config(**agent):
+    cfg = load_config(overrides=["model.retries=0", "model.backoff_s=0.01", "model.name=stub"])
+    for k, v in agent.items():
+        setattr(cfg.agent, k, v)
+    return cfg
+
+
+def _capture(replies, loop=False):
+    seen: list[dict] = []
+
+    def wrap(r):
+        def f(body):
+            seen.append(body)
+            return dict(r)
+        return f
+    return FixedModel([wrap(r) for r in replies], loop=loop), seen
+
+
+def _play(tmp_path, game, model, max_actions=60, kernel=FakeKernel, **agent):
+    source = GameSource.offline(BUNDLED)
+    game_id = next(g.game_id for g in source.games() if g.game_id.startswith(game))
+    agent.setdefault("fallback", None)
+    agent.setdefault("failures_before_fallback", 1)
+    with StubServer(model) as url:
+        policy = AgentPolicy(seed=0, model_url=url, config=_config(**agent), kernel_factory=kernel)
+        res = play_game(source, game_id, policy, max_actions=max_actions, record_path=tmp_path / f"{game}.jsonl")
+    return res, read_record(tmp_path / f"{game}.jsonl")
+
+
+def _texts(message) -> str:
+    c = message["content"]
+    return c if isinstance(c, str) else "".join(p.get("text", "") for p in c)
+
+
+def test_scripted_model_wins_every_bundled_game(tmp_path):
+    source = GameSource.offline(BUNDLED)
+    with StubServer(SolutionModel(BUNDLED)) as url:
+        for g in source.games():
+            policy = AgentPolicy(seed=0, model_url=url, config=_config(), kernel_factory=FakeKernel)
+            res = play_game(source, g.game_id, policy, max_actions=100, record_path=tmp_path / f"{g.game_id}.jsonl")
+            rec = read_record(tmp_path / f"{g.game_id}.jsonl")
+            assert res.state == "WIN" and res.score == 100.0, res
+            kinds = [e["kind"] for e in rec.events]
+            assert kinds.count("notes") == res.levels + 1  # one per level, one at the end
+            model = [e["data"] for e in rec.events if e["kind"] == "model"]
+            assert all(m["prompt_tokens"] and m["latency_s"] >= 0 and m["seed"] is not None for m in model)
+            assert all(a["info"]["turn"] >= 0 and "seed" in a["info"] for a in rec.actions)
+
+
+def test_corrective_messages_for_broken_replies(tmp_path):
+    model, seen = _capture([
+        {"content": "I think I should move."},  # no tool call
+        {"tool_calls": [{"name": "python", "arguments": "{not json"}]},
+        {"tool_calls": [{"name": "python", "arguments": '{"code": "   "}'}]},
+        {"tool_calls": [{"name": "bash", "arguments": '{"code": "ls"}'}]},
+        {"reasoning": "long " * 50, "finish_reason": "length"},  # hit the output cap, no call
+        {"content": "Plan: move", "code": "action('RIGHT')"},
+    ])
+    res, rec = _play(tmp_path, "zb01", model)
+    assert res.actions == 1
+    last = seen[-1]["messages"]
+    corrections = [_texts(m) for m in last if m["role"] in ("user", "tool") and isinstance(m["content"], str)]
+    assert len(corrections) == 5
+    # A broken call is answered as its own tool result; a reply without a call by a user message.
+    assert [m["role"] for m in last if isinstance(m.get("content"), str) and m["role"] != "system"
+            and m["role"] != "assistant"] == ["user", "tool", "tool", "tool", "user"]
+    assert "no tool call" in corrections[0]
+    assert "could not be read" in corrections[1] and "JSON" in corrections[1]
+    assert "had no code" in corrections[2]
+    assert "no tool named `bash`" in corrections[3]
+    assert "output limit" in corrections[4]
+    # The broken replies stay in the history as they were generated (nothing is rewritten).
+    assert [m["role"] for m in last[:3]] == ["system", "user", "assistant"]
+
+
+def test_code_under_another_single_argument_name_still_runs(tmp_path):
+    model, seen = _capture([{"tool_calls": [{"name": "python", "arguments": '{"colour": "action(\'UP\')"}'}]}])
+    res, _ = _play(tmp_path, "zb01", model)
+    assert res.actions == 1
+
+
+def test_a_cut_reply_is_kept_and_corrected(tmp_path):
+    model, seen = _capture([{"reasoning": "partial " * 40, "stall_s": 2.5, "code": "x = 1"},
+                            {"content": "ok", "code": "action('RIGHT')"}])
+    res, rec = _play(tmp_path, "zb01", model, max_actions=1)
+    cfg_timeout = [e for e in rec.events if e["kind"] == "timeout"]
+    assert cfg_timeout  # the cut is in the record
+    last = seen[-1]["messages"]
+    cut = [m for m in last if m["role"] == "assistant" and m.get("reasoning", "").startswith("partial")]
+    assert cut and "time limit" in _texts(last[last.index(cut[0]) + 1])
+    assert res.actions == 1
+
+
+@pytest.fixture(autouse=True)
+def _short_model_timeout(monkeypatch):
+    """The cut test needs a short request limit; the others do not care."""
+    import duck.agent as agent
+    orig = agent.ModelClient.__init__
+
+    def init(self, *a, **kw):
+        kw["timeout_s"] = min(kw.get("timeout_s", 180.0), 1.0)
+        kw["stall_s"] = min(kw.get("stall_s", 60.0), 1.0)
+        orig(self, *a, **kw)
+    monkeypatch.setattr(agent.ModelClient, "__init__", init)
+
+
+def test_second_call_of_a_reply_is_skipped_after_an_action(tmp_path):
+    model, seen = _capture([
+        {"tool_calls": [{"name": "python", "arguments": json.dumps({"code": "action('RIGHT')"})},
+                        {"name": "python", "arguments": json.dumps({"code": "action('RIGHT')"})}]},
+        {"content": "done", "code": "print(1)"}])
+    res, _ = _play(tmp_path, "zb01", model)
+    assert res.actions == 1
+    tools = [m for m in seen[-1]["messages"] if m["role"] == "tool"]
+    assert "Not run" in tools[1]["content"]
+
+
+def test_notes_survive_game_over_and_carry_to_the_next_level(tmp_path):
+    solution = json.loads(next(BUNDLED.glob("zb01/*/solution.json")).read_text())["levels"]
+    model, seen = _capture([
+        {"content": "World model: a maze.\nGoal model: reach green.\nPlan: bump the wall.\n"
+                    "Cross-level notes: walls cost moves.", "code": "action(['UP'] * 18)"},  # budget out
+        {"content": "Trying the path now.", "code": action_code(solution[0])},
+        {"content": "Looking.", "code": "print(1)"},
+    ])
+    res, rec = _play(tmp_path, "zb01", model)
+    assert [a["action"] for a in rec.actions][18] == [0]  # the automatic RESET after GAME_OVER
+    assert rec.actions[18]["info"] == {"auto": "reset after GAME_OVER"}
+    after_game_over = _texts(seen[1]["messages"][-1])
+    assert "GAME_OVER" in after_game_over and "reset for you" in after_game_over
+    for line in ("World model: a maze.", "Goal model: reach green.", "Plan: bump the wall.",
+                 "Cross-level notes: walls cost moves."):
+        assert line in after_game_over
+    new_level = _texts(seen[2]["messages"][-1])
+    assert "Level 1 is cleared" in new_level
+    assert "Goal model (from level 1; check it quickly against this board): reach green." in new_level
+    assert "Plan (from level 1; check it quickly against this board): bump the wall." in new_level
+    assert "World model: a maze." in new_level
+    notes_events = [e for e in rec.events if e["kind"] == "notes"]
+    assert notes_events[0]["message"] == "end of level 1"
+
+
+def test_requests_are_prefix_stable_across_turns(tmp_path):
+    replies = [{"content": f"Plan: step {i}", "reasoning": "r" * 300,
+                "code": "action('RIGHT')" if i % 2 else "print(current_frame.level)"} for i in range(16)]
+    model, seen = _capture(replies)
+    with StubServer(model) as url:
+        source = GameSource.offline(BUNDLED)
+        game_id = next(g.game_id for g in source.games() if g.game_id.startswith("zs01"))
+        policy = AgentPolicy(seed=0, model_url=url, config=_config(fallback=None, failures_before_fallback=1),
+                             kernel_factory=FakeKernel)
+        play_game(source, game_id, policy, max_actions=100, record_path=tmp_path / "r.jsonl")
+    for prev, now in zip(seen, seen[1:]):
+        assert now["messages"][:len(prev["messages"])] == prev["messages"]
+
+
+def test_eviction_in_the_loop_keeps_most_requests_cached(tmp_path):
+    replies = [{"content": f"Plan: step {i}", "reasoning": "r" * 1500, "code": "action('RIGHT')"}
+               for i in range(40)]
+    model = FixedModel(replies)
+    source = GameSource.offline(BUNDLED)
+    game_id = next(g.game_id for g in source.games() if g.game_id.startswith("zs01"))
+    server = StubServer(model)
+    with server as url:
+        policy = AgentPolicy(seed=0, model_url=url, kernel_factory=FakeKernel,
+                             config=_config(fallback=None, failures_before_fallback=1, context_tokens=8000))
+        policy.cfg.model.max_output_tokens = 1000
+        play_game(source, game_id, policy, max_actions=40, record_path=tmp_path / "r.jsonl")
+    stats = server.stats()
+    assert policy.ctx.evictions >= 2
+    assert max(r["prompt_tokens"] for r in server.requests) <= 8000
+    assert stats["prefix_share_mean"] > 0.8
+
+
+def test_repeated_server_failure_hands_the_game_to_the_explorer(tmp_path):
+    res, rec = _play(tmp_path, "zc01", FixedModel([{"status": 503}], loop=True), max_actions=12,
+                     fallback="explorer", failures_before_fallback=2)
+    assert res.actions == 12 and res.end_reason == "max_actions"
+    errors = [e["message"] for e in rec.events if e["kind"] == "error"]
+    assert any("explorer takes over" in m for m in errors)
+    assert sum("model request failed" in m for m in errors) == 2
+
+
+def test_turns_without_actions_get_a_nudge_then_a_fresh_turn(tmp_path):
+    model, seen = _capture([{"content": "hmm", "code": "print(1)"}] * 5 + [{"content": "go", "code": "action('UP')"}])
+    res, rec = _play(tmp_path, "zb01", model, nudge_after_calls=2, max_calls_per_turn=4)
+    msgs = seen[-1]["messages"]
+    users = [_texts(m) for m in msgs if m["role"] == "user"]
+    assert any("2 calls in this turn without playing an action" in u for u in users)
+    assert "Your previous turn made 4 calls without playing an action" in users[-1]
+    assert res.actions == 1
+
+
+def test_the_duck_baseline_switches(tmp_path):
+    """agent.* flags set to the Duck's behaviour (experiments/baseline.toml): notes wiped at
+    GAME_OVER and on a new level (Cross-level notes kept), no action counts, no animation."""
+    solution = json.loads(next(BUNDLED.glob("zb01/*/solution.json")).read_text())["levels"]
+    model, seen = _capture([
+        {"content": "World model: a maze.\nPlan: bump.\nCross-level notes: walls cost moves.",
+         "code": "action(['UP'] * 18)"},
+        {"content": "Plan: the path.", "code": action_code(solution[0])},
+        {"content": "Looking.", "code": "print(1)"},
+    ])
+
+    class AnimatedKernel(FakeKernel):
+        def run(self, code, **kw):
+            r = super().run(code, **kw)
+            r.message = {"tool": "python", "last_action_result": {"executed": True, "animation": "moved"}}
+            r.text = json.dumps(r.message)
+            return r
+
+    _play(tmp_path, "zb01", model, kernel=AnimatedKernel, keep_notes_on_game_over=False,
+          carry_notes_across_levels=False, action_counts_in_prompt=False, animation_summaries=False)
+    after_game_over = _texts(seen[1]["messages"][-1])
+    assert "World model" not in after_game_over and "Cross-level notes: walls cost moves." in after_game_over
+    assert "Actions so far" not in after_game_over and "What it did" not in after_game_over
+    assert all("animation" not in m["content"] for m in seen[2]["messages"] if m["role"] == "tool")
+    new_level = _texts(seen[2]["messages"][-1])
+    assert "Plan" not in new_level and "Cross-level notes: walls cost moves." in new_level
+
+
+@pytest.mark.parametrize("trace_replay", [False, True])
+def test_recorded_caps_are_honoured_only_in_trace_replays(tmp_path, trace_replay):
+    """A live model could send `on_cap="stop"` (which ends the game's time): ignored unless
+    the run is a trace replay, whose stub model sends the recorded caps on purpose."""
+    kernels: list[FakeKernel] = []
+
+    def kernel(session, cfg):
+        kernels.append(FakeKernel(session, cfg))
+        return kernels[-1]
+
+    args = json.dumps({"code": "action('RIGHT')", "max_actions": 1, "on_cap": "stop"})
+    model = FixedModel([{"tool_calls": [{"name": "python", "arguments": args}]}], loop=True)
+    _play(tmp_path, "zs01", model, max_actions=1, kernel=kernel, trace_replay=trace_replay)
+    call = kernels[0].calls[0]
+    assert (call["max_actions"], call["on_cap"]) == ((1, "stop") if trace_replay else (None, "cap"))

@@ -1,0 +1,129 @@
+"""The model client over real HTTP (the official openai package) against the stub server."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import pytest
+
+from duck.model import (ContextOverflow, ModelClient, ModelError, Reply, Sampling, ToolCall, join_urls,
+                        list_models, pick_url, request_seed)
+from duck.stub_server import FixedModel, StubServer
+
+MSGS = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
+
+
+def _capture(replies):
+    """A FixedModel whose replies also record the request bodies they answered."""
+    seen: list[dict] = []
+
+    def wrap(r):
+        def f(body):
+            seen.append(body)
+            return dict(r)
+        return f
+    return FixedModel([wrap(r) for r in replies]), seen
+
+
+def _dead_url() -> str:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()  # nothing listens there now
+    return f"http://127.0.0.1:{port}"
+
+
+def test_stream_returns_content_reasoning_tool_call_and_usage():
+    model, seen = _capture([{"content": "Plan: go", "reasoning": "think " * 200, "code": "print(1)"}])
+    with StubServer(model) as url:
+        r = ModelClient(url, Sampling(model="stub")).chat(MSGS, seed=7)
+    assert r.content == "Plan: go" and r.reasoning == "think " * 200
+    assert r.tool_calls[0].name == "python" and r.tool_calls[0].arguments == '{"code": "print(1)"}'
+    assert r.finish_reason == "tool_calls" and r.cut is None
+    assert r.prompt_tokens > 0 and r.completion_tokens > 0 and r.cached_tokens == 0
+    body = seen[0]
+    assert body["seed"] == 7 and body["stream"] is True and body["stream_options"] == {"include_usage": True}
+
+
+def test_qwen_sampling_and_thinking_switch_reach_the_server():
+    model, seen = _capture([{"content": "a"}, {"content": "b"}])
+    with StubServer(model) as url:
+        ModelClient(url, Sampling(model="m", temperature=0.6, top_p=0.95, top_k=20, thinking=True,
+                                  preserve_thinking=True, max_output_tokens=1234)).chat(MSGS)
+        ModelClient(url, Sampling(model="m", temperature=0.7, top_p=0.8, thinking=False,
+                                  preserve_thinking=None)).chat(MSGS)
+    a, b = seen
+    assert (a["temperature"], a["top_p"], a["top_k"], a["max_tokens"]) == (0.6, 0.95, 20, 1234)
+    assert a["chat_template_kwargs"] == {"enable_thinking": True, "preserve_thinking": True}
+    assert b["chat_template_kwargs"] == {"enable_thinking": False}
+
+
+def test_reasoning_goes_back_under_both_field_names():
+    msg = Reply(content="c", reasoning="why", tool_calls=[ToolCall("id1", "python", '{"code": "x"}')]).message()
+    assert msg["reasoning"] == "why" and msg["reasoning_content"] == "why"
+    assert msg["tool_calls"][0]["function"] == {"name": "python", "arguments": '{"code": "x"}'}
+    assert "reasoning" not in Reply(content="c").message()
+
+
+def test_a_timeout_keeps_what_was_received():
+    model = FixedModel([{"reasoning": "partial thought " * 50, "stall_s": 3, "content": "late", "code": "x=1"}])
+    with StubServer(model) as url:
+        t0 = time.monotonic()
+        r = ModelClient(url, Sampling(model="stub"), timeout_s=1.0, stall_s=0.8, retries=0).chat(MSGS)
+    assert time.monotonic() - t0 < 4.0  # cut at ~1 s, not after the 3 s stall
+    assert r.cut == "timeout" and r.reasoning.startswith("partial thought") and r.tool_calls == []
+
+
+def test_retries_with_backoff_then_succeed():
+    model = FixedModel([{"status": 500}, {"status": 503}, {"content": "ok"}])
+    with StubServer(model) as url:
+        r = ModelClient(url, Sampling(model="stub"), retries=3, backoff_s=0.01).chat(MSGS)
+    assert r.content == "ok" and r.attempts == 3
+
+
+def test_failover_to_the_next_url():
+    model = FixedModel([{"content": "from the live one"}])
+    with StubServer(model) as url:
+        c = ModelClient([_dead_url(), url], Sampling(model="stub"), retries=2, backoff_s=0.01, start=0)
+        r = c.chat(MSGS)
+    assert r.content == "from the live one" and r.url == url and r.attempts == 2
+
+
+def test_client_errors_are_not_retried_and_context_overflow_is_recognised():
+    model = FixedModel([{"status": 400, "error": "This model's maximum context length is 40960 tokens"},
+                        {"status": 404, "error": "no such model"}, {"content": "never reached"}])
+    with StubServer(model) as url:
+        c = ModelClient(url, Sampling(model="stub"), retries=3, backoff_s=0.01)
+        with pytest.raises(ContextOverflow):
+            c.chat(MSGS)
+        with pytest.raises(ModelError) as e:
+            c.chat(MSGS)
+        assert e.value.status == 404 and not e.value.retryable
+
+
+def test_all_retries_failing_raises_a_retryable_error():
+    with StubServer(FixedModel([{"status": 502}], loop=True)) as url:
+        with pytest.raises(ModelError) as e:
+            ModelClient(url, Sampling(model="stub"), retries=2, backoff_s=0.01).chat(MSGS)
+    assert e.value.retryable
+
+
+def test_seeds_are_stable_and_distinct():
+    assert request_seed(0, "ls20", 3, 5, 0) == request_seed(0, "ls20", 3, 5, 0)
+    seeds = {request_seed(0, g, p, t, 0) for g in ("a", "b") for p in range(3) for t in range(50)}
+    assert len(seeds) == 300 and all(0 <= s < 2**31 for s in seeds)
+
+
+def test_urls_spread_games_and_parse():
+    urls = ["http://a", "http://b", "http://c"]
+    assert pick_url(urls, "x", index=4) == 1
+    spread = {pick_url(urls, f"game{i}") for i in range(30)}
+    assert spread == {0, 1, 2}
+    assert join_urls("http://a, http://b") == ["http://a", "http://b"]
+    assert join_urls(None) == []
+
+
+def test_list_models():
+    with StubServer(FixedModel([]), model_name="Qwen3.6-27B-FP8") as url:
+        assert list_models(url) == ["Qwen3.6-27B-FP8"]

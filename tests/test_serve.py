@@ -1,0 +1,167 @@
+"""`duck serve`, with a stand-in `vllm` executable that serves the stub server.
+
+The stand-in accepts vLLM's command line, prints it to its log, waits a little as if loading
+weights, and serves an OpenAI-compatible endpoint; FAKE_VLLM_MODE makes it fail to start,
+crash later, fail the smoke chat, or ignore SIGTERM."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from duck.config import load_config
+from duck.model import ModelClient, Sampling
+from duck.serve import ServeError, VLLMServer, command
+
+ROOT = Path(__file__).resolve().parent.parent
+
+STAND_IN = f"""#!{sys.executable}
+import argparse, json, os, signal, sys, threading, time
+sys.path.insert(0, {str(ROOT)!r})
+from duck.stub_server import FixedModel, StubServer
+
+p = argparse.ArgumentParser()
+p.add_argument("cmd"); p.add_argument("model")
+p.add_argument("--port", type=int); p.add_argument("--host"); p.add_argument("--served-model-name")
+args, rest = p.parse_known_args()
+mode = os.environ.get("FAKE_VLLM_MODE", "ok")
+print("argv", json.dumps(sys.argv), flush=True)
+print("sampler", os.environ.get("VLLM_USE_FLASHINFER_SAMPLER"), "gpu", os.environ.get("CUDA_VISIBLE_DEVICES"),
+      flush=True)
+if mode == "fail_start":
+    print("torch.OutOfMemoryError: CUDA out of memory", flush=True)
+    sys.exit(3)
+time.sleep(0.3)  # loading weights
+def reply(body):
+    if mode == "crash_later":  # dies a moment after its first chat (the smoke test) was answered
+        threading.Timer(0.3, lambda: (print("engine core died", flush=True), os._exit(7))).start()
+    return {{"status": 500}} if mode == "bad_smoke" else {{"content": "OK"}}
+server = StubServer(FixedModel([reply], loop=True), port=args.port, host=args.host,
+                    model_name=args.served_model_name)
+if mode == "ignore_term":
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+else:
+    signal.signal(signal.SIGTERM, lambda *a: threading.Thread(target=server.httpd.shutdown).start())
+server.httpd.serve_forever(poll_interval=0.05)
+print("stopped cleanly", flush=True)
+"""
+
+
+def _free_port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+@pytest.fixture
+def cfg(tmp_path):
+    exe = tmp_path / "vllm"
+    exe.write_text(STAND_IN)
+    exe.chmod(0o755)
+    c = load_config(overrides=[f"model.serve.executable={exe}", f"model.serve.port={_free_port()}",
+                               f"model.serve.log_path={tmp_path / 'vllm.log'}", "model.serve.ready_timeout_s=20",
+                               "model.backoff_s=0.05"])
+    return c
+
+
+def test_command_has_the_flags_the_field_found_stable(cfg):
+    argv, env = command(cfg.model.serve, "Qwen3.6-27B-FP8")
+    line = " ".join(argv)
+    assert argv[1:3] == ["serve", "Qwen/Qwen3.6-27B-FP8"]
+    for flag in ("--tool-call-parser qwen3_coder", "--reasoning-parser qwen3", "--enable-prefix-caching",
+                 "--enable-auto-tool-choice", "--max-model-len 40960", "--gpu-memory-utilization 0.9",
+                 "--max-num-batched-tokens 8192", "--linear-backend cutlass", "--served-model-name Qwen3.6-27B-FP8",
+                 "--enable-prompt-tokens-details"):
+        assert flag in line, flag
+    assert json.loads(argv[argv.index("--compilation-config") + 1]) == {"cudagraph_mode": "PIECEWISE"}
+    assert json.loads(argv[argv.index("--limit-mm-per-prompt") + 1])["image"] >= 32
+    assert env == {"VLLM_USE_FLASHINFER_SAMPLER": "0"}
+    cfg.model.serve.kv_cache_dtype = "fp8"
+    assert "--kv-cache-dtype" in command(cfg.model.serve, "m")[0]
+
+
+def test_starts_becomes_ready_serves_and_stops_cleanly(cfg):
+    server = VLLMServer(cfg.model, gpu="0").start()
+    try:
+        ready = server.wait_ready(poll_s=0.1)
+        assert 0.2 < ready < 20
+        reply = ModelClient(server.url, Sampling(model=cfg.model.name)).chat([{"role": "user", "content": "hi"}])
+        assert reply.content == "OK"
+    finally:
+        code = server.stop(grace_s=5)
+    assert code == 0 and not server.alive()
+    text = Path(cfg.model.serve.log_path).read_text()
+    assert "--reasoning-parser" in text and "sampler 0 gpu 0" in text and "stopped cleanly" in text
+
+
+def test_a_crash_at_start_is_reported_with_the_log(cfg, monkeypatch):
+    monkeypatch.setenv("FAKE_VLLM_MODE", "fail_start")
+    server = VLLMServer(cfg.model).start()
+    with pytest.raises(ServeError, match="exited with code 3") as e:
+        server.wait_ready(poll_s=0.1)
+    assert "CUDA out of memory" in str(e.value)
+
+
+def test_a_crash_after_ready_is_detected(cfg, monkeypatch):
+    monkeypatch.setenv("FAKE_VLLM_MODE", "crash_later")
+    with VLLMServer(cfg.model) as server:
+        for _ in range(50):
+            if not server.alive():
+                break
+            time.sleep(0.05)
+        assert not server.alive()
+        with pytest.raises(ServeError, match="code 7"):
+            server.check()
+        assert "engine core died" in server.log_tail()
+
+
+def test_a_failing_smoke_chat_means_not_ready(cfg, monkeypatch):
+    monkeypatch.setenv("FAKE_VLLM_MODE", "bad_smoke")
+    server = VLLMServer(cfg.model).start()
+    try:
+        with pytest.raises(ServeError, match="smoke chat failed"):
+            server.wait_ready(poll_s=0.1)
+    finally:
+        server.stop(grace_s=5)
+
+
+def test_stop_kills_a_server_that_ignores_sigterm(cfg, monkeypatch):
+    monkeypatch.setenv("FAKE_VLLM_MODE", "ignore_term")
+    server = VLLMServer(cfg.model).start()
+    server.wait_ready(poll_s=0.1)
+    t0 = time.monotonic()
+    code = server.stop(grace_s=0.5)
+    assert code == -signal.SIGKILL and time.monotonic() - t0 < 5
+
+
+def test_duck_serve_command_line(cfg, tmp_path, capsys):
+    from duck.cli import main
+    s = cfg.model.serve
+    assert main(["serve", "--dry-run", "--executable", s.executable, "--port", str(s.port), "--gpus", "0,1"]) == 0
+    dry = capsys.readouterr().out.splitlines()
+    assert len(dry) == 2 and all("VLLM_USE_FLASHINFER_SAMPLER=0" in d and "--tool-call-parser" in d for d in dry)
+    assert f"--port {s.port + 1}" in dry[1]
+    proc = subprocess.Popen([sys.executable, "-m", "duck.cli", "serve", "--executable", s.executable,
+                             "--port", str(s.port), "--log-dir", str(tmp_path)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        first = json.loads(proc.stdout.readline())
+        assert first["ready"] and first["urls"] == [f"http://127.0.0.1:{s.port}"]
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=20) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert "stopped cleanly" in (tmp_path / "vllm_0.log").read_text()
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", s.port), timeout=1).close()

@@ -1,0 +1,129 @@
+"""The stub server: rendering and prefix statistics, scripted and trace models, the CLI."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from duck.model import ModelClient, Sampling
+from duck.stub_server import (FixedModel, SolutionModel, StubServer, TraceModel, action_code, common_prefix,
+                              display_to_json, recorded_actions, render, trace_replies)
+
+ROOT = Path(__file__).resolve().parent.parent
+TRACES = ROOT.parent / "shared" / "duck-traces"
+
+
+def _turn(i, content, responses, calls, **kw):
+    return {"pass": 0, "turn_index": i, "content": content, "model_responses": responses, "calls": calls,
+            "pre_turn_auto_actions": kw.get("auto", [])}
+
+
+SYNTHETIC = [  # a made-up run in the traces' format (no trace data in the repo)
+    _turn(0, "World model: x\n\nPlan: y",
+          [{"finish_reason": "tool_calls", "reasoning_chars": 120, "content_chars": 14, "tool_call_count": 1},
+           {"finish_reason": "tool_calls", "reasoning_chars": 0, "content_chars": 7, "tool_call_count": 1}],
+          [{"response_index": 0, "code": "print(1)", "actions": []},
+           {"response_index": 1, "code": "action(['UP','UP'])", "actions": ["UP", "UP"]}]),
+    _turn(1, "thinking aloud",
+          [{"finish_reason": "stop", "reasoning_chars": 10, "content_chars": 14, "tool_call_count": 0},
+           {"finish_reason": "tool_calls", "reasoning_chars": 5, "content_chars": 0, "tool_call_count": 1}],
+          [{"response_index": 1, "code": "action({'action': 'MOUSE', 'row': 3, 'col': 9})",
+            "actions": ["MOUSE(row=3, col=9)"]}], auto=["RESET"]),
+    _turn(2, "", [{"finish_reason": "tool_calls", "reasoning_chars": 0, "content_chars": 0, "tool_call_count": 1}],
+          [{"response_index": 0, "code": "", "code_missing": True, "actions": []}]),
+]
+
+
+def test_trace_replies_follow_the_record():
+    replies = trace_replies(SYNTHETIC)
+    assert len(replies) == 5
+    assert replies[0]["content"] == "World model: x" and len(replies[0]["reasoning"]) == 120
+    assert replies[1]["content"] == "Plan: y"
+    assert json.loads(replies[1]["tool_calls"][0]["arguments"]) == {"code": "action(['UP','UP'])", "max_actions": 2,
+                                                                "on_cap": "cap"}
+    assert replies[2]["tool_calls"] == [] and replies[2]["finish_reason"] == "stop"  # the Duck's nudge case
+    assert json.loads(replies[4]["tool_calls"][0]["arguments"]) == {}  # the malformed call, kept malformed
+    assert recorded_actions(SYNTHETIC) == [[1], [1], [0], [6, 9, 3]]
+    assert display_to_json("MOUSE(row=70, col=-2)") == [6, 0, 63]
+
+
+def test_trace_model_over_http_then_gone():
+    with StubServer(TraceModel(SYNTHETIC)) as url:
+        c = ModelClient(url, Sampling(model="stub"), retries=0)
+        got = [c.chat([{"role": "user", "content": "u"}]) for _ in range(5)]
+        assert got[1].tool_calls[0].arguments.startswith('{"code": "action')
+        with pytest.raises(Exception, match="410"):
+            c.chat([{"role": "user", "content": "u"}])
+
+
+def test_render_drops_or_keeps_past_thinking_like_the_template():
+    msgs = [{"role": "system", "content": "S"}, {"role": "user", "content": "U1"},
+            {"role": "assistant", "content": "A1", "reasoning_content": "R1",
+             "tool_calls": [{"function": {"name": "python", "arguments": '{"code": "x"}'}}]},
+            {"role": "tool", "content": "T1"}, {"role": "user", "content": "U2"},
+            {"role": "assistant", "content": "A2", "reasoning_content": "R2"}, {"role": "tool", "content": "T2"}]
+    dropped, _ = render(msgs, preserve_thinking=False)
+    kept, _ = render(msgs, preserve_thinking=True)
+    assert "R1" not in dropped and "R2" in dropped  # only after the last user query
+    assert "R1" in kept and "<tool_response>\nT1\n</tool_response>" in kept
+    assert "<parameter=code>\nx\n</parameter>" in kept
+    assert kept.endswith("<|im_start|>assistant\n<think>\n")
+
+
+def test_prefix_statistics_per_conversation():
+    server = StubServer(FixedModel([{"content": "a"}], loop=True))
+    with server as url:
+        a = ModelClient(url, Sampling(model="stub"), session="g1:0")
+        b = ModelClient(url, Sampling(model="stub"), session="g2:0")
+        msgs = [{"role": "system", "content": "S" * 1000}, {"role": "user", "content": "U"}]
+        a.chat(msgs)
+        b.chat([{"role": "system", "content": "other"}])
+        r = a.chat(msgs + [{"role": "assistant", "content": "a"}, {"role": "user", "content": "more"}])
+    shares = [q["prefix_share"] for q in server.requests]
+    assert shares[0] is None and shares[1] is None and shares[2] > 0.9
+    # The reply "a" was generated for request 0 and sent back in request 2: the cache holds it.
+    assert server.requests[2]["cache_share"] > shares[2]
+    assert r.cached_tokens and r.cached_tokens < r.prompt_tokens
+    assert common_prefix("abcdef", "abcxyz") == 3 and common_prefix("", "a") == 0
+
+
+def test_solution_model_plays_each_conversation_separately():
+    model = SolutionModel(ROOT / "tests" / "games")
+    game = next(g for g in model.solutions if g.startswith("zc01"))
+    r1 = model.reply({"_session": f"{game}:0"})
+    r2 = model.reply({"_session": f"{game}:0"})
+    assert "print" in r1["code"] and r2["code"] == action_code(model.solutions[game][0])
+    assert "print" in model.reply({"_session": f"{game}:1"})["code"]  # another pass: its own cursor
+    assert model.reply({"_session": "nope:0"})["status"] == 404
+
+
+def test_stub_server_command_line(tmp_path):
+    replies = tmp_path / "r.json"
+    replies.write_text(json.dumps([{"content": "hi"}]))
+    proc = subprocess.Popen([sys.executable, "-c", "import sys; from duck.cli import main; sys.exit(main())",
+                             "stub-server", "--port", "0", "--replies", str(replies), "--loop"],
+                            stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        banner = json.loads(proc.stdout.readline())
+        c = ModelClient(banner["url"], Sampling(model="stub"), retries=0)
+        assert c.chat([{"role": "user", "content": "u"}]).content == "hi"
+        assert c.chat([{"role": "user", "content": "u"}]).content == "hi"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+@pytest.mark.skipif(not (TRACES / "turns").is_dir(), reason="duck-traces not present")
+def test_a_real_trace_gives_one_reply_per_recorded_response():
+    from duck.stub_server import load_trace
+    turns = load_trace(TRACES, "ft09", 0)
+    replies = trace_replies(turns)
+    assert len(replies) == sum(len(t["model_responses"]) for t in turns)
+    n_calls = sum(len(r["tool_calls"]) for r in replies)
+    assert n_calls == sum(len(t["calls"]) for t in turns)
+    assert sum(len(r["reasoning"]) for r in replies) == sum(t["reasoning_chars"] for t in turns)
