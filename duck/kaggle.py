@@ -24,6 +24,13 @@ and whatever happened the scorecard is closed and vLLM stopped.
 Outputs (under `kaggle.working_dir`, which Kaggle keeps): `submission.parquet` (interactive
 only), `duck/records/<game>.jsonl`, `duck/score.json` (interactive), `duck/summary.json`,
 `duck/run.log`, `duck/vllm.log`.
+
+The steps are here; what they rely on is in modules of their own: `duck.kaggle_inputs`
+(the mode, finding the inputs, vLLM's offline install), `duck.model_health` (the model-down
+flag, the health probe, the fallback policy), `duck.kaggle_play` (the gateway wait, the
+scheduler's runner and the fallback pool), `duck.kaggle_outputs` (summary.json's shape, the
+placeholder submission) and `duck.kaggle_notebook` (notebook.ipynb from notebook.py). Their
+public names are importable from here too.
 """
 
 from __future__ import annotations
@@ -31,262 +38,28 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
-import shutil
-import subprocess
 import sys
 import threading
 import time
 import traceback
-import urllib.error
-import urllib.request
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from duck.kaggle_inputs import (COMPETITION, DATASET_MARKER, RERUN_ENV, find_competition_dir, find_dataset_dir,
+                                find_model_dir, install_vllm, is_rerun)
+from duck.kaggle_notebook import ROOT, notebook_json, notebook_main
+from duck.kaggle_outputs import PLACEHOLDER_COLUMNS, Step, Summary, write_placeholder_submission
+from duck.kaggle_play import run_pool, run_scheduler, wait_for_gateway
+from duck.model_health import MODEL_DOWN, FallbackPolicy, ModelHealth, probe_model
+
+__all__ = ["COMPETITION", "DATASET_MARKER", "MODEL_DOWN", "PLACEHOLDER_COLUMNS", "RERUN_ENV", "ROOT",
+           "FallbackPolicy", "KaggleRun", "ModelHealth", "Step", "Summary", "find_competition_dir",
+           "find_dataset_dir", "find_model_dir", "install_vllm", "is_rerun", "notebook_json",
+           "probe_model", "wait_for_gateway", "write_placeholder_submission"]
+
 log = logging.getLogger("duck.kaggle")
-
-RERUN_ENV = "KAGGLE_IS_COMPETITION_RERUN"
-COMPETITION = "arc-prize-2026-arc-agi-3"
-DATASET_MARKER = "duck-dataset.json"
-MODEL_DOWN = "model_down"  # the PlayStopped reason that hands a game to the explorer
-PLACEHOLDER_COLUMNS = ("row_id", "game_id", "end_of_game", "score")
-
-
-def is_rerun(env: dict[str, str] | None = None) -> bool:
-    return bool((os.environ if env is None else env).get(RERUN_ENV))
-
-
-# ---------------------------------------------------------------------------------------
-# Finding the attached inputs
-
-def _walk_dirs(root: Path, max_depth: int) -> Iterator[Path]:
-    """Folders under `root`, breadth first, at most `max_depth` below it (symlinks kept)."""
-    level = [root]
-    for _ in range(max_depth + 1):
-        nxt = []
-        for d in level:
-            yield d
-            try:
-                nxt += sorted(p for p in d.iterdir() if p.is_dir())
-            except OSError:
-                continue
-        level = nxt
-
-
-def find_competition_dir(input_dir: str | Path, explicit: str = "") -> Path | None:
-    """The competition data: explicit, the usual mount points, or any folder with games."""
-    if explicit:
-        return Path(explicit) if Path(explicit).is_dir() else None
-    root = Path(input_dir)
-    for cand in (root / "competitions" / COMPETITION, root / COMPETITION):
-        if (cand / "environment_files").is_dir():
-            return cand
-    for d in _walk_dirs(root, 3):
-        if (d / "environment_files").is_dir():
-            return d
-    return None
-
-
-def find_dataset_dir(input_dir: str | Path, explicit: str = "") -> Path | None:
-    """Our wheel dataset: the folder holding `duck-dataset.json`."""
-    if explicit:
-        return Path(explicit) if Path(explicit).is_dir() else None
-    for d in _walk_dirs(Path(input_dir), 4):
-        if (d / DATASET_MARKER).is_file():
-            return d
-    return None
-
-
-def _squash(text: str) -> str:
-    return re.sub(r"[^a-z0-9]", "", text.lower())
-
-
-def find_model_dir(input_dir: str | Path, name: str, explicit: str = "") -> Path | None:
-    """The weights: a folder with `config.json` and safetensors; the one whose path names
-    the model when there are several (a Kaggle Model mounts 6 levels deep)."""
-    if explicit:
-        return Path(explicit) if Path(explicit).is_dir() else None
-    found = [d for d in _walk_dirs(Path(input_dir), 7)
-             if (d / "config.json").is_file() and any(d.glob("*.safetensors"))]
-    want = _squash(name.split("/")[-1])
-    named = [d for d in found if want and want in _squash(str(d))]
-    if named:
-        return named[0]
-    return found[0] if len(found) == 1 else None
-
-
-# ---------------------------------------------------------------------------------------
-# Offline installs
-
-def install_vllm(dataset_dir: Path, env_dir: Path, timeout_s: float = 1800.0) -> Path | None:
-    """vLLM into its own venv from the wheel dataset (its numpy pin conflicts with ours).
-    Returns the `vllm` executable, or None when the dataset has no vLLM."""
-    lock = dataset_dir / "vllm.lock"
-    if not lock.is_file():
-        log.info("no vllm.lock in %s: vLLM is not installed from the dataset", dataset_dir)
-        return None
-    exe = env_dir / "bin" / "vllm"
-    if exe.exists():
-        return exe
-    t = time.monotonic()
-    subprocess.run([sys.executable, "-m", "venv", str(env_dir)], check=True, timeout=300)
-    subprocess.run([str(env_dir / "bin" / "python"), "-m", "pip", "install", "--no-index", "--quiet",
-                    "--find-links", str(dataset_dir / "wheels"), "-r", str(lock)],
-                   check=True, timeout=timeout_s)
-    log.info("vLLM installed into %s in %.0f s", env_dir, time.monotonic() - t)
-    return exe if exe.exists() else None
-
-
-# ---------------------------------------------------------------------------------------
-# The gateway
-
-def wait_for_gateway(url: str, timeout_s: float, api_key: str = "", poll_s: float = 2.0) -> list[dict]:
-    """Poll `GET {url}/api/games` until it lists games; raises TimeoutError after `timeout_s`."""
-    deadline = time.monotonic() + max(0.0, timeout_s)
-    last: Any = None
-    while True:
-        try:
-            req = urllib.request.Request(url.rstrip("/") + "/api/games",
-                                         headers={"X-API-Key": api_key} if api_key else {})
-            with urllib.request.urlopen(req, timeout=10) as r:
-                games = json.loads(r.read())
-            if isinstance(games, list) and games:
-                return games
-            last = f"an empty game list ({games!r:.80})"
-        except (urllib.error.URLError, OSError, ValueError) as e:
-            last = e
-        if time.monotonic() >= deadline:
-            raise TimeoutError(f"the gateway at {url} did not list games in {timeout_s:.0f} s (last: {last})")
-        time.sleep(min(poll_s, max(0.05, deadline - time.monotonic())))
-
-
-# ---------------------------------------------------------------------------------------
-# Outputs
-
-def write_placeholder_submission(path: Path) -> Path:
-    """The one-row file an interactive run leaves so that the notebook can be submitted;
-    in the rerun the gateway writes the real one."""
-    row = {"row_id": ["1_0"], "game_id": ["1"], "end_of_game": [True], "score": [1]}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-        pq.write_table(pa.table(row), path)
-    except ImportError:
-        import pandas as pd
-        pd.DataFrame(row).to_parquet(path, index=False)
-    return path
-
-
-# ---------------------------------------------------------------------------------------
-# Model health and the fallback policy
-
-class ModelHealth:
-    """Whether games may use the model, as a flag file: cheap to read from any thread or
-    process (a game worker checks it before each action)."""
-
-    def __init__(self, flag: Path) -> None:
-        self.flag = Path(flag)
-
-    def down(self) -> bool:
-        return self.flag.exists()
-
-    def ok(self) -> bool:
-        return not self.flag.exists()
-
-    def mark_down(self, reason: str, quiet: bool = False) -> None:
-        if not self.flag.exists() and not quiet:
-            log.warning("model server down: %s; games go on with the explorer", reason)
-        self.flag.parent.mkdir(parents=True, exist_ok=True)
-        self.flag.write_text(reason)
-
-    def mark_up(self) -> None:
-        self.flag.unlink(missing_ok=True)
-
-
-class _Watched:
-    """A Session seen by the model-driven policy: the next action raises
-    PlayStopped(model_down) as soon as the server is marked down."""
-
-    def __init__(self, session: Any, health: ModelHealth) -> None:
-        self._session = session
-        self._health = health
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._session, name)
-
-    def stop_reason(self) -> str | None:
-        return MODEL_DOWN if self._health.down() else self._session.stop_reason()
-
-    def step(self, action: Any, info: dict[str, Any] | None = None) -> Any:
-        from duck.play import PlayStopped
-        if self._health.down():
-            raise PlayStopped(MODEL_DOWN)
-        return self._session.step(action, info)
-
-
-class FallbackPolicy:
-    """The model-driven policy while the server is healthy, the explorer otherwise: a game
-    whose model fails (server down, or the policy raises) goes on with the explorer from
-    where it is, instead of sitting idle."""
-
-    name = "llm"
-
-    def __init__(self, llm: Callable[[], Any], explorer: Callable[[], Any], health: ModelHealth) -> None:
-        self.llm, self.explorer, self.health = llm, explorer, health
-
-    def play(self, session: Any) -> None:
-        from duck.games import GameError
-        from duck.play import PlayStopped
-        if self.health.ok():
-            try:
-                self.llm().play(_Watched(session, self.health))
-                return
-            except PlayStopped as e:
-                if e.reason != MODEL_DOWN:
-                    raise
-                session.event("fallback", "the model server is down: the explorer takes over")
-            except GameError:
-                raise
-            except Exception as e:  # a bug or a model failure must not idle the game
-                session.event("fallback", f"the model policy failed ({type(e).__name__}: {e}): "
-                                          "the explorer takes over", traceback.format_exc(limit=6))
-        else:
-            session.event("fallback", "no model server: the explorer plays")
-        if session.stop_reason() is None:
-            self.explorer().play(session)
-
-
-# ---------------------------------------------------------------------------------------
-# The run
-
-@dataclass
-class Step:
-    name: str
-    started: float
-    seconds: float = 0.0
-    ok: bool = True
-    error: str | None = None
-
-
-@dataclass
-class Summary:
-    mode: str
-    started_at: float
-    budget_s: float
-    deadline: float
-    steps: list[Step] = field(default_factory=list)
-    paths: dict[str, str | None] = field(default_factory=dict)
-    model: dict[str, Any] = field(default_factory=dict)
-    games: list[str] = field(default_factory=list)
-    results: dict[str, dict[str, Any]] = field(default_factory=dict)
-    runner: str = ""
-    scorecard: dict[str, Any] = field(default_factory=dict)
-    submission: str | None = None
-    ended_at: float | None = None
-    errors: list[str] = field(default_factory=list)
 
 
 class KaggleRun:
@@ -447,19 +220,7 @@ class KaggleRun:
 
     def _probe(self) -> bool:
         """A one-token chat: a wedged server still answers /v1/models, not this."""
-        k = self.cfg.kaggle
-        try:
-            with urllib.request.urlopen(self.model_url.rstrip("/") + "/v1/models", timeout=10) as r:
-                name = json.loads(r.read())["data"][0]["id"]
-            body = json.dumps({"model": name, "max_tokens": 1, "temperature": 0,
-                               "messages": [{"role": "user", "content": "ping"}]}).encode()
-            req = urllib.request.Request(self.model_url.rstrip("/") + "/v1/chat/completions", data=body,
-                                         headers={"Content-Type": "application/json"})
-            with urllib.request.urlopen(req, timeout=k.health_timeout_s) as r:
-                return r.status == 200
-        except Exception as e:
-            log.info("model probe failed: %s", e)
-            return False
+        return probe_model(self.model_url, self.cfg.kaggle.health_timeout_s)
 
     def _watch_model(self) -> None:
         k = self.cfg.kaggle
@@ -545,84 +306,16 @@ class KaggleRun:
         return self.out / "records" / f"{game_id}.jsonl"
 
     def _run_scheduler(self) -> dict[str, dict[str, Any]]:
-        """scheduler.runner.Runner under the configured policy, in a thread of its own (a
-        notebook cell already runs inside an event loop, so asyncio.run cannot be called
-        here), joined by the deadline plus the stop grace: a hung game cannot hold up the
-        scorecard's closing."""
-        import asyncio
-        from scheduler.policy import make_policy as make_schedule
-        from scheduler.runner import Runner
-        budget = max(0.0, min(self.cfg.scheduler.budget_s, self.left()))
-        policy = make_schedule(self.cfg.scheduler.policy, **self.cfg.kaggle.scheduler_overrides)
-        runner = Runner(policy, slots=max(1, self.cfg.scheduler.slots), budget_s=budget,
-                        source=_OneMakeAtATime(self.source), play_policy=self.policy_for,
-                        max_actions=self.cfg.play.max_actions, records_dir=self.out / "records")
-        self.summary.runner = f"scheduler.runner ({policy.name}, {runner.slots} slots, {budget:.0f} s)"
-        box: dict[str, Any] = {}
-
-        def target() -> None:
-            try:
-                box["result"] = asyncio.run(runner.run(self.game_ids))
-            except BaseException as e:  # reported below; the pool plays what is left
-                box["error"] = e
-                box["trace"] = traceback.format_exc(limit=8)
-
-        t = threading.Thread(target=target, name="duck-runner", daemon=True)
-        t.start()
-        t.join(max(0.0, self.left()) + self.cfg.kaggle.stop_grace_s)
-        if t.is_alive():
-            raise TimeoutError("the runner did not return by the deadline plus the stop grace; "
-                               "its games are left to end on their own deadlines")
-        if "error" in box:
-            log.error("the runner failed: %s", box["trace"])
-            raise box["error"]
-        out = {}
-        for g, r in box["result"].summary()["games"].items():
-            if r.get("started_at") is not None:
-                out[g] = {k: r[k] for k in ("levels", "actions", "end_reason", "error") if r.get(k) is not None}
-                out[g]["score"] = round(r.get("score") or 0.0, 4)
-        return out
+        """scheduler.runner.Runner in a thread of its own, joined by the deadline plus the
+        stop grace (duck.kaggle_play.run_scheduler); the summary names its setup."""
+        return run_scheduler(self.cfg, self.source, self.game_ids, self.policy_for, self.out / "records",
+                             self.deadline, lambda text: setattr(self.summary, "runner", text))
 
     def _run_pool(self, game_ids: list[str]) -> dict[str, dict[str, Any]]:
-        """A plain runner: `scheduler.slots` games at a time, each with an equal share of
-        what is left (the Duck's split), all stopped at the deadline."""
-        import math
-        from concurrent.futures import ThreadPoolExecutor
-        from duck.play import play_game
-        slots = max(1, min(self.cfg.scheduler.slots, len(game_ids)))
-        left = max(0.0, self.left())
-        waves = math.ceil(len(game_ids) / slots)
-        allot = min(left * slots / max(1, len(game_ids)), left / max(1, waves))
-        stop = threading.Event()
-        end_mono = time.monotonic() + left
-        results: dict[str, dict[str, Any]] = {}
-        source = _OneMakeAtATime(self.source)
-
-        def one(game_id: str) -> None:
-            if stop.is_set() or time.monotonic() >= end_mono:
-                results[game_id] = {"end_reason": "not_started", "levels": 0, "actions": 0}
-                return
-            deadline = min(time.monotonic() + allot, end_mono)
-            r = play_game(source, game_id, self.policy_for(game_id), max_actions=self.cfg.play.max_actions,
-                          record_path=self._record_path(game_id), stop=stop, deadline=deadline,
-                          seed=self.cfg.play.seed, config={"runner": "pool", "mode": self.summary.mode})
-            results[game_id] = _result_dict(r)
-            log.info("%s: %s", game_id, results[game_id])
-
-        pool = ThreadPoolExecutor(max_workers=slots, thread_name_prefix="duck-game")
-        futures = [pool.submit(one, g) for g in game_ids]
-        grace = self.cfg.kaggle.stop_grace_s
-        for f in futures:
-            try:
-                f.result(timeout=max(0.0, end_mono - time.monotonic()) + grace)
-            except Exception as e:  # a hung worker or a bug: stop the rest, keep what we have
-                log.error("a game worker did not finish: %r", e)
-                stop.set()
-        stop.set()
-        pool.shutdown(wait=False, cancel_futures=True)
-        for g in game_ids:
-            results.setdefault(g, {"end_reason": "unfinished", "levels": 0, "actions": 0})
-        return results
+        """A plain pool: `scheduler.slots` games at a time, an equal share of what is left
+        each, all stopped at the deadline (duck.kaggle_play.run_pool)."""
+        return run_pool(self.cfg, self.source, game_ids, self.policy_for, self._record_path,
+                        self.deadline, self.summary.mode)
 
     # -- the end ----------------------------------------------------------------------------
 
@@ -661,76 +354,11 @@ class KaggleRun:
                  self.summary.ended_at - self.t0, self.budget_s, self.summary.errors or "none")
 
 
-class _OneMakeAtATime:
-    """A game source whose make() runs one at a time (the toolkit's is not meant for threads)."""
-
-    def __init__(self, source: Any) -> None:
-        self._source = source
-        self._lock = threading.Lock()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._source, name)
-
-    def make(self, game_id: str) -> Any:
-        with self._lock:
-            return self._source.make(game_id)
-
-
-def _result_dict(r: Any) -> dict[str, Any]:
-    return {"levels": r.levels, "actions": r.actions, "score": round(r.score, 4),
-            "end_reason": r.end_reason, "state": r.state, **({"error": r.error} if r.error else {})}
-
-
 def _s(p: Path | None) -> str | None:
     return None if p is None else str(p)
 
 
-# ---------------------------------------------------------------------------------------
-# notebook.ipynb from notebook.py (`make notebook`)
-
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def notebook_json(script: str | Path = ROOT / "notebook.py") -> str:
-    """The .ipynb text of the jupytext percent script, byte-stable: cell ids are numbered
-    (jupytext draws random ones), so a regenerated notebook differs only when the script does."""
-    saved = sys.path[:]
-    # jupytext tries `import notebook` (the Jupyter package); from the repository root
-    # that would find our notebook.py instead.
-    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT]
-    try:
-        import jupytext
-        import nbformat
-    finally:
-        sys.path[:] = saved
-    nb = jupytext.read(str(script))
-    for i, cell in enumerate(nb.cells):
-        cell["id"] = f"cell-{i:02d}"
-        if cell.cell_type == "code":
-            cell["execution_count"], cell["outputs"] = None, []
-    return nbformat.writes(nb) + "\n"
-
-
-def _notebook_main(argv: list[str]) -> int:
-    import argparse
-    p = argparse.ArgumentParser(prog="python -m duck.kaggle notebook",
-                                description="write notebook.ipynb from notebook.py (or --check they agree)")
-    p.add_argument("--script", default=str(ROOT / "notebook.py"))
-    p.add_argument("--out", default=str(ROOT / "notebook.ipynb"))
-    p.add_argument("--check", action="store_true", help="exit 1 when the .ipynb is out of date")
-    a = p.parse_args(argv)
-    text = notebook_json(a.script)
-    out = Path(a.out)
-    if a.check:
-        same = out.exists() and out.read_text() == text
-        print(f"{out}: {'in sync' if same else 'OUT OF DATE: run make notebook'}")
-        return 0 if same else 1
-    out.write_text(text)
-    print(f"wrote {out}")
-    return 0
-
-
 if __name__ == "__main__":
     if sys.argv[1:2] == ["notebook"]:
-        sys.exit(_notebook_main(sys.argv[2:]))
+        sys.exit(notebook_main(sys.argv[2:]))
     sys.exit("usage: python -m duck.kaggle notebook [--check]")
