@@ -85,9 +85,7 @@ class AgentPolicy:
         self.client = ModelClient.from_config(self.cfg.model, self.urls, session=f"{game_id}:{self.pass_}",
                                               start=pick_url(self.urls, game_id, self.url_index))
         self.notes = Notes(limit=a.notes_chars)
-        self.ctx = Context(render("system.j2", call_timeout_s=self.cfg.kernel.call_timeout_s,
-                                  output_chars=self.cfg.kernel.output_chars),
-                           a.context_tokens, self.cfg.model.max_output_tokens, evict_to=a.evict_to)
+        self.ctx = self._new_context()
         self.tools = python_tool(self.cfg.kernel.output_chars)
         kernel = self.kernel_factory(session, self.cfg)
         try:
@@ -103,11 +101,23 @@ class AgentPolicy:
             session.event("notes", f"end of play ({session.obs.state}, {session.obs.levels_completed} levels)",
                           self.notes.as_dict())
 
+    def _new_context(self) -> Context:
+        a = self.cfg.agent
+        return Context(render("system.j2", call_timeout_s=self.cfg.kernel.call_timeout_s,
+                              output_chars=self.cfg.kernel.output_chars),
+                       a.context_tokens, self.cfg.model.max_output_tokens, evict_to=a.evict_to)
+
     def _loop(self, session: Session, kernel: Any) -> None:
         a, last, stalled, self.level_start = self.cfg.agent, None, 0, 0
         for turn in range(10**9):
             if reason := session.stop_reason():
                 raise PlayStopped(reason)
+            if session.fresh is not None and session.fresh.is_set():
+                # The scheduler's fresh start: a new conversation on the same board; the
+                # notes (what was learnt) carry over, the stuck line of thought does not.
+                self.ctx, last, stalled = self._new_context(), None, 0
+                session.fresh.clear()
+                session.event("fresh_start", f"fresh model context at turn {turn}", self.notes.as_dict())
             levels = session.obs.levels_completed
             kernel.new_turn()
             self.ctx.begin_turn(turn_message(session, a, self.notes, last, stalled, turn == 0, self.level_start),

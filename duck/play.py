@@ -63,8 +63,12 @@ class Session:
 
     def __init__(self, game: Game, writer: RecordWriter, *, max_actions: int,
                  stop: threading.Event | None = None, deadline: float | None = None,
-                 on_progress: Callable[[Progress], None] | None = None) -> None:
+                 on_progress: Callable[[Progress], None] | None = None,
+                 fresh: threading.Event | None = None) -> None:
         self.game = game
+        # Set by the scheduler to ask for a fresh start of the policy's context (same game,
+        # same level, a new attempt); a policy that keeps no context may ignore it.
+        self.fresh = fresh
         self.writer = writer
         self.max_actions = max_actions
         self.stop = stop
@@ -119,7 +123,7 @@ def play_game(source: GameSource, game_id: str, policy: Policy, *, max_actions: 
               record_path: str | Path, stop: threading.Event | None = None,
               deadline: float | None = None, on_progress: Callable[[Progress], None] | None = None,
               seed: int | None = None, config: dict[str, Any] | None = None,
-              pass_: int = 0) -> GameResult:
+              pass_: int = 0, fresh: threading.Event | None = None) -> GameResult:
     """Play one game to its end, its budget, its deadline or a stop signal.
 
     Never raises for a game's or a policy's failure: the error goes into the record and
@@ -137,7 +141,7 @@ def play_game(source: GameSource, game_id: str, policy: Policy, *, max_actions: 
     writer.header(game_id=game_id, title=game.title, baselines=game.baselines, obs=game.obs,
                   policy=policy.name, seed=seed, config=config, pass_=pass_)
     session = Session(game, writer, max_actions=max_actions, stop=stop, deadline=deadline,
-                      on_progress=on_progress)
+                      on_progress=on_progress, fresh=fresh)
     reason, error = "policy_done", None
     try:
         policy.play(session)

@@ -327,3 +327,30 @@ def test_recorded_caps_are_honoured_only_in_trace_replays(tmp_path, trace_replay
     _play(tmp_path, "zs01", model, max_actions=1, kernel=kernel, trace_replay=trace_replay)
     call = kernels[0].calls[0]
     assert (call["max_actions"], call["on_cap"]) == ((1, "stop") if trace_replay else (None, "cap"))
+
+
+def test_a_fresh_start_begins_a_new_conversation_and_keeps_the_notes(tmp_path):
+    import threading
+
+    fresh = threading.Event()
+    seen: list[dict] = []
+    code = "notes['Plan'] = 'go right'\naction('RIGHT')"
+
+    def reply(body):
+        seen.append(body)
+        if len(seen) == 3:
+            fresh.set()  # the scheduler asks for a fresh start while turn 3 is played
+        return {"tool_calls": [{"name": "python", "arguments": json.dumps({"code": code})}]}
+
+    source = GameSource.offline(BUNDLED)
+    game_id = next(g.game_id for g in source.games() if g.game_id.startswith("zs01"))
+    with StubServer(FixedModel([reply], loop=True)) as url:
+        policy = AgentPolicy(seed=0, model_url=url, config=_config(fallback=None), kernel_factory=FakeKernel)
+        play_game(source, game_id, policy, max_actions=5, record_path=tmp_path / "r.jsonl", fresh=fresh)
+    sizes = [len(b["messages"]) for b in seen]
+    assert sizes[:3] == sorted(sizes[:3]) and sizes[2] > 2  # the conversation grew
+    assert sizes[3] == 2  # system + the new turn's message
+    assert not fresh.is_set()  # the agent took the request
+    rec = read_record(tmp_path / "r.jsonl")
+    assert [e["kind"] for e in rec.events].count("fresh_start") == 1
+    assert "go right" in json.dumps(seen[3]["messages"][1])  # notes carried into the new context
