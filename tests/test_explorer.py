@@ -1,0 +1,152 @@
+"""The explorer policy (duck/explorer.py) and its perception (duck/explorer_vision.py).
+
+Played on the bundled games through the real toolkit: deterministic for a seed, never a
+whole-game RESET (no RESET while the level has no actions, no RESET the Session refused),
+HUD masking merges boards that differ only in a counter, and levels get completed within
+a few times the human baseline. A public-game check runs only when environment_files/
+holds the public games.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from duck.explorer import Explorer
+from duck.explorer_vision import HudTracker, click_targets, components
+from duck.games import GameSource
+from duck.play import play_game
+from duck.record import read_record
+from duck.scoring import score_record
+
+
+def _play(games_dir, game_id: str, tmp_path, seed: int = 0, max_actions: int = 200, **options):
+    source = GameSource.offline(games_dir)
+    path = tmp_path / f"{game_id}-{seed}-{max_actions}.jsonl"
+    play_game(source, game_id, Explorer(seed=seed, **options), max_actions=max_actions,
+              record_path=path, seed=seed)
+    return read_record(path)
+
+
+def _actions(rec) -> list[list[int]]:
+    return [a["action"] for a in rec.actions]
+
+
+def _whole_game_resets(rec) -> int:
+    """RESETs sent while the current level had no actions yet."""
+    n, level_actions, levels = 0, 0, int(rec.header.get("levels", 0))
+    for a in rec.actions:
+        if a["action"][0] == 0:
+            n += level_actions == 0
+            level_actions = 0
+        elif a["levels"] != levels:
+            level_actions = 0
+        else:
+            level_actions += 1
+        levels = a["levels"]
+    return n
+
+
+# ---------------------------------------------------------------- perception
+
+def test_components_are_4_connected_same_colour():
+    g = np.zeros((6, 6), dtype=np.int8)
+    g[1, 1] = g[1, 2] = 3  # one component of two cells
+    g[2, 3] = 3  # touches (1, 2) only at a corner: a separate 4-connected component
+    g[4:6, 4:6] = 7
+    labels, comps = components(g)
+    assert labels[1, 1] == labels[1, 2] != labels[2, 3]
+    by_colour = sorted((c.colour, c.area) for c in comps)
+    assert (3, 2) in by_colour and (3, 1) in by_colour and (7, 4) in by_colour
+    assert sum(c.area for c in comps) == 36
+
+
+def test_hud_masking_merges_boards_that_differ_only_in_a_counter():
+    rng = np.random.default_rng(0)
+    board = rng.integers(0, 3, size=(64, 64)).astype(np.int8)
+    hud = HudTracker((64, 64))
+
+    def with_counter(b: np.ndarray, n: int) -> np.ndarray:
+        out = b.copy()
+        out[63, :] = 0
+        out[63, :n] = 11  # a move-budget bar along the bottom edge
+        return out
+
+    moved = board.copy()
+    moved[30, 30] = 9  # a real change in the play area
+    a, b, c = with_counter(board, 60), with_counter(board, 59), with_counter(moved, 58)
+    assert hud.key(a) != hud.key(b)  # nothing learned yet
+    hud.observe(a, b)
+    hud.observe(b, c)
+    assert ("row", 63) in hud.hud
+    assert hud.key(a) == hud.key(b)  # only the counter differs: one state
+    assert hud.key(b) != hud.key(c)  # the play area differs: two states
+    assert hud.effect(a, b) == 0 and hud.effect(b, c) == 1
+
+
+def test_click_targets_one_per_object_small_first_never_the_hud():
+    g = np.full((64, 64), 5, dtype=np.int8)
+    g[10:13, 10:13] = 9  # a small button
+    g[40:60, 20:50] = 2  # a large area
+    g[0, :] = 11  # a counter along the top edge
+    mask = np.zeros((64, 64), dtype=bool)
+    mask[0, :] = True
+    targets = click_targets(g, mask)
+    assert (targets[0].x, targets[0].y) == (11, 11)
+    assert sum(1 for t in targets if 10 <= t.x <= 12 and 10 <= t.y <= 12) == 1
+    assert all(t.y != 0 for t in targets)
+    # a diagonal line of single pixels is one object, clicked once
+    g2 = np.full((64, 64), 5, dtype=np.int8)
+    for i in range(8):
+        g2[20 + i, 20 + i] = 1
+    assert sum(1 for t in click_targets(g2) if t.cls.startswith("1:")) == 1
+
+
+# ---------------------------------------------------------------- play on bundled games
+
+def test_deterministic_for_a_seed(bundled, tmp_path):
+    a = _play(bundled, "zs01-00000001", tmp_path / "a", seed=3, max_actions=60)
+    b = _play(bundled, "zs01-00000001", tmp_path / "b", seed=3, max_actions=60)
+    assert _actions(a) == _actions(b)
+    c = _play(bundled, "zc01-00000001", tmp_path / "a", seed=1, max_actions=40)
+    d = _play(bundled, "zc01-00000001", tmp_path / "b", seed=1, max_actions=40)
+    assert _actions(c) == _actions(d)
+
+
+def test_never_restarts_the_whole_game(bundled, tmp_path):
+    # zb01 has a move budget: the explorer runs out of moves, gets GAME_OVER and must
+    # RESET exactly once per GAME_OVER, never on a level with no actions.
+    for seed in (0, 1):
+        rec = _play(bundled, "zb01-00000001", tmp_path, seed=seed, max_actions=150)
+        assert _whole_game_resets(rec) == 0
+        assert not [e for e in rec.events if e["kind"] == "refused"]
+        states = [a["state"] for a in rec.actions]
+        for i, s in enumerate(states[:-1]):
+            if s == "GAME_OVER":
+                assert rec.actions[i + 1]["action"] == [0]
+
+
+def test_completes_levels_of_bundled_games(bundled, tmp_path):
+    # zc01 level 1: one tile of four is off; zs01 level 1: a 4-move ice slide.
+    rec = _play(bundled, "zc01-00000001", tmp_path, max_actions=40)
+    s = score_record(rec)
+    assert s.levels >= 2 and s.level_actions[0] <= 6
+    rec = _play(bundled, "zs01-00000001", tmp_path, max_actions=150)
+    s = score_record(rec)
+    assert s.levels >= 1 and s.level_actions[0] <= 40
+    assert _whole_game_resets(rec) == 0
+
+
+def test_level_cap_ends_play(bundled, tmp_path):
+    rec = _play(bundled, "zb01-00000001", tmp_path, max_actions=200, level_cap=10)
+    assert len(rec.actions) <= 10
+    assert any(e["kind"] == "explorer" for e in rec.events)
+
+
+@pytest.mark.public
+def test_public_game_deterministic_and_safe(public, tmp_path):
+    a = _play(public, "vc33-5430563c", tmp_path / "a", seed=2, max_actions=80)
+    b = _play(public, "vc33-5430563c", tmp_path / "b", seed=2, max_actions=80)
+    assert _actions(a) == _actions(b)
+    assert _whole_game_resets(a) == 0
+    assert score_record(a).levels >= 1
