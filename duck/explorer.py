@@ -1,28 +1,35 @@
 """The explorer: a non-LLM policy, the embedded default and the model-driven agent's fallback.
 
-It explores a graph of states per level. A state is the current board with its HUD masked
-(step counters, move budgets, timers and lives along the edges, learned as the game goes:
-see duck.explorer_vision.HudTracker), so two boards that differ only in a counter are one
-state. Each state offers candidate actions, ranked:
-
-* keyboard actions (ACTION1-5 in a seed-shuffled order, ACTION7 later: it is an undo in
-  some games), then
-* clicks, one per object, in tiers (small salient objects, parts of large structures, large
-  areas, background), never the HUD (duck.explorer_vision.click_targets).
+It explores a graph of states, one graph per level (duck.explorer_graph). A state is the
+board with its HUD masked: the edge lines where counters live (step counters, move budgets,
+timers, lives) are learned from the first transitions (duck.explorer_vision.HudTracker),
+so two boards that differ only in a counter are one state. Each state offers candidate
+actions: the keyboard actions (ACTION1-5 in a seed-shuffled order; ACTION7, an undo in some
+games, later) and clicks, one per object, in tiers (small objects first, then the parts of
+large structures, then large parts, then background; never the HUD; duck.explorer_vision).
 
 Every step goes to the cheapest untried (state, action): cost = shortest-path distance
 through the known graph (BFS; a RESET is a 1-step edge back to the level's start) + the
-action's rank cost. The rank cost learns from what the game showed: an action id or a
-click class (colours + shape of the clicked object) that never did anything elsewhere is
-pushed back; a class that did something is pulled forward; an action that undid the
-previous one is pushed back. An action that changed nothing (outside the HUD) is remembered
-per state and never retried; one that led to GAME_OVER is never followed again (retried
-only when nothing else is left, since a move budget may have caused it).
+action's rank cost. The rank cost learns from what this game showed:
+* a class of action (a key, or the colours + shape of a clicked object) that never changed
+  anything elsewhere is pushed back; one that did is pulled forward; one that ran an
+  animation and came back to the same state (a pour, a program run: a "test" whose outcome
+  depends on the state) is pulled forward most, so it is tried again after each change;
+* an action predicted to lead to an already known state (it changes the same pixels, from
+  and to the same colours, as it last did elsewhere: a toggle back, a move back) is pushed
+  back, and so is a click already tried often on this level (novelty);
+* the colours of the click that completed a level are pulled forward on the next levels.
+An action that changed nothing (outside the HUD) is remembered per state and never retried.
+One that ended in GAME_OVER is not followed again, except earlier in a later attempt when
+GAME_OVERs keep coming after the same number of actions (a move budget, not the action,
+ended the game), or at a high cost once nothing else is left; then a seeded random action.
 
 RESET is sent after GAME_OVER (the only useful action then), or when going back to the
 level's start is the shortest route to an untried action; never as a level's first action
 nor twice in a row (both would restart the whole game outside competition mode). A
 per-level action cap (`level_cap`) ends play on a hopeless level. Deterministic for a seed.
+
+`python -m duck.bench explorer` measures it on a games folder over several seeds.
 """
 
 from __future__ import annotations
@@ -44,10 +51,13 @@ log = logging.getLogger(__name__)
 
 
 class Explorer:
-    """See the module docstring. Options: `level_cap` (actions on one level before giving
-    up on the game; None = no cap), `max_clicks` (targets kept per state), `novelty`
-    (rank cost per doubling of an action's tries on this level), `trace` (keep the reason
-    of each action in the record's `info`)."""
+    """See the module docstring. Options (the defaults are the benchmarked ones):
+    `level_cap` actions on one level before giving up on the game (None: no cap);
+    `max_clicks` click targets kept per state; `novelty` / `key_novelty` rank cost per
+    doubling of a click's / key's tries on this level; `key_dud` rank cost per try of a key
+    that never changed anything (clicks: 4); `test_bonus` rank bonus of a "test" action;
+    `known_penalty` rank cost of an action predicted to lead to a known state; `trace`
+    keeps the reason of each action in the record's `info`. Unknown options are ignored."""
 
     name = "explorer"
 
