@@ -62,7 +62,7 @@ class Explorer:
     name = "explorer"
 
     def __init__(self, seed: int = 0, level_cap: int | None = None, max_clicks: int = 64,
-                 novelty: float = 1.0, key_novelty: float = 0.0, key_dud: float = 1.0,
+                 novelty: float = 1.0, key_novelty: float = 0.0, key_dud: float = 2.0,
                  test_bonus: float = 1.5, known_penalty: float = 2.5, trace: bool = False,
                  **_: Any) -> None:
         self.key_novelty = key_novelty
