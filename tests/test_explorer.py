@@ -16,6 +16,7 @@ from duck.explorer import Explorer
 from duck.explorer_vision import HudTracker, click_targets, components
 from duck.games import GameSource
 from duck.play import play_game
+from duck.bench.explorer import record_whole_game_resets
 from duck.record import read_record
 from duck.scoring import score_record
 
@@ -32,19 +33,6 @@ def _actions(rec) -> list[list[int]]:
     return [a["action"] for a in rec.actions]
 
 
-def _whole_game_resets(rec) -> int:
-    """RESETs sent while the current level had no actions yet."""
-    n, level_actions, levels = 0, 0, int(rec.header.get("levels", 0))
-    for a in rec.actions:
-        if a["action"][0] == 0:
-            n += level_actions == 0
-            level_actions = 0
-        elif a["levels"] != levels:
-            level_actions = 0
-        else:
-            level_actions += 1
-        levels = a["levels"]
-    return n
 
 
 # ---------------------------------------------------------------- perception
@@ -118,7 +106,7 @@ def test_never_restarts_the_whole_game(bundled, tmp_path):
     # RESET exactly once per GAME_OVER, never on a level with no actions.
     for seed in (0, 1):
         rec = _play(bundled, "zb01-00000001", tmp_path, seed=seed, max_actions=150)
-        assert _whole_game_resets(rec) == 0
+        assert record_whole_game_resets(rec) == 0
         assert not [e for e in rec.events if e["kind"] == "refused"]
         states = [a["state"] for a in rec.actions]
         for i, s in enumerate(states[:-1]):
@@ -134,7 +122,7 @@ def test_completes_levels_of_bundled_games(bundled, tmp_path):
     rec = _play(bundled, "zs01-00000001", tmp_path, max_actions=150)
     s = score_record(rec)
     assert s.levels >= 1 and s.level_actions[0] <= 40
-    assert _whole_game_resets(rec) == 0
+    assert record_whole_game_resets(rec) == 0
 
 
 def test_level_cap_ends_play(bundled, tmp_path):
@@ -148,5 +136,5 @@ def test_public_game_deterministic_and_safe(public, tmp_path):
     a = _play(public, "vc33-5430563c", tmp_path / "a", seed=2, max_actions=80)
     b = _play(public, "vc33-5430563c", tmp_path / "b", seed=2, max_actions=80)
     assert _actions(a) == _actions(b)
-    assert _whole_game_resets(a) == 0
+    assert record_whole_game_resets(a) == 0
     assert score_record(a).levels >= 1

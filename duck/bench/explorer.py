@@ -25,23 +25,23 @@ from duck.record import read_records
 from duck.run import play_folder
 
 
-def whole_game_resets(run_dir: Path) -> int:
+def record_whole_game_resets(rec: Any) -> int:
     """RESETs sent while the level had no actions (they restart the whole game offline)."""
-    n = 0
-    for rec in read_records(run_dir):
-        level_actions = 0
-        levels = int(rec.header.get("levels", 0))
-        for a in rec.actions:
-            if a["action"][0] == 0:
-                if level_actions == 0:
-                    n += 1
-                level_actions = 0
-            elif a["levels"] != levels:
-                level_actions = 0
-            else:
-                level_actions += 1
-            levels = a["levels"]
+    n, level_actions, levels = 0, 0, int(rec.header.get("levels", 0))
+    for a in rec.actions:
+        if a["action"][0] == 0:
+            n += level_actions == 0
+            level_actions = 0
+        elif a["levels"] != levels:
+            level_actions = 0
+        else:
+            level_actions += 1
+        levels = a["levels"]
     return n
+
+
+def whole_game_resets(run_dir: Path) -> int:
+    return sum(record_whole_game_resets(rec) for rec in read_records(run_dir))
 
 
 def run(games: str, seeds: list[int], max_actions: int, workers: int, out: Path,
