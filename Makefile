@@ -17,4 +17,4 @@ test:
 # (tests/test_notebook.py fails when the two disagree).
 .PHONY: notebook
 notebook:
-	.venv/bin/python -m duck.kaggle notebook
+	.venv/bin/python -m duck.kaggle.notebook

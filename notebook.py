@@ -19,7 +19,7 @@
 #
 # The single source of this notebook is `notebook.py` (a jupytext percent script);
 # `notebook.ipynb` is generated from it by `make notebook`. All the work is in
-# `duck/kaggle.py`; each cell below is one step of it.
+# `duck/kaggle/run.py`; each cell below is one step of it.
 #
 # Inputs: the competition data, the wheel dataset built by `kaggle-dataset/build.py`, and
 # the model weights (see the README, "Submitting to Kaggle"). During the competition rerun
@@ -31,6 +31,8 @@
 # %%
 # Offline install from the wheel dataset (standard library only: nothing is installed yet).
 import glob
+import importlib
+import json
 import os
 import subprocess
 import sys
@@ -57,14 +59,18 @@ if DATASET:
     pip = subprocess.run([sys.executable, "-m", "pip", "install", "--no-index", "--quiet", "--find-links",
                           os.path.join(DATASET, "wheels"), "-r", os.path.join(DATASET, "duck.lock")])
     print("offline install:", "ok" if pip.returncode == 0 else f"FAILED (pip exit {pip.returncode})")
-    SRC = os.path.join(DATASET, "src")
-    if os.path.isdir(SRC):  # our code, prompts included, ahead of anything installed
-        sys.path.insert(0, SRC)
-        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (SRC, os.environ.get("PYTHONPATH")) if p)
+    # Our own wheel (prompts inside as package data); a local rehearsal has none and runs the
+    # checkout's installed package instead.
+    OURS = json.load(open(os.path.join(DATASET, "duck-dataset.json"))).get("project_wheel")
+    if OURS:
+        pip = subprocess.run([sys.executable, "-m", "pip", "install", "--no-index", "--no-deps", "--quiet",
+                              os.path.join(DATASET, "wheels", OURS)])
+        print("duck-arc3:", "ok" if pip.returncode == 0 else f"FAILED (pip exit {pip.returncode})")
+    importlib.invalidate_caches()
 
 # %%
 # Mode, config, inputs and budget.
-from duck.kaggle import KaggleRun
+from duck.kaggle.run import KaggleRun
 
 run = KaggleRun(started_at=T0)
 

@@ -62,8 +62,8 @@ def _command_modules() -> list:
     """Subsystems that add their own subcommands (each has `register(subparsers)`)."""
     import importlib
     mods = []
-    for name in ("scheduler.cli", "duck.replay", "duck.report", "duck.ab", "duck.serve",
-                 "duck.stub_server", "duck.rehearse"):
+    for name in ("scheduler.cli", "duck.lab.replay", "duck.lab.report.build", "duck.lab.ab.run", "duck.llm.serve",
+                 "duck.testing.stub.server", "duck.testing.rehearse.run"):
         try:
             mods.append(importlib.import_module(name))
         except ModuleNotFoundError as e:

@@ -6,8 +6,8 @@ import random
 import zlib
 from typing import Any
 
-from duck.games import RESET, Action
-from duck.play import Policy, Session
+from duck.game.actions import RESET, Action
+from duck.play.session import Policy, Session
 
 
 def game_seed(seed: int, game_id: str, pass_: int = 0) -> int:
@@ -40,9 +40,9 @@ def make_policy(name: str, seed: int = 0, **options: Any) -> Policy:
     if name == "random":
         return RandomPolicy(seed)
     if name == "explorer":
-        from duck.explorer import Explorer
+        from duck.explorer.policy import Explorer
         return Explorer(seed=seed, **options)
     if name == "llm":
-        from duck.agent import AgentPolicy
+        from duck.agent.loop import AgentPolicy
         return AgentPolicy(seed=seed, **options)
     raise ValueError(f"unknown policy {name!r}: random, explorer or llm")

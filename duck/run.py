@@ -1,7 +1,7 @@
 """Playing every game of a folder and writing a run folder.
 
-A run folder holds `records/<game_id>.jsonl` (one per game, see duck.record) and
-`score.json` (see duck.scoring). The engine is pure Python under the GIL, so games run in
+A run folder holds `records/<game_id>.jsonl` (one per game, see duck.play.record) and
+`score.json` (see duck.play.scoring). The engine is pure Python under the GIL, so games run in
 separate processes when `workers > 1`; each worker opens its own `GameSource`.
 """
 
@@ -13,11 +13,11 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from duck.games import GameSource
-from duck.play import GameResult, play_game
+from duck.game.source import GameSource
+from duck.play.session import GameResult, play_game
 from duck.policies import make_policy
-from duck.record import read_records
-from duck.scoring import score_json, score_record
+from duck.play.record import read_records
+from duck.play.scoring import score_json, score_record
 
 log = logging.getLogger(__name__)
 

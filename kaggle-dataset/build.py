@@ -5,10 +5,8 @@ The Kaggle rerun has no internet, so everything the notebook installs comes from
 folder. Two environments, two locks, one `wheels/` folder:
 
 * `duck.lock`: this project's pinned dependencies, installed into the notebook's own
-  Python. The project itself goes in twice: as a wheel (`wheels/duck_arc3-*.whl`, for
-  `pip install` elsewhere) and as its source tree `src/` (duck/, scheduler/, prompts/),
-  which the notebook puts first on `sys.path`: the prompt templates live in `prompts/`
-  beside the packages, outside any wheel.
+  Python. The project itself goes in as its wheel (`wheels/duck_arc3-*.whl`, the prompt
+  templates inside as package data), which the notebook installs with `--no-deps`.
 * `vllm.lock`: the pinned vLLM (pyproject's `serve` extra) and its whole closure (torch,
   the CUDA wheels, ...), installed into a venv of its own: vLLM's numba needs numpy<2.5
   while this project pins numpy 2.5.5, so the two cannot share one environment.
@@ -179,20 +177,6 @@ def build_project_wheel(wheels: Path) -> Path:
     return next(wheels.glob(f"{name}-*.whl"))
 
 
-SOURCE = ("duck", "scheduler", "prompts")  # what the notebook imports and reads
-
-
-def copy_source(dst: Path) -> int:
-    """This project's source tree, as the notebook imports it (prompts/ included)."""
-    shutil.rmtree(dst, ignore_errors=True)
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
-    for name in SOURCE:
-        if (ROOT / name).is_dir():
-            shutil.copytree(ROOT / name, dst / name, ignore=ignore)
-    shutil.copy(ROOT / "pyproject.toml", dst / "pyproject.toml")
-    return sum(1 for f in dst.rglob("*") if f.is_file())
-
-
 def check(out: Path, which: list[str]) -> bool:
     """The folder alone resolves each lock for the Kaggle platform; the sums hold."""
     ok = True
@@ -283,9 +267,9 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"{w}\t{what}\t{d['name']}=={d['version']}\t{where}")
                 seen.add((d["name"], d["version"]))
             print(f"{w}.lock: {len(locks[w])} distributions", file=sys.stderr)
-        print(f"duck\tbuild\t{norm(project()['name'])}=={project()['version']}\t(this repository: wheel + src/)")
+        print(f"duck\tbuild\t{norm(project()['name'])}=={project()['version']}\t(this repository: its wheel)")
         print(f"would write {out}/: wheels/ ({len(seen)} files), duck.lock"
-              + ("" if a.no_vllm else ", vllm.lock") + f", src/, {MARKER}, dataset-metadata.json, SHA256SUMS, README.md",
+              + ("" if a.no_vllm else ", vllm.lock") + f", {MARKER}, dataset-metadata.json, SHA256SUMS, README.md",
               file=sys.stderr)
         return 0
 
@@ -298,7 +282,6 @@ def main(argv: list[str] | None = None) -> int:
     for f in wheels.iterdir():
         if f.name not in keep:
             f.unlink()  # wheels of an older lock
-    n_src = copy_source(out / "src")
     for w in which:
         shutil.copy(LOCKS[w], out / f"{w}.lock")
     for stale in {"duck", "vllm"} - set(which):
@@ -310,11 +293,10 @@ def main(argv: list[str] | None = None) -> int:
         "name": "duck-arc3-wheels", "project": project()["name"], "version": project()["version"],
         "python": PYTHON_VERSION, "platform": f"manylinux_2_{GLIBC_MINOR}_x86_64",
         "locks": {w: f"{w}.lock" for w in which}, "wheels": "wheels", "project_wheel": own.name,
-        "source": "src",
         "built_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "git_commit": git_commit()}, indent=2) + "\n")
     size = sum(f.stat().st_size for f in wheels.iterdir())
-    print(f"built {out}: {len(list(wheels.iterdir()))} wheels, {size / 2**20:.0f} MiB; src/ {n_src} files")
+    print(f"built {out}: {len(list(wheels.iterdir()))} wheels, {size / 2**20:.0f} MiB")
     return 0 if check(out, which) else 1
 
 

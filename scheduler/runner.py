@@ -76,7 +76,7 @@ class ScheduleResult:
 
 
 def _default_worker() -> Callable:
-    from duck.play import play_game  # lazily: the scheduler must import without duck
+    from duck.play.session import play_game  # lazily: the scheduler must import without duck
 
     return play_game
 

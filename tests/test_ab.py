@@ -7,9 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from duck.ab import config_diff, load_arm, policy_options, record_path, stats_from_paths
+from duck.lab.ab.config import config_diff, load_arm, policy_options
+from duck.lab.ab.play import record_path
+from duck.lab.ab.results import stats_from_paths
 from duck.cli import main
-from duck.record import read_record
+from duck.play.record import read_record
 from duck.run import play_folder
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -165,7 +167,7 @@ def test_experiment_configs_change_one_field_each():
 def test_policy_options_pass_the_endpoint_only_to_model_policies():
     llm = load_arm([str(EXPERIMENTS / "baseline.toml")])
     opts = policy_options(llm, unit_index=7, pass_=2)
-    from duck.ab import _ctor_params
+    from duck.lab.ab.config import _ctor_params
     if "config" in _ctor_params("llm"):  # the agent exists: it gets what it names
         assert opts["config"] is llm and opts["model_url"] == ["http://localhost:8000/v1"]
         assert opts["url_index"] == 7 and opts["pass_"] == 2

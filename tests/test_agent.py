@@ -1,7 +1,7 @@
 """The agent loop over real HTTP against the stub server, on the bundled games.
 
 These use a stand-in kernel (FakeKernel below: in-process, with the result shape of
-duck.kernel) so they test the loop, not the sandbox; tests/test_agent_kernel.py runs the
+duck.sandbox.host) so they test the loop, not the sandbox; tests/test_agent_kernel.py runs the
 same loop on the real kernel."""
 
 from __future__ import annotations
@@ -15,12 +15,14 @@ from typing import Any
 
 import pytest
 
-from duck.agent import AgentPolicy
+from duck.agent.loop import AgentPolicy
 from duck.config import load_config
-from duck.games import Action, GameSource
-from duck.play import play_game
-from duck.record import read_record
-from duck.stub_server import FixedModel, SolutionModel, StubServer, action_code
+from duck.game.actions import Action
+from duck.game.source import GameSource
+from duck.play.session import play_game
+from duck.play.record import read_record
+from duck.testing.stub.models import FixedModel, SolutionModel, action_code
+from duck.testing.stub.server import StubServer
 
 BUNDLED = Path(__file__).resolve().parent / "games"
 
@@ -187,7 +189,7 @@ def test_a_cut_reply_is_kept_and_corrected(tmp_path):
 @pytest.fixture(autouse=True)
 def _short_model_timeout(monkeypatch):
     """The cut test needs a short request limit; the others do not care."""
-    import duck.agent as agent
+    import duck.agent.loop as agent
     orig = agent.ModelClient.__init__
 
     def init(self, *a, **kw):

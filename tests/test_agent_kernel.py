@@ -1,4 +1,4 @@
-"""The agent loop on the real kernel (duck.kernel): the bundled games won by a scripted model,
+"""The agent loop on the real kernel (duck.sandbox.host): the bundled games won by a scripted model,
 and the start of a recorded Duck run replayed through the full loop over HTTP."""
 
 from __future__ import annotations
@@ -7,14 +7,16 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("duck.kernel")
+pytest.importorskip("duck.sandbox.host")
 
-from duck.agent import AgentPolicy  # noqa: E402
+from duck.agent.loop import AgentPolicy  # noqa: E402
 from duck.config import load_config  # noqa: E402
-from duck.games import GameSource  # noqa: E402
-from duck.play import play_game  # noqa: E402
-from duck.record import read_record  # noqa: E402
-from duck.stub_server import SolutionModel, StubServer, TraceModel, load_trace, recorded_actions  # noqa: E402
+from duck.game.source import GameSource  # noqa: E402
+from duck.play.session import play_game  # noqa: E402
+from duck.play.record import read_record  # noqa: E402
+from duck.testing.stub.models import SolutionModel, TraceModel  # noqa: E402
+from duck.testing.stub.server import StubServer
+from duck.testing.stub.traces import load_trace, recorded_actions
 
 ROOT = Path(__file__).resolve().parent.parent
 BUNDLED = ROOT / "tests" / "games"

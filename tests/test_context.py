@@ -7,8 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from duck.context import (Context, ContextFull, compress_actions, estimate_tokens, frame_png, render,
-                          summary_text)
+from duck.agent.context import (Context, ContextFull, compress_actions, estimate_tokens, frame_png, render, summary_text)
 
 
 def _turn(ctx: Context, i: int, size: int = 2000, actions=("UP",), level: int = 1) -> None:

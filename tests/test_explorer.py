@@ -12,13 +12,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from duck.explorer import Explorer
-from duck.explorer_vision import HudTracker, click_targets, components
-from duck.games import GameSource
-from duck.play import play_game
+from duck.explorer.policy import Explorer
+from duck.explorer.vision import HudTracker, click_targets, components
+from duck.game.source import GameSource
+from duck.play.session import play_game
 from duck.bench.explorer import record_whole_game_resets
-from duck.record import read_record
-from duck.scoring import score_record
+from duck.play.record import read_record
+from duck.play.scoring import score_record
 
 
 def _play(games_dir, game_id: str, tmp_path, seed: int = 0, max_actions: int = 200, **options):

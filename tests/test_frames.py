@@ -1,4 +1,4 @@
-"""duck.frames: the Duck-exact segmentation, the letters, Frame, and animation summaries.
+"""duck.game.frames: the Duck-exact segmentation, the letters, Frame, and animation summaries.
 
 `_reference` below is a deliberately slow, literal implementation of the algorithm as the
 traces README states it (flood fill per region for containment, a set of cells for the
@@ -11,7 +11,7 @@ import time
 
 import numpy as np
 
-from duck.frames import LETTERS, Frame, segment, summarize_animation, to_ascii
+from duck.game.frames import LETTERS, Frame, segment, summarize_animation, to_ascii
 
 CW = ((-1, -1), (-1, 0), (-1, 1), (0, 1), (1, 1), (1, 0), (1, -1), (0, -1))
 

@@ -8,8 +8,9 @@ import sys
 
 import pytest
 
-from duck.games import RESET, Action, GameError, GameSource
-from duck.gateway import LocalGateway
+from duck.game.actions import RESET, Action
+from duck.game.source import GameError, GameSource
+from duck.game.gateway import LocalGateway
 from tests.conftest import solutions
 
 

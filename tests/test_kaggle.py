@@ -1,4 +1,4 @@
-"""duck.kaggle: finding Kaggle's inputs, the gateway wait, the placeholder, the fallback
+"""duck.kaggle.run: finding Kaggle's inputs, the gateway wait, the placeholder, the fallback
 policy, and whole notebook runs in-process (interactive, and degraded paths)."""
 
 from __future__ import annotations
@@ -11,13 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from duck import kaggle
+
 from duck.config import load_config
-from duck.games import GameSource
-from duck.kaggle import (FallbackPolicy, KaggleRun, ModelHealth, find_competition_dir, find_dataset_dir,
-                         find_model_dir, is_rerun, wait_for_gateway, write_placeholder_submission)
-from duck.play import PlayStopped, play_game
-from duck.record import read_record
+from duck.game.source import GameSource
+from duck.llm.health import FallbackPolicy, ModelHealth
+from duck.kaggle.run import KaggleRun
+from duck.kaggle.inputs import COMPETITION, DATASET_MARKER, find_competition_dir, find_dataset_dir, find_model_dir, is_rerun
+from duck.kaggle.play import wait_for_gateway
+from duck.kaggle.outputs import PLACEHOLDER_COLUMNS, write_placeholder_submission
+from duck.play.session import PlayStopped, play_game
+from duck.play.record import read_record
 
 from conftest import BUNDLED
 
@@ -39,12 +42,12 @@ def test_config_section_from_environment():
 
 
 def _kaggle_inputs(root: Path) -> dict[str, Path]:
-    comp = root / "competitions" / kaggle.COMPETITION
+    comp = root / "competitions" / COMPETITION
     (comp / "environment_files").mkdir(parents=True)
     (comp / "arc_agi_3_wheels").mkdir()
     ds = root / "datasets" / "someone" / "duck-arc3-wheels"
     ds.mkdir(parents=True)
-    (ds / kaggle.DATASET_MARKER).write_text("{}")
+    (ds / DATASET_MARKER).write_text("{}")
     model = root / "models" / "qwen-lm" / "qwen3.6-27b-fp8" / "transformers" / "default" / "1"
     model.mkdir(parents=True)
     (model / "config.json").write_text("{}")
@@ -66,15 +69,15 @@ def test_finding_the_inputs_as_kaggle_mounts_them(tmp_path):
     assert find_model_dir(tmp_path, "x", explicit=str(p["other"])) == p["other"]
     assert find_dataset_dir(tmp_path / "nowhere") is None
     old = tmp_path / "old"
-    (old / kaggle.COMPETITION / "environment_files").mkdir(parents=True)
-    assert find_competition_dir(old) == old / kaggle.COMPETITION
+    (old / COMPETITION / "environment_files").mkdir(parents=True)
+    assert find_competition_dir(old) == old / COMPETITION
 
 
 def test_placeholder_submission(tmp_path):
     import pyarrow.parquet as pq
     path = write_placeholder_submission(tmp_path / "submission.parquet")
     table = pq.read_table(path)
-    assert table.column_names == list(kaggle.PLACEHOLDER_COLUMNS)
+    assert table.column_names == list(PLACEHOLDER_COLUMNS)
     assert table.to_pylist() == [{"row_id": "1_0", "game_id": "1", "end_of_game": True, "score": 1}]
 
 
@@ -119,7 +122,7 @@ class _Steps:
         self.n, self.then, self.on_step, self.played = n, then, on_step, 0
 
     def play(self, session):
-        from duck.games import Action
+        from duck.game.actions import Action
         for i in range(self.n):
             if self.on_step:
                 self.on_step(i)
@@ -186,7 +189,7 @@ def test_model_health_flag(tmp_path):
 
 def _interactive(tmp_path, monkeypatch, **extra) -> KaggleRun:
     inp = tmp_path / "input"
-    comp = inp / "competitions" / kaggle.COMPETITION
+    comp = inp / "competitions" / COMPETITION
     import shutil
     shutil.copytree(BUNDLED, comp / "environment_files")
     env = {"DUCK_KAGGLE__INPUT_DIR": str(inp), "DUCK_KAGGLE__WORKING_DIR": str(tmp_path / "working"),

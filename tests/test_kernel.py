@@ -1,11 +1,11 @@
-"""duck.kernel: the game variables, action(), deltas, records, and the Duck-compatible mode."""
+"""duck.sandbox.host: the game variables, action(), deltas, records, and the Duck-compatible mode."""
 
 from __future__ import annotations
 
 import json
 
-from duck.games import Action
-from duck.record import read_record
+from duck.game.actions import Action
+from duck.play.record import read_record
 from tests.test_kernel_fixtures import alive, make_kernel  # noqa: F401 - fixture
 
 ZS01_LEVEL1 = ["DOWN", "LEFT", "UP", "RIGHT"]

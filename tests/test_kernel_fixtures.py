@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 from duck.config import KernelConfig
-from duck.games import GameSource
-from duck.kernel import Kernel
-from duck.play import Session
-from duck.record import RecordWriter
+from duck.game.source import GameSource
+from duck.sandbox.host import Kernel
+from duck.play.session import Session
+from duck.play.record import RecordWriter
 
 BUNDLED = Path(__file__).resolve().parent / "games"
 

@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from duck.model import (ContextOverflow, ModelClient, ModelError, Reply, Sampling, ToolCall, join_urls,
-                        list_models, pick_url, request_seed)
-from duck.stub_server import FixedModel, StubServer
+from duck.llm.client import (ContextOverflow, ModelClient, ModelError, Reply, Sampling, ToolCall, join_urls, list_models, pick_url, request_seed)
+from duck.testing.stub.models import FixedModel
+from duck.testing.stub.server import StubServer
 
 MSGS = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
 

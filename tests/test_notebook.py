@@ -9,7 +9,7 @@ import re
 import pytest
 
 from conftest import ROOT
-from duck.kaggle import notebook_json
+from duck.kaggle.notebook import notebook_json
 
 
 def test_notebook_ipynb_is_generated_from_notebook_py():
@@ -36,7 +36,7 @@ def test_notebook_stays_thin_and_closes_in_a_finally():
     cells = [c for c in re.split(r"^# %%.*$", src, flags=re.M)[1:]]
     code_lines = [ln for ln in src.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
     assert len(code_lines) <= 45, "keep notebook.py thin: the work belongs in duck/kaggle.py"
-    assert "from duck.kaggle import KaggleRun" in src
+    assert "from duck.kaggle.run import KaggleRun" in src
     assert re.search(r"try:\n\s+run\.play\(\)\nfinally:\n\s+run\.finish\(\)", src)
     assert len(cells) >= 5
 

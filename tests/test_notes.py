@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from duck.notes import SECTIONS, Notes, cap, parse_sections
+from duck.agent.notes import SECTIONS, Notes, cap, parse_sections
 
 
 def test_labels_in_visible_text_start_each_section():

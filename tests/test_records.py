@@ -12,8 +12,9 @@ import time
 import numpy as np
 import pytest
 
-from duck.games import Action, Observation
-from duck.record import RecordWriter, pack_grid, read_record, read_records, unpack_grid
+from duck.game.actions import Action
+from duck.game.source import Observation
+from duck.play.record import RecordWriter, pack_grid, read_record, read_records, unpack_grid
 
 
 def _obs(v: int, levels: int = 0, n_frames: int = 1) -> Observation:

@@ -16,7 +16,9 @@ import sys
 import pytest
 
 from conftest import BUNDLED, ROOT
-from duck.rehearse import FAULTS, Report, check_run, rehearse
+from duck.testing.rehearse.faults import FAULTS
+from duck.testing.rehearse.checks import Report, check_run
+from duck.testing.rehearse.run import rehearse
 
 faults = pytest.mark.skipif(not os.environ.get("DUCK_REHEARSAL_FAULTS"),
                             reason="fault variants are opt-in: DUCK_REHEARSAL_FAULTS=1")

@@ -1,4 +1,4 @@
-"""duck.replay: recorded Duck snippets re-run through the kernel, and the output comparison."""
+"""duck.lab.replay: recorded Duck snippets re-run through the kernel, and the output comparison."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from duck.cli import build_parser
-from duck.kernel_render import transcript
-from duck.record import read_record
-from duck.replay import normalise, run_replay
+from duck.sandbox.render import transcript
+from duck.play.record import read_record
+from duck.lab.replay import normalise, run_replay
 
 ROOT = Path(__file__).resolve().parent.parent
 BUNDLED = ROOT / "tests" / "games"

@@ -10,12 +10,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from duck.games import Action, GameSource
-from duck.play import play_game
-from duck.record import read_records
-from duck.report import build_report, grid_png, model_stats, write_report
+from duck.game.actions import Action
+from duck.game.source import GameSource
+from duck.play.session import play_game
+from duck.play.record import read_records
+from duck.lab.report.build import build_report, write_report
+from duck.lab.report.plots import grid_png
+from duck.lab.report.views import model_stats
 from duck.run import play_folder, write_score
-from duck.scoring import score_record
+from duck.play.scoring import score_record
 
 SHARED_SUMMARY = Path(__file__).resolve().parents[2] / "shared" / "duck-traces" / "summary.json"
 

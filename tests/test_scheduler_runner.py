@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from scheduler.clock import VirtualClock
-from scheduler.fakes import ScriptedWorker
+from duck.testing.scheduler_fakes import ScriptedWorker
 from scheduler.policy import AdaptiveConfig, AdaptivePolicy, FixedPolicy
 from scheduler.runner import run_schedule
 
@@ -71,7 +71,7 @@ def test_every_game_is_started_and_no_deadline_is_passed(tmp_path):
 @pytest.mark.parametrize("name", ["fixed", "adaptive"])
 def test_bundled_games_random_policy_respect_deadlines(tmp_path, name):
     pytest.importorskip("arc_agi")
-    from duck.games import GameSource
+    from duck.game.source import GameSource
     from duck.policies import make_policy as make_play_policy
 
     source = GameSource.offline(BUNDLED)

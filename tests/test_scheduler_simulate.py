@@ -9,7 +9,7 @@ import pytest
 
 from scheduler import curves, extend
 from scheduler.cli import main as cli_main
-from scheduler.fakes import write_synthetic
+from duck.testing.scheduler_fakes import write_synthetic
 from scheduler.policy import make_policy
 from scheduler.simulate import GameDraw, GameSim, Scenario, draw_set, evaluate, group_runs, simulate
 

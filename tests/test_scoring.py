@@ -7,10 +7,11 @@ import random
 import pytest
 from arc_agi import EnvironmentScoreCalculator
 
-from duck.games import RESET, Action, GameSource
-from duck.play import play_game
-from duck.record import read_record
-from duck.scoring import game_score, level_score, score_record
+from duck.game.actions import RESET, Action
+from duck.game.source import GameSource
+from duck.play.session import play_game
+from duck.play.record import read_record
+from duck.play.scoring import game_score, level_score, score_record
 from tests.conftest import solutions
 
 

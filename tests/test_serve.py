@@ -7,7 +7,6 @@ crash later, fail the smoke chat, or ignore SIGTERM."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import socket
 import subprocess
@@ -18,15 +17,16 @@ from pathlib import Path
 import pytest
 
 from duck.config import load_config
-from duck.model import ModelClient, Sampling
-from duck.serve import ServeError, VLLMServer, command
+from duck.llm.client import ModelClient, Sampling
+from duck.llm.serve import ServeError, VLLMServer, command
 
 ROOT = Path(__file__).resolve().parent.parent
 
 STAND_IN = f"""#!{sys.executable}
 import argparse, json, os, signal, sys, threading, time
 sys.path.insert(0, {str(ROOT)!r})
-from duck.stub_server import FixedModel, StubServer
+from duck.testing.stub.models import FixedModel
+from duck.testing.stub.server import StubServer
 
 p = argparse.ArgumentParser()
 p.add_argument("cmd"); p.add_argument("model")

@@ -1,4 +1,4 @@
-"""duck.stats: the paired A/B statistics and their calibration."""
+"""duck.lab.stats: the paired A/B statistics and their calibration."""
 
 from __future__ import annotations
 
@@ -8,8 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from duck.stats import (bootstrap_ci, compare, scores_from_runs_jsonl, sign_flip_pvalue, t975,
-                        within_noise)
+from duck.lab.stats import bootstrap_ci, compare, scores_from_runs_jsonl, sign_flip_pvalue, t975, within_noise
 
 TRACES = Path(__file__).resolve().parents[2] / "shared" / "duck-traces" / "runs.jsonl"
 
@@ -47,7 +46,7 @@ def test_monte_carlo_agrees_with_exact():
     diffs = [rng.normal(0.3, 1.0, size=4) for _ in range(4)]  # 16 pairs: exact enumeration
     exact, how = sign_flip_pvalue(diffs)
     assert how == "exact"
-    import duck.stats as st
+    import duck.lab.stats as st
     old = st.EXACT_MAX_PAIRS
     try:
         st.EXACT_MAX_PAIRS = 4

@@ -5,14 +5,15 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from duck.model import ModelClient, Sampling
-from duck.stub_server import (FixedModel, SolutionModel, StubServer, TraceModel, action_code, common_prefix,
-                              display_to_json, recorded_actions, render, trace_replies)
+from duck.llm.client import ModelClient, Sampling
+from duck.testing.stub.models import FixedModel, SolutionModel, TraceModel, action_code, trace_replies
+from duck.testing.stub.server import StubServer
+from duck.testing.stub.render import common_prefix, render
+from duck.testing.stub.traces import display_to_json, recorded_actions
 
 ROOT = Path(__file__).resolve().parent.parent
 TRACES = ROOT.parent / "shared" / "duck-traces"
@@ -120,7 +121,7 @@ def test_stub_server_command_line(tmp_path):
 
 @pytest.mark.skipif(not (TRACES / "turns").is_dir(), reason="duck-traces not present")
 def test_a_real_trace_gives_one_reply_per_recorded_response():
-    from duck.stub_server import load_trace
+    from duck.testing.stub.traces import load_trace
     turns = load_trace(TRACES, "ft09", 0)
     replies = trace_replies(turns)
     assert len(replies) == sum(len(t["model_responses"]) for t in turns)

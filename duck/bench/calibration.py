@@ -1,4 +1,4 @@
-"""A/A calibration of duck.stats on the Duck's traces: `python -m duck.bench calibration`.
+"""A/A calibration of duck.lab.stats on the Duck's traces: `python -m duck.bench calibration`.
 
 The Duck played every public game in several passes (../shared/duck-traces/runs.jsonl). Split
 each game's passes at random into two disjoint halves, call one A and the other B, pair them
@@ -25,9 +25,10 @@ from pathlib import Path
 
 import numpy as np
 
-from duck.stats import compare, scores_from_runs_jsonl, within_noise
+from duck.paths import SHARED
+from duck.lab.stats import compare, scores_from_runs_jsonl, within_noise
 
-DEFAULT_RUNS = Path(__file__).resolve().parents[3] / "shared" / "duck-traces" / "runs.jsonl"
+DEFAULT_RUNS = SHARED / "duck-traces" / "runs.jsonl"
 
 
 def load(path: Path) -> dict[str, list[float]]:

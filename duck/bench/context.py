@@ -27,11 +27,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[2]
+from duck.paths import PUBLIC_GAMES, SHARED
+
 
 
 def _pick_run(traces: Path, game: str | None, pass_: int | None) -> tuple[str, int]:
-    from duck.stub_server import load_trace, recorded_actions
+    from duck.testing.stub.traces import load_trace, recorded_actions
     runs = [json.loads(line) for line in open(traces / "runs.jsonl")]
     if game and pass_ is not None:
         return next(r["game_id"] for r in runs if r["game_id"].startswith(game)), pass_
@@ -44,14 +45,16 @@ def _pick_run(traces: Path, game: str | None, pass_: int | None) -> tuple[str, i
 
 def run(traces: Path, games: Path, game: str, pass_: int, budget: int, preserve_thinking: bool | None,
         out: Path, overrides: list[str] = (), turns_limit: int | None = None) -> dict[str, Any]:
-    import duck.agent as agent_module
-    from duck.agent import AgentPolicy
-    from duck.context import turn_message
+    import duck.agent.loop as agent_module
+    from duck.agent.loop import AgentPolicy
+    from duck.agent.context import turn_message
     from duck.config import load_config
-    from duck.games import GameSource
-    from duck.play import play_game
-    from duck.record import read_record
-    from duck.stub_server import StubServer, TraceModel, load_trace, recorded_actions
+    from duck.game.source import GameSource
+    from duck.play.session import play_game
+    from duck.play.record import read_record
+    from duck.testing.stub.server import StubServer
+    from duck.testing.stub.models import TraceModel
+    from duck.testing.stub.traces import load_trace, recorded_actions
 
     turns = load_trace(traces, game, pass_)[:turns_limit]
     run_info = next(json.loads(line) for line in open(traces / "runs.jsonl")
@@ -141,8 +144,8 @@ def run(traces: Path, games: Path, game: str, pass_: int, budget: int, preserve_
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m duck.bench context", description=__doc__.split("\n\n")[0])
-    p.add_argument("--traces", default=str(ROOT.parent / "shared" / "duck-traces"))
-    p.add_argument("--games", default=str(ROOT / "environment_files"))
+    p.add_argument("--traces", default=str(SHARED / "duck-traces"))
+    p.add_argument("--games", default=str(PUBLIC_GAMES))
     p.add_argument("--game", default=None, help="game id or prefix (default: the run with the most requests)")
     p.add_argument("--pass", dest="pass_", type=int, default=None)
     p.add_argument("--budget", type=int, default=32768)

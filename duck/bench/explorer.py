@@ -4,7 +4,7 @@
         --max-actions 1000 --workers 2
 
 Plays every game once per seed with `duck.run.play_folder` (records and score.json per seed
-under --out/seed<N>, scored by duck.scoring), then prints one JSON document: per game and
+under --out/seed<N>, scored by duck.play.scoring), then prints one JSON document: per game and
 seed the levels, the actions per completed level and the official score; per game the mean
 score and levels over seeds; overall the score of each seed, their mean, minimum and spread
 (max - min), the mean number of games with level 1 completed, and the number of whole-game
@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from duck.record import read_records
+from duck.play.record import read_records
 from duck.run import play_folder
 
 

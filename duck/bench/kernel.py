@@ -19,12 +19,13 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from duck.games import RESET, Action, GameSource
-from duck.kernel import Kernel
-from duck.play import Session
-from duck.record import RecordWriter
+from duck.paths import BUNDLED_GAMES, PUBLIC_GAMES
+from duck.game.actions import RESET, Action
+from duck.game.source import GameSource
+from duck.sandbox.host import Kernel
+from duck.play.session import Session
+from duck.play.record import RecordWriter
 
-_ROOT = Path(__file__).resolve().parents[2]
 LENGTHS = (10, 100, 500, 1000)
 
 SNIPPET = """
@@ -134,7 +135,7 @@ def main(argv: list[str]) -> int:
     args = p.parse_args(argv)
     games = args.games
     if games is None:
-        public = _ROOT / "environment_files"
-        games = str(public if public.is_dir() and any(public.iterdir()) else _ROOT / "tests" / "games")
+        public = PUBLIC_GAMES
+        games = str(public if public.is_dir() and any(public.iterdir()) else BUNDLED_GAMES)
     print(json.dumps(measure(games, args.game, args.samples)))
     return 0

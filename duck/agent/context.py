@@ -1,0 +1,303 @@
+"""The message history sent to the model, kept prefix-stable under a token budget.
+
+The server's prefix cache reuses the KV of any prompt prefix it has seen, so the cheapest
+history is one that only ever grows at its end. Here:
+
+* the system prompt and every past message are never rewritten;
+* a turn is one user message and the assistant/tool messages that follow it;
+* before each request the prompt size is estimated from the server's own `usage` of the
+  previous request (prompt + completion tokens) plus an estimate of what was appended
+  since, calibrated by the ratio of reported to estimated tokens;
+* when the estimate plus the output cap would pass the budget, a large block of the oldest
+  turns is dropped at once (down to `evict_to` of the budget) and replaced by one compact
+  summary message right after the system prompt. The prompt then changes once, and every
+  later request hits the cache again (the Duck dropped one turn at a time right after the
+  system prompt, so nearly every request missed).
+
+Also here: what the model is told: the prompt files (prompts/*.j2, strict), the turn's user
+message with the frame as a PNG (4x upscaled, ARC palette), and what a call's actions did.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any, Callable
+
+import jinja2
+import numpy as np
+
+CHARS_PER_TOKEN = 3.4  # a first guess; replaced by the server's counts as they come
+IMAGE_TOKENS = 68  # a 256x256 image on Qwen3.6's vision encoder: 8x8 merged patches + marks
+MESSAGE_OVERHEAD = 5  # <|im_start|>role\n ... <|im_end|>\n
+SUMMARY_TOKENS = 700  # room kept for the summary of dropped turns (prompts/summary.j2)
+
+# The ARC-AGI-3 palette (arc_agi.rendering.COLOR_MAP), colour index → RGB.
+PALETTE = np.array([
+    (0xFF, 0xFF, 0xFF), (0xCC, 0xCC, 0xCC), (0x99, 0x99, 0x99), (0x66, 0x66, 0x66),
+    (0x33, 0x33, 0x33), (0x00, 0x00, 0x00), (0xE5, 0x3A, 0xA3), (0xFF, 0x7B, 0xCC),
+    (0xF9, 0x3C, 0x31), (0x1E, 0x93, 0xFF), (0x88, 0xD8, 0xF1), (0xFF, 0xDC, 0x00),
+    (0xFF, 0x85, 0x1B), (0x92, 0x12, 0x31), (0x4F, 0xCC, 0x30), (0xA3, 0x56, 0xD6)], dtype=np.uint8)
+
+
+def frame_png(grid: np.ndarray, scale: int = 4) -> bytes:
+    """The board as a PNG, each cell `scale` x `scale` pixels."""
+    from PIL import Image
+    g = np.asarray(grid, dtype=np.int64) & 15
+    rgb = PALETTE[g].repeat(scale, axis=0).repeat(scale, axis=1)
+    buf = io.BytesIO()
+    Image.fromarray(rgb, "RGB").save(buf, format="PNG", optimize=False, compress_level=6)
+    return buf.getvalue()
+
+
+def image_part(png: bytes) -> dict[str, Any]:
+    return {"type": "image_url",
+            "image_url": {"url": "data:image/png;base64," + base64.b64encode(png).decode()}}
+
+
+def estimate_tokens(message: dict[str, Any]) -> float:
+    """A character-based estimate of one message (before calibration)."""
+    chars, images = 0, 0
+    content = message.get("content")
+    if isinstance(content, str):
+        chars += len(content)
+    elif isinstance(content, list):
+        for part in content:
+            if part.get("type") == "text":
+                chars += len(part.get("text", ""))
+            else:
+                images += 1
+    chars += len(message.get("reasoning_content") or "")
+    for call in message.get("tool_calls") or []:
+        chars += len(call["function"]["arguments"]) + 40
+    return chars / CHARS_PER_TOKEN + images * IMAGE_TOKENS + MESSAGE_OVERHEAD
+
+
+class ContextFull(Exception):
+    """The current turn alone no longer fits the budget: end it and start a fresh one."""
+
+
+@dataclass
+class Turn:
+    index: int
+    level: int
+    actions_before: int
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    estimates: list[float] = field(default_factory=list)
+    actions: list[str] = field(default_factory=list)  # display strings the turn executed
+    outcome: str = ""  # what the actions did, in a few words
+    notes: str = ""  # the notes as they stood at the end of the turn
+
+    @property
+    def estimate(self) -> float:
+        return sum(self.estimates)
+
+
+class Context:
+    """System prompt + [summary] + turns; see the module docstring."""
+
+    def __init__(self, system: str, budget: int, reserve: int, *, evict_to: float = 0.5,
+                 summarise: Callable[[list[Turn], list[dict[str, Any]]], str] | None = None) -> None:
+        self.system = {"role": "system", "content": system}
+        self.budget = budget
+        self.reserve = reserve  # the output cap: prompt + output must fit the budget
+        self.evict_to = evict_to
+        self.summarise = summarise or summary_text
+        self.summary: dict[str, Any] | None = None
+        self.summary_items: list[dict[str, Any]] = []  # what all dropped turns established
+        self.turns: list[Turn] = []
+        self.ratio = 1.0  # reported / estimated tokens, from the server's usage
+        self.evictions = 0
+        self._known: tuple[int, int] | None = None  # (messages counted, tokens) from usage
+        self._calibrated = False
+
+    # -- building -----------------------------------------------------------------------
+    def begin_turn(self, user: dict[str, Any], *, index: int, level: int, actions_before: int) -> Turn:
+        turn = Turn(index, level, actions_before)
+        self.turns.append(turn)
+        self.add(user)
+        return turn
+
+    def add(self, message: dict[str, Any]) -> None:
+        turn = self.turns[-1]
+        turn.messages.append(message)
+        turn.estimates.append(estimate_tokens(message))
+
+    def add_all(self, messages: list[dict[str, Any]]) -> None:
+        for m in messages:
+            self.add(m)
+
+    @property
+    def current(self) -> Turn:
+        return self.turns[-1]
+
+    def messages(self) -> list[dict[str, Any]]:
+        out = [self.system]
+        if self.summary:
+            out.append(self.summary)
+        for t in self.turns:
+            out.extend(t.messages)
+        return out
+
+    # -- budget ---------------------------------------------------------------------------
+    def observe(self, sent: int, prompt_tokens: int | None, completion_tokens: int | None) -> None:
+        """The server counted `prompt_tokens` for the first `sent` messages; the reply that
+        follows them (already appended) took `completion_tokens`."""
+        if not prompt_tokens:
+            return
+        raw = self._raw(sent)
+        if raw > 0:
+            r = prompt_tokens / raw
+            self.ratio = 0.7 * self.ratio + 0.3 * r if self._calibrated else r
+            self._calibrated = True
+        self._known = (sent + 1, prompt_tokens + (completion_tokens or 0))
+
+    def _raw(self, upto: int | None = None) -> float:
+        ests = [estimate_tokens(self.system)] + ([estimate_tokens(self.summary)] if self.summary else [])
+        for t in self.turns:
+            ests.extend(t.estimates)
+        return sum(ests if upto is None else ests[:upto])
+
+    def estimate(self) -> int:
+        """Tokens of the next prompt: the server's count so far, plus estimates beyond it."""
+        n = len(self.messages())
+        if self._known and self._known[0] <= n:
+            upto, tokens = self._known
+            return int(tokens + self.ratio * (self._raw() - self._raw(upto)))
+        return int(self.ratio * self._raw())
+
+    def fit(self) -> bool:
+        """Make the next request fit; True when turns were dropped. Raises ContextFull when
+        even the current turn alone is too long."""
+        limit = self.budget - self.reserve
+        if self.estimate() <= limit:
+            return False
+        target = self.evict_to * self.budget - SUMMARY_TOKENS  # room for the summary itself
+        drop = 0
+        while drop < len(self.turns) - 1:
+            drop += 1
+            rest = self.ratio * (self._raw() - sum(t.estimate for t in self.turns[:drop]))
+            if rest <= target:
+                break
+        if drop == 0 or self.ratio * (self._raw() - sum(t.estimate for t in self.turns[:drop])) > limit:
+            raise ContextFull(f"the current turn alone is ~{self.estimate()} tokens (limit {limit})")
+        dropped, self.turns = self.turns[:drop], self.turns[drop:]
+        self.summary_items.extend(turn_item(t) for t in dropped)
+        self.summary = {"role": "user", "content": self.summarise(dropped, self.summary_items)}
+        self._known = None
+        self.evictions += 1
+        return True
+
+    def drop_current(self) -> Turn:
+        """Forget the current turn (it could not fit); it goes into the summary."""
+        turn = self.turns.pop()
+        self.summary_items.append(turn_item(turn))
+        self.summary = {"role": "user", "content": self.summarise([turn], self.summary_items)}
+        self._known = None
+        self.evictions += 1
+        return turn
+
+
+def turn_item(t: Turn) -> dict[str, Any]:
+    """One dropped turn, reduced to what the summary shows."""
+    return {"turn": t.index, "level": t.level, "actions_before": t.actions_before,
+            "actions": list(t.actions), "outcome": t.outcome, "notes": t.notes}
+
+
+def compress_actions(actions: list[str]) -> str:
+    """['UP', 'UP', 'LEFT'] → 'UP x2, LEFT'."""
+    out: list[str] = []
+    for a in actions:
+        if out and out[-1].rsplit(" x", 1)[0] == a:
+            base, _, n = out[-1].partition(" x")
+            out[-1] = f"{a} x{int(n or 1) + 1}"
+        else:
+            out.append(a)
+    return ", ".join(out)
+
+
+def level_digest(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per level: turns, actions, and how often each action was used."""
+    levels: dict[int, dict[str, Any]] = {}
+    for it in items:
+        d = levels.setdefault(it["level"], {"level": it["level"], "turns": 0, "actions": 0,
+                                            "counts": Counter(), "outcomes": Counter()})
+        d["turns"] += 1
+        d["actions"] += len(it["actions"])
+        d["counts"].update(a.split("(")[0].split(" ")[0] for a in it["actions"])
+        if it["outcome"]:
+            d["outcomes"][it["outcome"]] += 1
+    return [levels[k] for k in sorted(levels)]
+
+
+# ---------------------------------------------------------------------------------------
+# Prompt files (prompts/*.j2): no prompt text lives in Python.
+
+@lru_cache(maxsize=1)
+def _env() -> jinja2.Environment:
+    # The templates are package data of the top-level `prompts` package (in the wheel too).
+    return jinja2.Environment(loader=jinja2.PackageLoader("prompts", ""), undefined=jinja2.StrictUndefined,
+                              autoescape=False, keep_trailing_newline=False)
+
+
+def render(name: str, **variables: Any) -> str:
+    """Render prompts/<name> with strict undefined variables."""
+    return _env().get_template(name).render(**variables).strip()
+
+
+def python_tool(output_chars: int) -> list[dict[str, Any]]:
+    """The one tool's schema; its description is prompts/tool.j2."""
+    return [{"type": "function", "function": {
+        "name": "python", "description": render("tool.j2", output_chars=output_chars),
+        "parameters": {"type": "object", "properties": {"code": {"type": "string"}}, "required": ["code"]}}}]
+
+
+def summary_text(dropped: list[Turn], items: list[dict[str, Any]], recent: int = 24) -> str:
+    """The compact summary that replaces dropped turns (prompts/summary.j2)."""
+    tail = [dict(it, actions_text=compress_actions(it["actions"])) for it in items[-recent:]]
+    return render("summary.j2", first_turn=items[0]["turn"], last_turn=items[-1]["turn"],
+                  levels=level_digest(items), recent=tail, notes=items[-1]["notes"])
+
+
+# ---------------------------------------------------------------------------------------
+# What the model is told each turn
+
+NAMES = {1: "UP", 2: "DOWN", 3: "LEFT", 4: "RIGHT", 5: "SPACE", 6: "MOUSE", 7: "UNDO"}
+
+
+def turn_message(session: Any, agent: Any, notes: Any, last: dict[str, Any] | None, stalled: int,
+                 first: bool, level_start: int) -> dict[str, Any]:
+    """The user message that opens a turn (prompts/turn.j2 and the board as a PNG)."""
+    obs, game = session.obs, session.game
+    text = render("turn.j2", first=first, last=last, stalled=stalled, level=obs.levels_completed + 1,
+                  counts=agent.action_counts_in_prompt, win_levels=game.win_levels,
+                  level_actions=game.actions - level_start, total_actions=game.actions,
+                  actions_left=session.actions_left, notes=notes.view(),
+                  valid_actions=[NAMES[i] for i in obs.available_actions if i in NAMES])
+    png = frame_png(obs.grid, agent.image_scale)
+    return {"role": "user", "content": [{"type": "text", "text": text}, image_part(png)]}
+
+
+def without_animation(message: dict[str, Any]) -> str:
+    """The tool message without animation summaries (the A/B baseline: the Duck had none)."""
+    def strip(v: Any) -> Any:
+        return {k: x for k, x in v.items() if k != "animation"} if isinstance(v, dict) else v
+    return json.dumps({k: strip(v) for k, v in message.items()}, indent=2, default=str)
+
+
+def outcome(r: Any, session: Any, level_before: int, animation: bool = True) -> dict[str, Any]:
+    """What a call's actions did, for the next turn's message and the context summary."""
+    done = [x for x in r.action_results if x.get("executed")]
+    obs = session.obs
+    text = ("won" if obs.state == "WIN" else "level completed" if obs.levels_completed > level_before
+            else "GAME_OVER" if obs.state == "GAME_OVER"
+            else "board changed" if any(x.get("board_changed") for x in done) else "no visible change")
+    return {"count": len(r.actions), "actions": list(r.actions),
+            "animation": (done or [{}])[-1].get("animation") if animation else None,
+            "board_changed": any(x.get("board_changed") for x in done) if done else None, "text": text,
+            "won": obs.state == "WIN", "level_completed": obs.levels_completed > level_before,
+            "game_over": obs.state == "GAME_OVER", "auto_reset": False}

@@ -1,0 +1,324 @@
+"""The explorer: a non-LLM policy, the embedded default and the model-driven agent's fallback.
+
+It explores a graph of states, one graph per level (duck.explorer.graph). A state is the
+board with its HUD masked: the edge lines where counters live (step counters, move budgets,
+timers, lives) are learned from the first transitions (duck.explorer_vision.HudTracker),
+so two boards that differ only in a counter are one state. Each state offers candidate
+actions: the keyboard actions (ACTION1-5 in a seed-shuffled order; ACTION7, an undo in some
+games, later) and clicks, one per object, in tiers (small objects first, then the parts of
+large structures, then large parts, then background; never the HUD; duck.explorer.vision).
+
+Every step goes to the cheapest untried (state, action): cost = shortest-path distance
+through the known graph (BFS; a RESET is a 1-step edge back to the level's start) + the
+action's rank cost. The rank cost learns from what this game showed:
+* a class of action (a key, or the colours + shape of a clicked object) that never changed
+  anything elsewhere is pushed back; one that did is pulled forward; one that ran an
+  animation and came back to the same state (a pour, a program run: a "test" whose outcome
+  depends on the state) is pulled forward most, so it is tried again after each change;
+* an action predicted to lead to an already known state (it changes the same pixels, from
+  and to the same colours, as it last did elsewhere: a toggle back, a move back) is pushed
+  back, and so is a click already tried often on this level (novelty);
+* the colours of the click that completed a level are pulled forward on the next levels.
+An action that changed nothing (outside the HUD) is remembered per state and never retried.
+One that ended in GAME_OVER is not followed again, except earlier in a later attempt when
+GAME_OVERs keep coming after the same number of actions (a move budget, not the action,
+ended the game), or at a high cost once nothing else is left; then a seeded random action.
+
+RESET is sent after GAME_OVER (the only useful action then), or when going back to the
+level's start is the shortest route to an untried action; never as a level's first action
+nor twice in a row (both would restart the whole game outside competition mode). A
+per-level action cap (`level_cap`) ends play on a hopeless level. Deterministic for a seed.
+
+`python -m duck.bench explorer` measures it on a games folder over several seeds.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+from typing import Any
+
+import numpy as np
+
+from duck.explorer.graph import (DEAD, LEVEL, SAME, TIER_COST, Cand, LevelGraph, Node, Stats, Transition, action_of, coarse, distinct)
+from duck.explorer.vision import HudTracker, Target, click_targets
+from duck.play.session import Session
+from duck.policies import game_seed
+
+log = logging.getLogger(__name__)
+
+
+class Explorer:
+    """See the module docstring. Options (the defaults are the benchmarked ones):
+    `level_cap` actions on one level before giving up on the game (None: no cap);
+    `max_clicks` click targets kept per state; `novelty` / `key_novelty` rank cost per
+    doubling of a click's / key's tries on this level; `key_dud` rank cost per try of a key
+    that never changed anything (clicks: 4); `test_bonus` rank bonus of a "test" action;
+    `known_penalty` rank cost of an action predicted to lead to a known state; `trace`
+    keeps the reason of each action in the record's `info`. Unknown options are ignored."""
+
+    name = "explorer"
+
+    def __init__(self, seed: int = 0, level_cap: int | None = None, max_clicks: int = 64,
+                 novelty: float = 1.0, key_novelty: float = 0.0, key_dud: float = 2.0,
+                 test_bonus: float = 1.5, known_penalty: float = 2.5, trace: bool = False,
+                 **_: Any) -> None:
+        self.key_novelty = key_novelty
+        self.key_dud = key_dud
+        self.test_bonus = test_bonus
+        self.known_penalty = known_penalty
+        self.seed = seed
+        self.level_cap = level_cap
+        self.max_clicks = max_clicks
+        self.novelty = novelty
+        self.trace = trace
+
+    # ------------------------------------------------------------------ setup per game
+    def _init(self, session: Session) -> None:
+        self.rng = random.Random(game_seed(self.seed, session.game.game_id))
+        obs = session.obs
+        self.hud = HudTracker(obs.grid.shape)
+        self.keys_order = [a for a in (1, 2, 3, 4, 5) if a in obs.available_actions]
+        self.rng.shuffle(self.keys_order)
+        self.carried: dict[str, Stats] = {}  # class statistics of the levels before
+        self.reversal = Stats()  # how often repeating an effective action undid it
+        self.win_cls: set[str] = set()  # coarse classes of the clicks that completed a level
+        self.graph = LevelGraph(obs.levels_completed, obs.grid)
+        self.graph.rebuild(self.hud)
+        self.last_akey: Any = None
+        self.prev_key: str | None = None  # state before the last effective action
+        self._why: Any = None
+        self._res: str | None = None
+        self.attempt = 0  # actions since the level's start or the last RESET
+        self.death_lengths: list[int] = []  # attempt lengths at each GAME_OVER
+
+    def _new_level(self, obs: Any) -> None:
+        for cls, st in self.graph.cls_stats.items():  # mechanics carry over, but weaker
+            old = self.carried.setdefault(cls, Stats())
+            old.tries += st.tries
+            old.effects += st.effects
+            old.tests += st.tests
+        for st in self.carried.values():
+            st.tries, st.effects, st.tests = ((st.tries + 1) // 2, (st.effects + 1) // 2,
+                                              (st.tests + 1) // 2)
+        self.graph = LevelGraph(obs.levels_completed, obs.grid)
+        self.graph.rebuild(self.hud)
+        self.last_akey = None
+        self.prev_key = None
+        self.attempt = 0
+
+    # ------------------------------------------------------------------ candidates
+    def _cands(self, node: Node, available: list[int]) -> list[Cand]:
+        if node.cands is not None:
+            return node.cands
+        out = [Cand(a, 0.0, f"k{a}", a) for a in self.keys_order]
+        if 7 in available:
+            out.append(Cand(7, 4.0, "k7", 7))
+        if 6 in available:
+            targets: list[Target] = click_targets(node.grid, self.hud.mask)[: self.max_clicks]
+            for t in targets:
+                # a seed-dependent tie-break inside a tier, stable otherwise
+                out.append(Cand((6, t.x, t.y), TIER_COST[t.tier] + self.rng.random() * 0.5,
+                                t.cls, (t.cls, t.x, t.y)))
+        node.cands = out
+        return out
+
+    def _class_stats(self, cls: str) -> tuple[int, int, int]:
+        cur = self.graph.cls_stats.get(cls)
+        old = self.carried.get(cls)
+        return ((cur.tries if cur else 0) + (old.tries if old else 0),
+                (cur.effects if cur else 0) + (old.effects if old else 0),
+                (cur.tests if cur else 0) + (old.tests if old else 0))
+
+    def _cost(self, cand: Cand) -> float:
+        """Rank cost of an untried action: its tier, corrected by what its class did
+        elsewhere (never anything: pushed back; changed the state: pulled forward; ran an
+        animation that came back to the same state, a "test" such as a pour or a program
+        run whose outcome depends on the state: pulled forward most), and by how often this
+        very action (same object, same place) was already tried on this level."""
+        c = cand.base
+        tries, effects, tests = self._class_stats(cand.cls)
+        if not tries:
+            tries, effects, tests = self._class_stats(coarse(cand.cls))
+        if coarse(cand.cls) in self.win_cls:
+            c -= 2.0
+        if tests and tests * 2 >= tries:
+            c -= self.test_bonus
+        elif tries:
+            if effects == 0:
+                c += (4.0 if isinstance(cand.akey, tuple) else self.key_dud) * min(tries, 3)
+            else:
+                c -= effects / tries
+        n = self.graph.tried.get(cand.ident, 0)
+        if n:
+            w = self.novelty if isinstance(cand.akey, tuple) else self.key_novelty
+            c += w * math.log2(1 + n)
+        return c
+
+    def _best_untried(self, node: Node, available: list[int], dead_ok: bool,
+                      here: bool = False, attempt: int = 0) -> tuple[float, Any] | None:
+        """The cheapest untried action of a node reached at `attempt` actions into the
+        current attempt. An action that ended in GAME_OVER counts as untried again when it
+        would now come earlier in an attempt than when it died (a move budget, not the
+        action, may have ended the game); with `dead_ok`, always, at a high cost."""
+        best: tuple[float, Any] | None = None
+        undo_again = (here and self.last_akey is not None and self.reversal.tries >= 2
+                      and self.reversal.effects * 2 >= self.reversal.tries)
+        for cand in self._cands(node, available):
+            res = node.edges.get(cand.akey)
+            if res is None:
+                c = self._cost(cand)
+                if undo_again and cand.akey == self.last_akey:
+                    c += 3.0
+                if self.known_penalty:
+                    pk = self._predict(node, cand)
+                    if pk and pk != node.key and pk in self.graph.nodes:
+                        c += self.known_penalty
+            elif (res == DEAD and attempt + 1 < node.dead_at.get(cand.akey, 0) - 1
+                  and self._budget_death(node.dead_at[cand.akey])):
+                c = self._cost(cand) + 2.0
+            elif res == DEAD and dead_ok:
+                c = self._cost(cand) + 20.0
+            else:
+                continue
+            if best is None or c < best[0]:
+                best = (c, cand.akey)
+        return best
+
+    def _predict(self, node: Node, cand: Cand) -> str:
+        """The state this action would lead to if it changes the same pixels, from and to
+        the same colours, as it last did elsewhere (a button that moves a piece, a tile
+        that toggles); "" when its last change does not fit this board."""
+        pk = node.pred.get(cand.akey)
+        if pk is None:
+            pk = ""
+            dd = self.graph.diffs.get(cand.ident)
+            if dd is not None and node.grid.shape == self.hud.mask.shape:
+                idx, bv, av = dd
+                if np.array_equal(node.grid.ravel()[idx], bv):
+                    t = node.grid.copy()
+                    t.ravel()[idx] = av
+                    pk = self.hud.key(t)
+            node.pred[cand.akey] = pk
+        return pk
+
+    def _budget_death(self, length: int) -> bool:
+        """A GAME_OVER after `length` actions of an attempt looks like a move budget
+        running out when another GAME_OVER came after the same number of actions."""
+        return sum(1 for n in self.death_lengths if abs(n - length) <= 1) >= 2
+
+    # ------------------------------------------------------------------ planning
+    def _plan(self, cur: Node, available: list[int], reset_ok: bool, dead_ok: bool) -> Any | None:
+        """First action of the path to the cheapest untried action: BFS by layers through
+        the known graph (a RESET joins the level's start at distance 1), stopping once the
+        distance alone exceeds the best cost found."""
+        g = self.graph
+        best: tuple[float, Any] | None = None
+        first: dict[str, Any] = {cur.key: None}
+        layer = [cur.key]
+        d = 0
+        while layer:
+            if best is not None and d >= best[0]:
+                break
+            nxt: list[str] = []
+            for k in layer:
+                n = g.nodes[k]
+                attempt = d - 1 if first[k] == "R" else self.attempt + d
+                u = self._best_untried(n, available, dead_ok, k == cur.key, attempt)
+                if u is not None:
+                    c = d + u[0]
+                    if best is None or c < best[0]:
+                        best = (c, u[1] if first[k] is None else first[k])
+                        self._why = (d, round(u[0], 2), str(u[1]))
+                for akey, res in n.edges.items():
+                    if res in (SAME, DEAD, LEVEL) or res in first or res not in g.nodes:
+                        continue
+                    first[res] = akey if first[k] is None else first[k]
+                    nxt.append(res)
+            if d == 0 and reset_ok and g.start not in first and g.start in g.nodes:
+                first[g.start] = "R"
+                nxt.append(g.start)
+            layer = nxt
+            d += 1
+        return None if best is None else best[1]
+
+    # ------------------------------------------------------------------ the loop
+    def play(self, session: Session) -> None:
+        self._init(session)
+        level_start_actions = session.game.actions
+        last_was_reset = False
+        while True:
+            obs = session.obs
+            if obs.state == "WIN":
+                return
+            if obs.levels_completed != self.graph.level:
+                self._new_level(obs)
+                level_start_actions = session.game.actions
+            if self.level_cap is not None and session.game.actions - level_start_actions >= self.level_cap:
+                session.event("explorer", f"level cap {self.level_cap} reached; giving up")
+                return
+            reset_ok = session.game.level_actions > 0 and not last_was_reset
+            if obs.state == "GAME_OVER":
+                if not reset_ok:
+                    return
+                akey = "R"
+            else:
+                cur = self.graph.node(obs.grid, self.hud)
+                akey = self._plan(cur, obs.available_actions, reset_ok, dead_ok=False)
+                if akey is None:
+                    akey = self._plan(cur, obs.available_actions, reset_ok, dead_ok=True)
+                if akey is None:
+                    akey = self._fallback(obs)
+                    self._why = "fallback"
+            self._step(session, akey)
+            last_was_reset = akey == "R"
+
+    def _fallback(self, obs: Any) -> Any:
+        """Everything known is tried: a seeded random action (a click anywhere)."""
+        ids = [a for a in obs.available_actions if a != 0] or [1]
+        a = self.rng.choice(ids)
+        return (6, self.rng.randrange(64), self.rng.randrange(64)) if a == 6 else a
+
+    def _step(self, session: Session, akey: Any) -> None:
+        before = session.obs
+        info = None
+        if self.trace:
+            info = {"why": self._why, "nodes": len(self.graph.nodes), "prev": self._res}
+        after = session.step(action_of(akey), info=info)
+        if after is before:
+            return  # refused (a RESET the Session judged unsafe) or not sent
+        if akey == "R":
+            self.graph.add(Transition(before.grid, "R", after.grid, None), self.hud)
+            self.attempt = 0
+            self.last_akey = None
+            self._res = "reset"
+            return
+        self.attempt += 1
+        node = self.graph.node(before.grid, self.hud)
+        cand = next((c for c in node.cands or () if c.akey == akey), None)
+        if cand is not None:
+            cls, ident = cand.cls, cand.ident
+        else:  # a fallback action
+            cls, ident = (f"k{akey}" if not isinstance(akey, tuple) else "?"), akey
+        if self.hud.observe(before.grid, after.grid):
+            self.graph.rebuild(self.hud)
+        marker = None
+        if after.levels_completed != before.levels_completed or after.state == "WIN":
+            marker = LEVEL
+            if isinstance(akey, tuple) and cand is not None:
+                self.win_cls.add(coarse(cls))
+        elif after.state == "GAME_OVER":
+            marker = DEAD
+            self.death_lengths.append(self.attempt)
+        known = self.hud.key(after.grid) in self.graph.nodes
+        a, b = self.graph.add(Transition(before.grid, akey, after.grid, marker, cls, ident,
+                                         self.attempt, distinct(after.frames)), self.hud)
+        effect = marker is not None or a.key != b.key
+        self._res = "same" if not effect else ("known" if known else "new")
+        if effect and akey == self.last_akey and self.prev_key is not None:
+            self.reversal.tries += 1
+            self.reversal.effects += int(b.key == self.prev_key)
+        if effect:
+            self.prev_key = a.key
+        self.last_akey = akey if effect else None

@@ -1,0 +1,110 @@
+"""What Kaggle gives the notebook: the mode (competition rerun or interactive), the
+attached inputs found under `/kaggle/input` (the competition data, our wheel dataset, the
+model weights), and vLLM installed offline from the wheel dataset.
+
+Kaggle mounts inputs at depths that have changed over time (a Kaggle Model sits 6 levels
+down), so each is found by what it holds rather than by a fixed path; an explicit path
+(`kaggle.competition_dir`, `kaggle.dataset_dir`, `kaggle.model_dir`) wins when set.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Iterator
+
+log = logging.getLogger("duck.kaggle.run")  # the notebook shows this logger's INFO lines
+
+RERUN_ENV = "KAGGLE_IS_COMPETITION_RERUN"
+COMPETITION = "arc-prize-2026-arc-agi-3"
+DATASET_MARKER = "duck-dataset.json"
+
+
+def is_rerun(env: dict[str, str] | None = None) -> bool:
+    return bool((os.environ if env is None else env).get(RERUN_ENV))
+
+
+# ---------------------------------------------------------------------------------------
+# Finding the attached inputs
+
+def _walk_dirs(root: Path, max_depth: int) -> Iterator[Path]:
+    """Folders under `root`, breadth first, at most `max_depth` below it (symlinks kept)."""
+    level = [root]
+    for _ in range(max_depth + 1):
+        nxt = []
+        for d in level:
+            yield d
+            try:
+                nxt += sorted(p for p in d.iterdir() if p.is_dir())
+            except OSError:
+                continue
+        level = nxt
+
+
+def find_competition_dir(input_dir: str | Path, explicit: str = "") -> Path | None:
+    """The competition data: explicit, the usual mount points, or any folder with games."""
+    if explicit:
+        return Path(explicit) if Path(explicit).is_dir() else None
+    root = Path(input_dir)
+    for cand in (root / "competitions" / COMPETITION, root / COMPETITION):
+        if (cand / "environment_files").is_dir():
+            return cand
+    for d in _walk_dirs(root, 3):
+        if (d / "environment_files").is_dir():
+            return d
+    return None
+
+
+def find_dataset_dir(input_dir: str | Path, explicit: str = "") -> Path | None:
+    """Our wheel dataset: the folder holding `duck-dataset.json`."""
+    if explicit:
+        return Path(explicit) if Path(explicit).is_dir() else None
+    for d in _walk_dirs(Path(input_dir), 4):
+        if (d / DATASET_MARKER).is_file():
+            return d
+    return None
+
+
+def _squash(text: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", text.lower())
+
+
+def find_model_dir(input_dir: str | Path, name: str, explicit: str = "") -> Path | None:
+    """The weights: a folder with `config.json` and safetensors; the one whose path names
+    the model when there are several (a Kaggle Model mounts 6 levels deep)."""
+    if explicit:
+        return Path(explicit) if Path(explicit).is_dir() else None
+    found = [d for d in _walk_dirs(Path(input_dir), 7)
+             if (d / "config.json").is_file() and any(d.glob("*.safetensors"))]
+    want = _squash(name.split("/")[-1])
+    named = [d for d in found if want and want in _squash(str(d))]
+    if named:
+        return named[0]
+    return found[0] if len(found) == 1 else None
+
+
+# ---------------------------------------------------------------------------------------
+# Offline installs
+
+def install_vllm(dataset_dir: Path, env_dir: Path, timeout_s: float = 1800.0) -> Path | None:
+    """vLLM into its own venv from the wheel dataset (its numpy pin conflicts with ours).
+    Returns the `vllm` executable, or None when the dataset has no vLLM."""
+    lock = dataset_dir / "vllm.lock"
+    if not lock.is_file():
+        log.info("no vllm.lock in %s: vLLM is not installed from the dataset", dataset_dir)
+        return None
+    exe = env_dir / "bin" / "vllm"
+    if exe.exists():
+        return exe
+    t = time.monotonic()
+    subprocess.run([sys.executable, "-m", "venv", str(env_dir)], check=True, timeout=300)
+    subprocess.run([str(env_dir / "bin" / "python"), "-m", "pip", "install", "--no-index", "--quiet",
+                    "--find-links", str(dataset_dir / "wheels"), "-r", str(lock)],
+                   check=True, timeout=timeout_s)
+    log.info("vLLM installed into %s in %.0f s", env_dir, time.monotonic() - t)
+    return exe if exe.exists() else None

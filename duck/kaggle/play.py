@@ -1,0 +1,148 @@
+"""How the notebook reaches and plays the games: the wait for the rerun's gateway, the
+scheduler's runner in a thread of its own, and the plain pool that plays whatever the
+runner never started. Both runners end by the notebook's deadline (wall clock) plus the
+stop grace, so that a hung game cannot hold up the scorecard's closing.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+import traceback
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any, Callable
+
+log = logging.getLogger("duck.kaggle.run")  # the notebook shows this logger's INFO lines
+
+
+def wait_for_gateway(url: str, timeout_s: float, api_key: str = "", poll_s: float = 2.0) -> list[dict]:
+    """Poll `GET {url}/api/games` until it lists games; raises TimeoutError after `timeout_s`."""
+    deadline = time.monotonic() + max(0.0, timeout_s)
+    last: Any = None
+    while True:
+        try:
+            req = urllib.request.Request(url.rstrip("/") + "/api/games",
+                                         headers={"X-API-Key": api_key} if api_key else {})
+            with urllib.request.urlopen(req, timeout=10) as r:
+                games = json.loads(r.read())
+            if isinstance(games, list) and games:
+                return games
+            last = f"an empty game list ({games!r:.80})"
+        except (urllib.error.URLError, OSError, ValueError) as e:
+            last = e
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"the gateway at {url} did not list games in {timeout_s:.0f} s (last: {last})")
+        time.sleep(min(poll_s, max(0.05, deadline - time.monotonic())))
+
+
+def run_scheduler(cfg: Any, source: Any, game_ids: list[str], play_policy: Callable[[str], Any],
+                  records_dir: Path, deadline: float,
+                  describe: Callable[[str], None]) -> dict[str, dict[str, Any]]:
+    """scheduler.runner.Runner under the configured policy, in a thread of its own (a
+    notebook cell already runs inside an event loop, so asyncio.run cannot be called
+    here), joined by the deadline plus the stop grace: a hung game cannot hold up the
+    scorecard's closing. `describe` is told the runner's setup before it starts."""
+    import asyncio
+    from scheduler.policy import make_policy as make_schedule
+    from scheduler.runner import Runner
+
+    def left() -> float:
+        return deadline - time.time()
+
+    budget = max(0.0, min(cfg.scheduler.budget_s, left()))
+    policy = make_schedule(cfg.scheduler.policy, **cfg.kaggle.scheduler_overrides)
+    runner = Runner(policy, slots=max(1, cfg.scheduler.slots), budget_s=budget,
+                    source=_OneMakeAtATime(source), play_policy=play_policy,
+                    max_actions=cfg.play.max_actions, records_dir=records_dir)
+    describe(f"scheduler.runner ({policy.name}, {runner.slots} slots, {budget:.0f} s)")
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["result"] = asyncio.run(runner.run(game_ids))
+        except BaseException as e:  # reported below; the pool plays what is left
+            box["error"] = e
+            box["trace"] = traceback.format_exc(limit=8)
+
+    t = threading.Thread(target=target, name="duck-runner", daemon=True)
+    t.start()
+    t.join(max(0.0, left()) + cfg.kaggle.stop_grace_s)
+    if t.is_alive():
+        raise TimeoutError("the runner did not return by the deadline plus the stop grace; "
+                           "its games are left to end on their own deadlines")
+    if "error" in box:
+        log.error("the runner failed: %s", box["trace"])
+        raise box["error"]
+    out = {}
+    for g, r in box["result"].summary()["games"].items():
+        if r.get("started_at") is not None:
+            out[g] = {k: r[k] for k in ("levels", "actions", "end_reason", "error") if r.get(k) is not None}
+            out[g]["score"] = round(r.get("score") or 0.0, 4)
+    return out
+
+
+def run_pool(cfg: Any, source: Any, game_ids: list[str], play_policy: Callable[[str], Any],
+             record_path: Callable[[str], Path], deadline: float, mode: str) -> dict[str, dict[str, Any]]:
+    """A plain runner: `scheduler.slots` games at a time, each with an equal share of
+    what is left (the Duck's split), all stopped at the deadline."""
+    import math
+    from concurrent.futures import ThreadPoolExecutor
+    from duck.play.session import play_game
+    slots = max(1, min(cfg.scheduler.slots, len(game_ids)))
+    left = max(0.0, deadline - time.time())
+    waves = math.ceil(len(game_ids) / slots)
+    allot = min(left * slots / max(1, len(game_ids)), left / max(1, waves))
+    stop = threading.Event()
+    end_mono = time.monotonic() + left
+    results: dict[str, dict[str, Any]] = {}
+    one_at_a_time = _OneMakeAtATime(source)
+
+    def one(game_id: str) -> None:
+        if stop.is_set() or time.monotonic() >= end_mono:
+            results[game_id] = {"end_reason": "not_started", "levels": 0, "actions": 0}
+            return
+        game_deadline = min(time.monotonic() + allot, end_mono)
+        r = play_game(one_at_a_time, game_id, play_policy(game_id), max_actions=cfg.play.max_actions,
+                      record_path=record_path(game_id), stop=stop, deadline=game_deadline,
+                      seed=cfg.play.seed, config={"runner": "pool", "mode": mode})
+        results[game_id] = _result_dict(r)
+        log.info("%s: %s", game_id, results[game_id])
+
+    pool = ThreadPoolExecutor(max_workers=slots, thread_name_prefix="duck-game")
+    futures = [pool.submit(one, g) for g in game_ids]
+    grace = cfg.kaggle.stop_grace_s
+    for f in futures:
+        try:
+            f.result(timeout=max(0.0, end_mono - time.monotonic()) + grace)
+        except Exception as e:  # a hung worker or a bug: stop the rest, keep what we have
+            log.error("a game worker did not finish: %r", e)
+            stop.set()
+    stop.set()
+    pool.shutdown(wait=False, cancel_futures=True)
+    for g in game_ids:
+        results.setdefault(g, {"end_reason": "unfinished", "levels": 0, "actions": 0})
+    return results
+
+
+class _OneMakeAtATime:
+    """A game source whose make() runs one at a time (the toolkit's is not meant for threads)."""
+
+    def __init__(self, source: Any) -> None:
+        self._source = source
+        self._lock = threading.Lock()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._source, name)
+
+    def make(self, game_id: str) -> Any:
+        with self._lock:
+            return self._source.make(game_id)
+
+
+def _result_dict(r: Any) -> dict[str, Any]:
+    return {"levels": r.levels, "actions": r.actions, "score": round(r.score, 4),
+            "end_reason": r.end_reason, "state": r.state, **({"error": r.error} if r.error else {})}

@@ -1,0 +1,353 @@
+"""The Kaggle notebook's orchestration: everything `notebook.py` calls, in order.
+
+    run = KaggleRun(started_at=T0)     # mode, config, paths, budget
+    run.prepare_model()                # vLLM's venv from the wheel dataset, then `duck serve`
+    run.open_games()                   # the gateway (rerun) or the public games (interactive)
+    try:
+        run.play()                     # the scheduler's runner over every listed game
+    finally:
+        run.finish()                   # scorecard closed, vLLM stopped, outputs written
+
+Mode: during the competition rerun Kaggle sets `KAGGLE_IS_COMPETITION_RERUN`; the games
+are then reached through the gateway (`kaggle.gateway_url`, COMPETITION mode, one
+scorecard, one make() per game) and the gateway writes `submission.parquet` itself. Any
+other run (Save & Run All, a draft session) is interactive: it plays the public games
+offline from the competition's `environment_files/` and writes a placeholder
+`submission.parquet`, which Kaggle requires for the notebook to be submittable.
+
+Nothing here may stop the notebook: every step catches what goes wrong, logs it, keeps it
+in `summary.json` and degrades. No model server (it did not come up, died, or stopped
+answering): the games are played by the explorer. A game that raises is recorded with its
+error and the others go on. The play ends `kaggle.margin_s` before the notebook's budget,
+and whatever happened the scorecard is closed and vLLM stopped.
+
+Outputs (under `kaggle.working_dir`, which Kaggle keeps): `submission.parquet` (interactive
+only), `duck/records/<game>.jsonl`, `duck/score.json` (interactive), `duck/summary.json`,
+`duck/run.log`, `duck/vllm.log`.
+
+The steps are here; what they rely on is in modules of their own: `duck.kaggle.inputs`
+(the mode, finding the inputs, vLLM's offline install), `duck.llm.health` (the model-down
+flag, the health probe, the fallback policy), `duck.kaggle.play` (the gateway wait, the
+scheduler's runner and the fallback pool), `duck.kaggle.outputs` (summary.json's shape, the
+placeholder submission) and `duck.kaggle.notebook` (notebook.ipynb from notebook.py). Their
+public names are importable from here too.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import threading
+import time
+import traceback
+from contextlib import contextmanager
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from duck.kaggle.inputs import (find_competition_dir, find_dataset_dir, find_model_dir, install_vllm, is_rerun)
+from duck.kaggle.outputs import Step, Summary, write_placeholder_submission
+from duck.kaggle.play import run_pool, run_scheduler, wait_for_gateway
+from duck.llm.health import FallbackPolicy, ModelHealth, probe_model
+
+
+log = logging.getLogger("duck.kaggle.run")
+
+
+class KaggleRun:
+    """One notebook run. Each public method is a notebook cell's work and never raises."""
+
+    def __init__(self, started_at: float | None = None, config: Any = None,
+                 env: dict[str, str] | None = None) -> None:
+        from duck.config import load_config
+        self.env = dict(os.environ if env is None else env)
+        self.t0 = time.time() if started_at is None else started_at
+        self.config_errors: list[str] = []
+        self.cfg = config or self._load_config(load_config)
+        k = self.cfg.kaggle
+        self.rerun = is_rerun(self.env)
+        self.budget_s = k.budget_s if self.rerun else min(k.budget_s, k.interactive_budget_s)
+        self.deadline = self.t0 + self.budget_s - k.margin_s  # games end by then (wall clock)
+        self.working = Path(k.working_dir)
+        self.out = self.working / "duck"
+        self.out.mkdir(parents=True, exist_ok=True)
+        self._log_to_file()
+        self.summary = Summary("rerun" if self.rerun else "interactive", self.t0, self.budget_s, self.deadline)
+        self.summary.errors += self.config_errors
+        self.health = ModelHealth(self.out / "model_down")
+        self.health.mark_down("not started", quiet=True)
+        self.server: Any = None
+        self.model_url: str | None = None
+        self.source: Any = None
+        self.game_ids: list[str] = []
+        self._monitor: threading.Thread | None = None
+        self._monitor_stop = threading.Event()
+        self._restarts = k.model_restarts
+        self._finished = False
+        with self.step("locate"):
+            self.competition_dir = find_competition_dir(k.input_dir, k.competition_dir)
+            self.dataset_dir = find_dataset_dir(k.input_dir, k.dataset_dir)
+            self.model_dir = find_model_dir(k.input_dir, self.cfg.model.name, k.model_dir)
+            self.summary.paths = {"competition": _s(self.competition_dir), "dataset": _s(self.dataset_dir),
+                                  "model": _s(self.model_dir), "working": str(self.working)}
+        log.info("mode %s, budget %.0f s (games end %.0f s from the start), paths %s", self.summary.mode,
+                 self.budget_s, self.deadline - self.t0, self.summary.paths)
+
+    # -- bookkeeping ------------------------------------------------------------------
+
+    def _load_config(self, load_config: Callable) -> Any:
+        """The config from the environment; a variable that does not validate is dropped
+        (and reported) instead of costing the submission."""
+        try:
+            return load_config(env=self.env)
+        except Exception:
+            pass
+        keep = {k: v for k, v in self.env.items() if not k.startswith("DUCK_")}
+        for k, v in self.env.items():
+            if k.startswith("DUCK_"):
+                try:
+                    load_config(env={k: v})
+                    keep[k] = v
+                except Exception as e:
+                    self.config_errors.append(f"{k} ignored: {str(e).splitlines()[0]}")
+                    print(f"duck.kaggle.run: {k} ignored: {e}", file=sys.stderr)
+        return load_config(env=keep)
+
+    def left(self) -> float:
+        """Seconds until the games must have ended."""
+        return self.deadline - time.time()
+
+    @contextmanager
+    def step(self, name: str) -> Iterator[Step]:
+        s = Step(name, round(time.time() - self.t0, 1))
+        if hasattr(self, "summary"):
+            self.summary.steps.append(s)
+        t = time.monotonic()
+        try:
+            yield s
+        except Exception as e:  # a notebook cell must never fail: keep going, degraded
+            s.ok, s.error = False, f"{type(e).__name__}: {e}"
+            log.error("step %s failed: %s\n%s", name, s.error, traceback.format_exc(limit=8))
+            if hasattr(self, "summary"):
+                self.summary.errors.append(f"{name}: {s.error}")
+        finally:
+            s.seconds = round(time.monotonic() - t, 1)
+            if hasattr(self, "summary"):
+                self._write_summary()
+
+    def _log_to_file(self) -> None:
+        root = logging.getLogger()
+        if not any(getattr(h, "_duck_kaggle", False) for h in root.handlers):
+            fmt = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+            fh = logging.FileHandler(self.out / "run.log")
+            sh = logging.StreamHandler(sys.stdout)  # the notebook's output: our steps, and trouble
+            sh.addFilter(lambda r: r.name == log.name or r.levelno >= logging.WARNING)
+            for h in (fh, sh):
+                h.setFormatter(fmt)
+                h._duck_kaggle = True  # type: ignore[attr-defined]
+                root.addHandler(h)
+            root.setLevel(logging.INFO)
+            logging.getLogger("arc_agi").setLevel(logging.WARNING)
+            logging.getLogger("httpx").setLevel(logging.WARNING)
+
+    def _write_summary(self) -> None:
+        try:
+            doc = asdict(self.summary)
+            (self.out / "summary.json").write_text(json.dumps(doc, indent=1, default=str))
+        except Exception as e:  # informative only
+            log.warning("could not write summary.json: %s", e)
+
+    # -- the model server ----------------------------------------------------------------
+
+    def prepare_model(self) -> bool:
+        """Install vLLM from the dataset and start `duck serve`; True when it answers."""
+        m = self.summary.model
+        if not self.cfg.kaggle.use_model:
+            m["status"] = "off (kaggle.use_model=false)"
+            return False
+        if self.model_dir is None:
+            m["status"] = f"no weights for {self.cfg.model.name} under {self.cfg.kaggle.input_dir}: the explorer plays"
+            log.warning(m["status"])
+            return False
+        self.cfg.model.serve.model_path = m["model_path"] = str(self.model_dir)
+        with self.step("install_vllm"):
+            if self.dataset_dir is not None:
+                exe = install_vllm(self.dataset_dir, Path(self.cfg.kaggle.vllm_env_dir))
+                if exe is not None:
+                    self.cfg.model.serve.executable = str(exe)
+            m["executable"] = self.cfg.model.serve.executable
+        with self.step("serve") as s:
+            if self._start_server():
+                m["status"] = "ready"
+                self._start_monitor()
+                return True
+            s.ok = False
+        m.setdefault("status", "did not come up: the explorer plays")
+        return False
+
+    def _start_server(self) -> bool:
+        """`duck serve`'s VLLMServer: ready when /v1/models lists the model and a smoke chat
+        succeeds, bounded by the budget. False (server stopped) when it does not come up."""
+        from duck.llm.serve import VLLMServer
+        timeout = max(1.0, min(self.cfg.model.serve.ready_timeout_s, self.left() - 60))
+        self.server = VLLMServer(self.cfg.model, log_path=self.out / "vllm.log").start()
+        try:
+            ready_s = self.server.wait_ready(timeout)
+        except Exception as e:  # ServeError: crashed, timed out, or the smoke chat failed
+            self.summary.model["status"] = f"did not come up ({type(e).__name__}): the explorer plays"
+            self.summary.model["error"] = str(e)[-2000:]
+            log.error("vLLM did not come up: %s", e)
+            self.server.stop()
+            return False
+        self.model_url = self.server.url
+        self.health.mark_up()
+        self.summary.model["url"] = self.model_url
+        self.summary.model["ready_s"] = round(ready_s, 1)
+        self.summary.model["ready_at_s"] = round(time.time() - self.t0, 1)
+        return True
+
+    def _start_monitor(self) -> None:
+        self._monitor = threading.Thread(target=self._watch_model, name="duck-model-health", daemon=True)
+        self._monitor.start()
+
+    def _probe(self) -> bool:
+        """A one-token chat: a wedged server still answers /v1/models, not this."""
+        return probe_model(self.model_url, self.cfg.kaggle.health_timeout_s)
+
+    def _watch_model(self) -> None:
+        k = self.cfg.kaggle
+        failures = 0
+        while not self._monitor_stop.wait(k.health_interval_s):
+            alive = self.server is not None and self.server.alive()
+            if alive and self._probe():
+                failures = 0
+                continue
+            failures = failures + 1 if alive else k.health_failures
+            if failures < k.health_failures:
+                continue
+            reason = "the server process ended" if not alive else f"{failures} probes failed"
+            self.health.mark_down(reason)
+            self.summary.model.setdefault("down", []).append(
+                {"at_s": round(time.time() - self.t0, 1), "reason": reason})
+            try:
+                self.server.stop()  # a wedged server: fail its open requests now
+            except Exception as e:
+                log.warning("stopping the model server: %s", e)
+            if self._restarts > 0 and self.left() > k.restart_min_left_s and not self._monitor_stop.is_set():
+                self._restarts -= 1
+                log.info("restarting the model server (%d restarts left)", self._restarts)
+                with self.step("serve_restart"):
+                    if self._start_server():
+                        self.summary.model.setdefault("restarted_at_s", []).append(round(time.time() - self.t0, 1))
+                        failures = 0
+                        continue
+            return  # down for good: the explorer plays the rest
+
+    # -- the games -------------------------------------------------------------------------
+
+    def open_games(self) -> list[str]:
+        """The game source and the list of games to play (the rerun waits for the gateway)."""
+        from duck.game.source import GameSource
+        k = self.cfg.kaggle
+        with self.step("open_games"):
+            if self.rerun:
+                wait_for_gateway(k.gateway_url, min(k.gateway_wait_s, max(0.0, self.left())), k.api_key)
+                self.source = GameSource.competition(k.gateway_url, k.api_key)
+            else:
+                if self.competition_dir is None:
+                    raise FileNotFoundError(f"no competition data with environment_files/ under {k.input_dir}")
+                self.source = GameSource.offline(self.competition_dir / "environment_files")
+            ids = [g.game_id for g in self.source.games()]
+            if not self.rerun and k.interactive_games > 0:
+                ids = ids[:k.interactive_games]
+            self.game_ids = ids
+            self.summary.games = ids
+            self.summary.scorecard["card_id"] = self.source.open_scorecard(tags=["duck", self.summary.mode])
+            log.info("%d games to play: %s", len(ids), " ".join(ids))
+        return self.game_ids
+
+    def policy_for(self, game_id: str) -> Any:
+        """The policy a game starts with: model-driven while the server is up, else the explorer."""
+        from duck.policies import make_policy
+        seed = self.cfg.play.seed
+        if self.model_url is None:
+            return make_policy("explorer", seed)
+        return FallbackPolicy(lambda: make_policy("llm", seed, model_url=self.model_url, config=self.cfg),
+                              lambda: make_policy("explorer", seed), self.health)
+
+    def play(self) -> dict[str, dict[str, Any]]:
+        """Every listed game through the scheduler's runner, ending by the deadline."""
+        if self.source is None or not self.game_ids:
+            log.error("no games to play")
+            return {}
+        with self.step("play"):
+            self.summary.runner = "scheduler.runner"
+            results = self._run_scheduler()
+            self.summary.results.update(results)
+        # Games the runner never started (no record: play_game writes one first thing) are
+        # played here, so that no game is left at 0 for a bug in one component. A started
+        # game is never made twice (the gateway allows one make() per game).
+        missing = [g for g in self.game_ids if g not in self.summary.results and not self._record_path(g).exists()]
+        if missing and self.left() > self.cfg.kaggle.stop_grace_s:
+            with self.step("play_remaining"):
+                self.summary.runner += f" + pool for {len(missing)}"
+                self.summary.results.update(self._run_pool(missing))
+        return self.summary.results
+
+    def _record_path(self, game_id: str) -> Path:
+        return self.out / "records" / f"{game_id}.jsonl"
+
+    def _run_scheduler(self) -> dict[str, dict[str, Any]]:
+        """scheduler.runner.Runner in a thread of its own, joined by the deadline plus the
+        stop grace (duck.kaggle_play.run_scheduler); the summary names its setup."""
+        return run_scheduler(self.cfg, self.source, self.game_ids, self.policy_for, self.out / "records",
+                             self.deadline, lambda text: setattr(self.summary, "runner", text))
+
+    def _run_pool(self, game_ids: list[str]) -> dict[str, dict[str, Any]]:
+        """A plain pool: `scheduler.slots` games at a time, an equal share of what is left
+        each, all stopped at the deadline (duck.kaggle_play.run_pool)."""
+        return run_pool(self.cfg, self.source, game_ids, self.policy_for, self._record_path,
+                        self.deadline, self.summary.mode)
+
+    # -- the end ----------------------------------------------------------------------------
+
+    def finish(self) -> None:
+        """Close the scorecard, stop vLLM, write the outputs. Safe to call twice."""
+        if self._finished:
+            return
+        self._finished = True
+        self._monitor_stop.set()
+        with self.step("close_scorecard"):
+            if self.source is not None:
+                card_id = self.summary.scorecard.get("card_id")
+                card = self.source.close()
+                self.summary.scorecard["closed"] = True
+                self.summary.scorecard["closed_at_s"] = round(time.time() - self.t0, 1)
+                if card is not None and not self.rerun:
+                    self.summary.scorecard["toolkit_score"] = getattr(card, "score", None)
+                log.info("scorecard %s closed", card_id)
+        with self.step("stop_model"):
+            if self.server is not None:
+                self.server.stop()
+                self.summary.model["stopped"] = True
+        if not self.rerun:
+            with self.step("score"):
+                if any((self.out / "records").glob("*.jsonl")):
+                    from duck.run import write_score
+                    doc = write_score(self.out)
+                    self.summary.scorecard["score"] = doc.get("score")
+            with self.step("placeholder_submission"):
+                p = write_placeholder_submission(self.working / "submission.parquet")
+                self.summary.submission = str(p)
+        self.summary.ended_at = time.time()
+        self._write_summary()
+        played = sum(1 for r in self.summary.results.values() if r.get("actions", 0) > 0)
+        log.info("done: %d/%d games played, %.0f s of %.0f s, errors: %s", played, len(self.game_ids),
+                 self.summary.ended_at - self.t0, self.budget_s, self.summary.errors or "none")
+
+
+def _s(p: Path | None) -> str | None:
+    return None if p is None else str(p)
+

@@ -1,0 +1,116 @@
+"""Playing the paired units of an A/B experiment (duck.lab.ab.run): a unit is one (game, pass), played
+once per arm with the same seed; A and B are queued next to each other, who goes first
+alternating, and start on the same model endpoint. Finished records are never replayed. Also
+the games of an experiment and the `--shard i/n` share of its units."""
+
+from __future__ import annotations
+
+import logging
+import time
+import zlib
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from duck.lab.ab.config import ARMS, policy_options
+from duck.config import Config
+
+log = logging.getLogger("duck.lab.ab.run")  # the experiment's log, as before the split of duck.lab.ab.run
+
+
+def record_path(out: Path, arm: str, pass_: int, game_id: str) -> Path:
+    return out / arm / f"p{pass_:03d}" / "records" / f"{game_id}.jsonl"
+
+
+def _complete(path: Path) -> bool:
+    if not path.exists():
+        return False
+    from duck.play.record import read_record
+    try:
+        return read_record(path).end is not None
+    except (ValueError, OSError):
+        return False
+
+
+def _run_arm(task: dict[str, Any]) -> dict[str, Any]:
+    """One arm of one (game, pass): a fresh policy, a fresh game, a fresh record."""
+    from duck.game.source import GameSource
+    from duck.play.session import play_game
+    from duck.policies import make_policy
+    cfg = Config.model_validate(task["config"])
+    path = Path(task["record"])
+    if path.exists():
+        path.unlink()  # an unfinished record of an interrupted run: play the unit again
+    opts = policy_options(cfg, unit_index=task["unit_index"], pass_=task["pass"])
+    deadline = time.monotonic() + task["game_seconds"] if task.get("game_seconds") else None
+    t0 = time.monotonic()
+    res = play_game(GameSource.offline(task["games_dir"]), task["game_id"],
+                    make_policy(cfg.play.policy, task["seed"], **opts),
+                    max_actions=cfg.play.max_actions, record_path=path, seed=task["seed"],
+                    deadline=deadline, pass_=task["pass"],
+                    config={"arm": task["arm"], "url": task["url"], **cfg.model_dump(mode="json")})
+    return {"arm": task["arm"], "game_id": res.game_id, "pass": task["pass"], "score": res.score,
+            "levels": res.levels, "actions": res.actions, "end": res.end_reason,
+            "seconds": round(time.monotonic() - t0, 2), "error": res.error}
+
+
+def _first_arm(game_id: str, pass_: int) -> tuple[str, str]:
+    """Alternate which arm is queued first, stably across shards and resumes."""
+    return ARMS if zlib.crc32(f"{game_id}:{pass_}".encode()) % 2 == 0 else ARMS[::-1]
+
+
+def unit_index(games: list[str], game_id: str, pass_: int) -> int:
+    """A unit's place in the round robin over model endpoints (stable across shards)."""
+    return pass_ * len(games) + games.index(game_id)
+
+
+def run_units(units: list[tuple[str, int]], *, out: Path, games_dir: Path, configs: dict[str, Config],
+              games: list[str], workers: int = 1, game_seconds: float | None = None) -> list[dict]:
+    """Play both arms of each (game, pass) unit, A and B next to each other in the queue."""
+    tasks = []
+    for game_id, p in units:
+        k = unit_index(games, game_id, p)
+        for arm in _first_arm(game_id, p):
+            path = record_path(out, arm, p, game_id)
+            if _complete(path):
+                continue
+            urls = configs[arm].model.urls
+            tasks.append({"arm": arm, "game_id": game_id, "pass": p, "seed": p, "record": str(path),
+                          "games_dir": str(games_dir), "config": configs[arm].model_dump(mode="json"),
+                          "unit_index": k, "url": urls[k % len(urls)] if urls else None,
+                          "game_seconds": game_seconds})
+    results = []
+    if not tasks:
+        return results
+    if workers <= 1:
+        results = [_run_arm(t) for t in tasks]
+    else:
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            results = list(pool.map(_run_arm, tasks))
+    for r in results:
+        log.info("%s p%d %s: score %.3f, levels %d, actions %d, %s%s", r["game_id"], r["pass"], r["arm"],
+                 r["score"], r["levels"], r["actions"], r["end"], f" ({r['error']})" if r["error"] else "")
+    return results
+
+
+def select_games(games_dir: Path, only: list[str] | None) -> list[str]:
+    from duck.game.source import GameSource
+    ids = [g.game_id for g in GameSource.offline(games_dir).games()]
+    if only:
+        wanted = set(only)
+        ids = [g for g in ids if g in wanted or g.split("-")[0] in wanted]
+    if not ids:
+        raise SystemExit(f"no games found under {games_dir}" + (f" matching {only}" if only else ""))
+    return sorted(ids)
+
+
+def parse_shard(text: str | None) -> tuple[int, int] | None:
+    if not text:
+        return None
+    try:
+        i, n = (int(v) for v in text.split("/"))
+    except ValueError:
+        raise SystemExit(f"--shard {text!r}: expected i/n, e.g. 1/4") from None
+    if not (n >= 1 and 1 <= i <= n):
+        raise SystemExit(f"--shard {text!r}: i must be 1..n (1-based)")
+    return i, n

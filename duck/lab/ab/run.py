@@ -1,0 +1,203 @@
+"""Paired A/B experiments: `duck ab`, `duck ab-stats`, `duck ab-merge`.
+
+`duck ab --a A.toml --b B.toml --games DIR --passes N --out OUT` plays every game of DIR
+N times with each config. Pass p uses seed p in both arms; the two runs of one (game, pass)
+are queued next to each other (who goes first alternates), so with W workers they run at
+the same time, starting on the same model endpoint (`model.urls[k % len]`, k the unit's
+index; the LLM policy fails over to the others), under the same load. The results are paired per game and pass and compared with duck.lab.stats
+(B − A; bootstrap interval over games; paired sign-flip p-value; per-game wins/losses).
+With `--max-passes M > N`, games whose difference is still within noise get one more pass
+per round, up to M, while `--budget-s` lasts.
+
+Folder layout (each `OUT/<arm>/pNNN` is an ordinary run folder: `duck report` works on it):
+
+    OUT/plan.json                      the two configs, games, passes, shard
+    OUT/a/p000/records/<game>.jsonl    arm A, pass 0 (seed 0); OUT/b/... the same for B
+    OUT/ab.json                        {"delta", "ci95", "p_value", "passes", "games": {...}, ...}
+    OUT/report.html                    summary, config difference, forest plot, per-game table
+
+A finished (game, pass, arm) is never replayed: rerunning the same command resumes, and a
+rerun with a larger `--max-passes` adds adaptive passes. `--shard i/n` (1-based) plays the
+units k with k % n == i-1 of the fixed passes, for one machine of n; `duck ab-merge --out
+OUT SHARD_DIR...` gathers the shards (then `duck ab` on OUT may add adaptive passes).
+
+`duck ab-stats A B` computes the same JSON from existing results: run folders (any folder
+with records/ below it; runs are paired by their header's pass, or by seed when passes
+repeat) or files in the format of duck-traces/runs.jsonl (`game_id`, `pass`,
+`final_score`), with optional pass filters and pairing by order for A/A splits. With one
+argument it recomputes an OUT folder of `duck ab`.
+
+The pieces: duck.lab.ab.config (the arms' configs and policy options), duck.lab.ab.play (playing the
+paired units), duck.lab.ab.scores (scores from folders and files) and duck.lab.ab.results (ab.json,
+report.html, merging shards, ab-stats); this module runs an experiment (`run_ab`) and holds
+the commands, and re-exports the pieces' public names.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+from duck.lab.ab.config import ARMS, config_diff, load_arm
+from duck.lab.ab.play import parse_shard, run_units, select_games
+from duck.lab.ab.results import ab_document, merge, stats_from_paths, write_outputs
+from duck.lab.ab.scores import (arm_scores)
+from duck.config import Config
+from duck.lab.stats import compare
+
+log = logging.getLogger(__name__)
+
+
+# ---------------------------------------------------------------------------------------
+# The experiment
+# ---------------------------------------------------------------------------------------
+
+def _plan(args: argparse.Namespace, configs: dict[str, Config], games: list[str]) -> dict[str, Any]:
+    def arm(files: list[str], sets: list[str] | None, cfg: Config) -> dict[str, Any]:
+        label = " + ".join(Path(f).stem for f in files) + (f" [{', '.join(sets)}]" if sets else "")
+        return {"files": files, "overrides": sets or [], "label": label, "config": cfg.model_dump(mode="json")}
+    return {"a": arm(args.a, args.set_a, configs["a"]), "b": arm(args.b, args.set_b, configs["b"]),
+            "games_dir": str(args.games), "games": games, "passes": args.passes,
+            "max_passes": max(args.passes, args.max_passes or args.passes), "shard": args.shard}
+
+
+def _check_plan(out: Path, plan: dict[str, Any]) -> None:
+    path = out / "plan.json"
+    if path.exists():
+        old = json.loads(path.read_text())
+        for arm in ARMS:
+            if old[arm]["config"] != plan[arm]["config"]:
+                diff = config_diff(Config.model_validate(old[arm]["config"]),
+                                   Config.model_validate(plan[arm]["config"]))
+                raise SystemExit(f"{out} holds another experiment (arm {arm} differs: {diff}); "
+                                 f"use a new --out")
+    path.write_text(json.dumps(plan, indent=1))
+
+
+def run_ab(args: argparse.Namespace) -> dict[str, Any]:
+    t0 = time.monotonic()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    configs = {"a": load_arm(args.a, args.set_a), "b": load_arm(args.b, args.set_b)}
+    games_dir = Path(args.games)
+    games = select_games(games_dir, args.only)
+    plan = _plan(args, configs, games)
+    _check_plan(out, plan)
+    workers = args.workers or configs["a"].play.workers
+    units = [(g, p) for p in range(args.passes) for g in games]
+    shard = parse_shard(args.shard)
+    if shard:
+        i, n = shard
+        units = [u for k, u in enumerate(units) if k % n == i - 1]
+    run_units(units, out=out, games_dir=games_dir, configs=configs, games=games, workers=workers,
+              game_seconds=args.game_seconds)
+    rounds = 0
+    if not shard and plan["max_passes"] > args.passes:
+        while args.budget_s is None or time.monotonic() - t0 < args.budget_s:
+            doc = compare(arm_scores(out, "a"), arm_scores(out, "b"), n_boot=200, n_perm=200)
+            extra = []
+            for g in games:
+                s = doc["games"].get(g)
+                if s and s["within_noise"] and s["passes"] < plan["max_passes"]:
+                    extra.append((g, max(s["keys"]) + 1))
+            if not extra:
+                break
+            rounds += 1
+            log.info("adaptive round %d: one more pass of %s", rounds, ", ".join(g for g, _ in extra))
+            run_units(extra, out=out, games_dir=games_dir, configs=configs, games=games, workers=workers,
+                      game_seconds=args.game_seconds)
+    doc = ab_document(out, plan, n_boot=args.boot, n_perm=args.perm, seed=args.stats_seed)
+    doc["adaptive_rounds"] = rounds
+    doc["shard"] = args.shard
+    doc["seconds"] = round(time.monotonic() - t0, 1)
+    write_outputs(out, doc)
+    return doc
+
+
+# ---------------------------------------------------------------------------------------
+# Command line
+# ---------------------------------------------------------------------------------------
+
+def _brief(doc: dict[str, Any]) -> dict[str, Any]:
+    keys = ("delta", "ci95", "p_value", "passes", "a_mean", "b_mean", "n_games", "n_pairs", "wins",
+            "losses", "ties", "significant", "adaptive_rounds", "seconds")
+    return {k: doc[k] for k in keys if k in doc} | {
+        "games": {g: {"delta": round(s["delta"], 4), "a": [round(x, 3) for x in s["a"]],
+                      "b": [round(x, 3) for x in s["b"]]} for g, s in doc.get("games", {}).items()}}
+
+
+def _cmd_ab(args: argparse.Namespace) -> int:
+    doc = run_ab(args)
+    print(json.dumps(_brief(doc) | {"ab_json": str(Path(args.out) / "ab.json"),
+                                    "report": str(Path(args.out) / "report.html")}, indent=1))
+    return 0
+
+
+def _cmd_stats(args: argparse.Namespace) -> int:
+    doc = stats_from_paths(args.A, args.B, a_passes=args.a_passes, b_passes=args.b_passes,
+                           pair_by=args.pair_by, n_boot=args.boot, n_perm=args.perm, seed=args.stats_seed)
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        write_outputs(out, doc)
+    print(json.dumps(doc, indent=1))
+    return 0
+
+
+def _cmd_merge(args: argparse.Namespace) -> int:
+    doc = merge(Path(args.out), [Path(s) for s in args.shards], n_boot=args.boot, n_perm=args.perm,
+                seed=args.stats_seed)
+    print(json.dumps(_brief(doc) | {"ab_json": str(Path(args.out) / "ab.json")}, indent=1))
+    return 0
+
+
+def _stats_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--boot", type=int, default=10000, help="bootstrap resamples")
+    p.add_argument("--perm", type=int, default=20000, help="sign flips when not enumerated exactly")
+    p.add_argument("--stats-seed", type=int, default=0)
+
+
+def register(sub: Any) -> None:
+    from duck.run import BUNDLED_GAMES
+    p = sub.add_parser("ab", help="paired A/B experiment of two configs on the same games and seeds")
+    p.add_argument("--a", nargs="+", required=True, metavar="TOML",
+                   help="config files of arm A (the baseline), applied in order")
+    p.add_argument("--b", nargs="+", required=True, metavar="TOML",
+                   help="config files of arm B (the variant), e.g. the baseline then one change")
+    p.add_argument("--set-a", action="append", default=None, metavar="KEY=VALUE", help="override for A")
+    p.add_argument("--set-b", action="append", default=None, metavar="KEY=VALUE", help="override for B")
+    p.add_argument("--games", default=str(BUNDLED_GAMES), help="environments folder")
+    p.add_argument("--passes", type=int, default=3, help="passes per game (pass p uses seed p)")
+    p.add_argument("--max-passes", type=int, default=None,
+                   help="adaptive: more passes for games within noise, up to this many")
+    p.add_argument("--budget-s", type=float, default=None, help="no new adaptive round after this long")
+    p.add_argument("--game-seconds", type=float, default=None, help="wall-clock limit per game run")
+    p.add_argument("--out", required=True, help="experiment folder")
+    p.add_argument("--only", nargs="*", default=None, help="game ids or 4-letter prefixes")
+    p.add_argument("--shard", default=None, help="i/n: play only this machine's share (1-based)")
+    p.add_argument("--workers", type=int, default=None, help="parallel game processes (default play.workers)")
+    _stats_args(p)
+    p.set_defaults(func=_cmd_ab)
+
+    s = sub.add_parser("ab-stats", help="A/B statistics from run folders or runs.jsonl-format files")
+    s.add_argument("A", help="arm A: run folder, record, runs.jsonl file; or alone: a `duck ab` folder")
+    s.add_argument("B", nargs="?", default=None, help="arm B")
+    s.add_argument("--a-passes", default=None, help="keep only these passes of A, e.g. 0-4")
+    s.add_argument("--b-passes", default=None, help="keep only these passes of B, e.g. 5-9")
+    s.add_argument("--pair-by", choices=["key", "order"], default="key",
+                   help="pair runs by pass (or seed) [key], or by rank within each game [order]")
+    s.add_argument("--out", default=None, help="also write ab.json and report.html here")
+    _stats_args(s)
+    s.set_defaults(func=_cmd_stats)
+
+    m = sub.add_parser("ab-merge", help="gather `duck ab --shard` folders into one and score it")
+    m.add_argument("shards", nargs="+", help="shard folders of one experiment")
+    m.add_argument("--out", required=True)
+    _stats_args(m)
+    m.set_defaults(func=_cmd_merge)
+
+

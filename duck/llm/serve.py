@@ -1,0 +1,264 @@
+"""`duck serve`: the vLLM server for Qwen3.6-27B-FP8 / Qwen3.8-27B-FP8, as a supervised child.
+
+`command(cfg)` builds the `vllm serve` command line (DESIGN §1c). Each flag, as named in
+vLLM's engine arguments:
+
+* `--tool-call-parser qwen3_coder --enable-auto-tool-choice`: Qwen3.6/3.8 write tool calls
+  in the XML-like `<function=python><parameter=code>` format that parser reads;
+* `--reasoning-parser qwen3`: thinking comes back separately (`reasoning`), not in content;
+* `--enable-prefix-caching`: the agent's prompts are prefix-stable (duck.agent.context);
+* `--enable-prompt-tokens-details`: `usage.prompt_tokens_details.cached_tokens`, so the
+  records show the cache hit rate;
+* `--max-model-len`, `--gpu-memory-utilization`, `--max-num-seqs`, `--kv-cache-dtype`;
+* what the field found stable on the RTX Pro 6000 (runs wedged or crashed after 8-42 min
+  otherwise): `--max-num-batched-tokens 8192`, piecewise CUDA graphs
+  (`--compilation-config '{"cudagraph_mode": "PIECEWISE"}'`), the CUTLASS FP8 GEMM
+  (`--linear-backend cutlass`), and the PyTorch top-k/top-p sampler instead of FlashInfer's
+  (`VLLM_USE_FLASHINFER_SAMPLER=0`: FlashInfer's multi-CTA top-k kernel livelocked Qwen3.6
+  under prefill bursts, vLLM issues #43885 and #49203; it became vLLM's default in 0.21);
+* `--limit-mm-per-prompt '{"image": N, "video": 0}'`: one board image per turn in history.
+
+`VLLMServer` starts it in its own process group with its output in a log file, is ready
+when `/v1/models` lists the model and a smoke chat succeeds, notices a crash (the process
+exited, with the log's tail in the error) and stops cleanly (SIGTERM to the group, then
+SIGKILL). Several GPUs: one server per GPU (`CUDA_VISIBLE_DEVICES`), ports counting up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from duck.config import ModelConfig, ServeConfig, load_config
+
+log = logging.getLogger(__name__)
+
+
+class ServeError(RuntimeError):
+    """The server did not start, did not become ready, or died."""
+
+
+def command(serve: ServeConfig, model_name: str, port: int | None = None) -> tuple[list[str], dict[str, str]]:
+    """The vLLM command line and the environment variables it needs."""
+    argv = [serve.executable, "serve", serve.model_path,
+            "--served-model-name", model_name,
+            "--host", serve.host, "--port", str(port or serve.port),
+            "--max-model-len", str(serve.max_model_len),
+            "--gpu-memory-utilization", str(serve.gpu_memory_utilization),
+            "--max-num-seqs", str(serve.max_num_seqs),
+            "--max-num-batched-tokens", str(serve.max_num_batched_tokens),
+            "--enable-prefix-caching",
+            "--enable-prompt-tokens-details",
+            "--enable-auto-tool-choice", "--tool-call-parser", "qwen3_coder",
+            "--reasoning-parser", "qwen3",
+            "--limit-mm-per-prompt", json.dumps({"image": serve.images_per_prompt, "video": 0})]
+    if serve.cudagraph_mode:
+        argv += ["--compilation-config", json.dumps({"cudagraph_mode": serve.cudagraph_mode})]
+    if serve.linear_backend:
+        argv += ["--linear-backend", serve.linear_backend]
+    if serve.kv_cache_dtype and serve.kv_cache_dtype != "auto":
+        argv += ["--kv-cache-dtype", serve.kv_cache_dtype]
+    argv += list(serve.extra_args)
+    env = {"VLLM_USE_FLASHINFER_SAMPLER": "1" if serve.flashinfer_sampler else "0"}
+    return argv, env
+
+
+class VLLMServer:
+    """One supervised `vllm serve` process."""
+
+    def __init__(self, model: ModelConfig, *, port: int | None = None, gpu: str | None = None,
+                 log_path: str | Path | None = None) -> None:
+        self.model = model
+        self.serve = model.serve
+        self.port = port or self.serve.port
+        self.gpu = gpu
+        self.log_path = Path(log_path or self.serve.log_path)
+        self.proc: subprocess.Popen | None = None
+        self.ready_s: float | None = None
+
+    @property
+    def url(self) -> str:
+        host = "127.0.0.1" if self.serve.host in ("0.0.0.0", "") else self.serve.host
+        return f"http://{host}:{self.port}"
+
+    def start(self) -> "VLLMServer":
+        argv, extra_env = command(self.serve, self.model.name, self.port)
+        env = dict(os.environ, **extra_env)
+        if self.gpu is not None:
+            env["CUDA_VISIBLE_DEVICES"] = self.gpu
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        logf = open(self.log_path, "ab")
+        logf.write(f"\n==== {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(argv)}\n".encode())
+        logf.flush()
+        log.info("starting: %s", " ".join(argv))
+        self.t0 = time.monotonic()
+        self.proc = subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                     env=env, start_new_session=True)
+        logf.close()  # the child keeps its own handle
+        return self
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def check(self) -> None:
+        """Raise ServeError when the process has died."""
+        if self.proc is None:
+            raise ServeError("the server was never started")
+        code = self.proc.poll()
+        if code is not None:
+            raise ServeError(f"vLLM exited with code {code}; last log lines:\n{self.log_tail()}")
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    def wait_ready(self, timeout: float | None = None, poll_s: float = 1.0) -> float:
+        """Block until `/v1/models` lists the model and a smoke chat succeeds; returns the
+        seconds since start. Raises ServeError on a crash or on time-out."""
+        from duck.llm.client import list_models  # (openai is slow to import: only when needed)
+        deadline = time.monotonic() + (timeout or self.serve.ready_timeout_s)
+        while True:
+            self.check()
+            try:
+                if self.model.name in list_models(self.url, timeout=5.0):
+                    break
+            except Exception as e:  # not listening yet, or still loading
+                log.debug("not ready yet: %s", e)
+            if time.monotonic() > deadline:
+                raise ServeError(f"vLLM not ready after {timeout or self.serve.ready_timeout_s:.0f} s; "
+                                 f"last log lines:\n{self.log_tail()}")
+            time.sleep(poll_s)
+        self.smoke()
+        self.ready_s = time.monotonic() - self.t0
+        return self.ready_s
+
+    def smoke(self) -> str:
+        """One short chat with thinking off; raises ServeError when it fails."""
+        from duck.llm.client import ModelClient, ModelError, Sampling
+        sampling = Sampling(model=self.model.name, temperature=0.0, top_p=1.0, top_k=1, thinking=False,
+                            preserve_thinking=None, max_output_tokens=16)
+        try:
+            reply = ModelClient(self.url, sampling, timeout_s=120.0, retries=self.model.retries,
+                                backoff_s=self.model.backoff_s).chat(
+                [{"role": "user", "content": "Reply with the single word OK."}], seed=0)
+        except ModelError as e:
+            self.check()
+            raise ServeError(f"smoke chat failed: {e}") from e
+        if not (reply.content or reply.reasoning or reply.tool_calls):
+            raise ServeError("smoke chat returned an empty reply")
+        return reply.content
+
+    def stop(self, grace_s: float = 30.0) -> int | None:
+        """SIGTERM to the process group, then SIGKILL after `grace_s`; returns the exit code."""
+        if self.proc is None or self.proc.poll() is not None:
+            return None if self.proc is None else self.proc.returncode
+        for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10.0)):
+            try:
+                os.killpg(self.proc.pid, sig)
+            except ProcessLookupError:
+                break
+            try:
+                return self.proc.wait(timeout=wait)
+            except subprocess.TimeoutExpired:
+                log.warning("vLLM did not stop on %s", sig.name)
+        return self.proc.poll()
+
+    def __enter__(self) -> "VLLMServer":
+        self.start()
+        try:
+            self.wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+
+def start_servers(model: ModelConfig, gpus: list[str] | None, log_dir: str | Path | None = None) -> list[VLLMServer]:
+    """One server per GPU (or one server when `gpus` is empty), all ready or an error."""
+    gpus = gpus or [None]  # type: ignore[list-item]
+    servers = []
+    for i, gpu in enumerate(gpus):
+        log_path = Path(log_dir, f"vllm_{i}.log") if log_dir else (
+            model.serve.log_path if len(gpus) == 1 else Path(model.serve.log_path).with_suffix(f".{i}.log"))
+        servers.append(VLLMServer(model, port=model.serve.port + i, gpu=gpu, log_path=log_path).start())
+    try:
+        for s in servers:
+            s.wait_ready()
+    except BaseException:
+        for s in servers:
+            s.stop()
+        raise
+    return servers
+
+
+def _main(args: argparse.Namespace) -> int:
+    cfg = load_config(args.config or [], args.set or [])
+    if args.executable:
+        cfg.model.serve.executable = args.executable
+    if args.port:
+        cfg.model.serve.port = args.port
+    if args.model_path:
+        cfg.model.serve.model_path = args.model_path
+    gpus = [g for g in (args.gpus or "").split(",") if g]
+    if args.dry_run:
+        for i in range(max(1, len(gpus))):
+            argv, env = command(cfg.model.serve, cfg.model.name, cfg.model.serve.port + i)
+            print(" ".join(f"{k}={v}" for k, v in env.items()), " ".join(_quote(a) for a in argv))
+        return 0
+    stopping = {"sig": None}
+
+    def on_signal(sig: int, _frame: Any) -> None:
+        stopping["sig"] = sig
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    try:
+        servers = start_servers(cfg.model, gpus, args.log_dir)
+    except ServeError as e:
+        print(json.dumps({"ready": False, "error": str(e)}), flush=True)
+        return 1
+    print(json.dumps({"ready": True, "urls": [s.url for s in servers],
+                      "ready_s": [round(s.ready_s or 0, 1) for s in servers]}), flush=True)
+    code = 0
+    try:
+        while stopping["sig"] is None:
+            dead = [s for s in servers if not s.alive()]
+            if dead:
+                print(json.dumps({"crashed": [s.url for s in dead],
+                                  "log_tail": dead[0].log_tail(10)}), flush=True, file=sys.stderr)
+                code = 2
+                break
+            time.sleep(1.0)
+    finally:
+        for s in servers:
+            s.stop()
+    return code
+
+
+def _quote(a: str) -> str:
+    return f"'{a}'" if any(c in a for c in " {}\"") else a
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("serve", help="start vLLM (one server per GPU), wait until ready, supervise it")
+    p.add_argument("--config", nargs="*", default=None, help="config files (TOML/JSON)")
+    p.add_argument("--set", nargs="*", default=None, help="overrides like model.serve.max_num_seqs=24")
+    p.add_argument("--model-path", default=None)
+    p.add_argument("--port", type=int, default=None)
+    p.add_argument("--gpus", default=None, help="comma-separated GPU ids: one server each, ports counting up")
+    p.add_argument("--executable", default=None, help="the vllm executable (a stand-in in tests)")
+    p.add_argument("--log-dir", default=None)
+    p.add_argument("--dry-run", action="store_true", help="print the command and exit")
+    p.set_defaults(func=_main)

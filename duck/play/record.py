@@ -1,0 +1,177 @@
+"""Per-game JSONL run records, written and flushed line by line as play happens.
+
+A record is the single source of truth for a game run: the score, the report and the
+replays are computed from it without re-running anything. A run killed mid-game keeps
+every line up to its last action, because each line is flushed before the next action
+is sent.
+
+Lines (one JSON object each, `"type"` first):
+
+* `header`: game id, title, baselines, win_levels, policy, seed, config, versions, start time
+  and the initial board (`grid`).
+* `action`: `i` (actions so far, RESETs included), `action` ([id] or [6, x, y]),
+  `frames` (animation length), `hash` (of the final grid), `grid` (compact final grid, only
+  when it differs from the previous line's), `levels`, `state`, `t` (seconds since start),
+  and optional `info` (anything the policy wants kept, e.g. the model turn).
+* `event`: something worth keeping that is not an action (an error, a refused action, a
+  model-server failure, notes at a level's end): `kind`, `message`, optional `data`.
+* `end`: `reason`, `levels`, `actions`, `state`, `t`.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import platform
+import time
+import zlib
+from dataclasses import dataclass, field
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+
+from duck.game.actions import Action
+from duck.game.source import Observation
+
+
+def grid_hash(grid: np.ndarray) -> str:
+    return hashlib.sha1(np.ascontiguousarray(grid, dtype=np.int8).tobytes()).hexdigest()[:16]
+
+
+def pack_grid(grid: np.ndarray) -> str:
+    """64x64 colours → ~100-400 characters (zlib over the int8 bytes, base64)."""
+    raw = np.ascontiguousarray(grid, dtype=np.int8)
+    return f"{raw.shape[0]}x{raw.shape[1]}:" + base64.b64encode(zlib.compress(raw.tobytes(), 6)).decode()
+
+
+def unpack_grid(text: str) -> np.ndarray:
+    shape, data = text.split(":", 1)
+    h, w = (int(v) for v in shape.split("x"))
+    return np.frombuffer(zlib.decompress(base64.b64decode(data)), dtype=np.int8).reshape(h, w)
+
+
+def versions() -> dict[str, str]:
+    out = {"python": platform.python_version()}
+    for pkg in ("duck-arc3", "arc-agi", "arcengine", "numpy", "openai"):
+        try:
+            out[pkg] = version(pkg)
+        except PackageNotFoundError:
+            pass
+    return out
+
+
+@dataclass
+class RecordWriter:
+    """Appends lines to one game's record; every write is flushed to the OS at once."""
+
+    path: Path
+    t0: float = field(default_factory=time.monotonic)
+    _last_hash: str | None = None
+    _closed: bool = False
+
+    def __post_init__(self) -> None:
+        self.path = Path(self.path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._f = open(self.path, "a", encoding="utf-8")
+
+    def _write(self, obj: dict[str, Any]) -> None:
+        self._f.write(json.dumps(obj, separators=(",", ":")) + "\n")
+        self._f.flush()
+
+    def elapsed(self) -> float:
+        return round(time.monotonic() - self.t0, 3)
+
+    def header(self, *, game_id: str, title: str, baselines: list[int] | None, obs: Observation,
+               policy: str, seed: int | None, config: dict[str, Any] | None = None,
+               pass_: int = 0) -> None:
+        self._last_hash = grid_hash(obs.grid)
+        self._write({"type": "header", "game_id": game_id, "title": title, "baselines": baselines,
+                     "win_levels": obs.win_levels, "policy": policy, "seed": seed, "pass": pass_,
+                     "config": config or {}, "versions": versions(),
+                     "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                     "available_actions": obs.available_actions, "levels": obs.levels_completed,
+                     "state": obs.state, "grid": pack_grid(obs.grid)})
+
+    def action(self, i: int, action: Action, obs: Observation, info: dict[str, Any] | None = None) -> None:
+        h = grid_hash(obs.grid)
+        line: dict[str, Any] = {"type": "action", "i": i, "action": action.to_json(),
+                                "frames": len(obs.frames), "hash": h}
+        if h != self._last_hash:
+            line["grid"] = pack_grid(obs.grid)
+        line |= {"levels": obs.levels_completed, "state": obs.state, "t": self.elapsed()}
+        if info:
+            line["info"] = info
+        self._last_hash = h
+        self._write(line)
+
+    def event(self, kind: str, message: str, data: Any = None) -> None:
+        line: dict[str, Any] = {"type": "event", "kind": kind, "message": message, "t": self.elapsed()}
+        if data is not None:
+            line["data"] = data
+        self._write(line)
+
+    def end(self, reason: str, levels: int, actions: int, state: str) -> None:
+        if self._closed:
+            return
+        self._write({"type": "end", "reason": reason, "levels": levels, "actions": actions,
+                     "state": state, "t": self.elapsed()})
+        self.close()
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._f.close()
+
+
+@dataclass
+class Record:
+    """A record read back. Tolerates a torn last line (a run killed mid-write)."""
+
+    header: dict[str, Any]
+    actions: list[dict[str, Any]]
+    events: list[dict[str, Any]]
+    end: dict[str, Any] | None
+    path: Path | None = None
+
+    @property
+    def game_id(self) -> str:
+        return self.header["game_id"]
+
+    def grids(self) -> Iterator[tuple[int, np.ndarray]]:
+        """(action index, final grid) for the header (index 0) and every action."""
+        grid = unpack_grid(self.header["grid"])
+        yield 0, grid
+        for a in self.actions:
+            if "grid" in a:
+                grid = unpack_grid(a["grid"])
+            yield a["i"], grid
+
+
+def read_record(path: str | Path) -> Record:
+    header, actions, events, end = None, [], [], None
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f):
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError:
+                break  # a torn last line: everything before it is intact
+            kind = obj.get("type")
+            if kind == "header":
+                header = obj
+            elif kind == "action":
+                actions.append(obj)
+            elif kind == "event":
+                events.append(obj)
+            elif kind == "end":
+                end = obj
+    if header is None:
+        raise ValueError(f"{path}: no header line; not a run record")
+    return Record(header, actions, events, end, Path(path))
+
+
+def read_records(run_dir: str | Path) -> list[Record]:
+    folder = Path(run_dir) / "records"
+    return [read_record(p) for p in sorted(folder.glob("*.jsonl"))]

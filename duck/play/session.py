@@ -1,0 +1,177 @@
+"""Playing one game with any policy: the budget, the stop signals and the record.
+
+Every policy (random, explorer, the model-driven agent) plays through a `Session`, never
+through the environment directly. `Session.step` checks the action budget, the stop event
+and the deadline *before* sending an action, records the action *before* returning, and
+reports progress to the scheduler. A policy is any object with `name` and
+`play(session)`; it returns when it has nothing more to do, or the session raises
+`PlayStopped` to end it between two actions.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Protocol
+
+from duck.game.actions import Action
+from duck.game.source import Game, GameError, GameSource, Observation
+from duck.play.record import RecordWriter
+
+log = logging.getLogger(__name__)
+
+
+class PlayStopped(Exception):
+    """Raised by `Session.step` when the game must end; `reason` says why."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class Progress:
+    game_id: str
+    levels: int
+    actions: int
+    elapsed: float
+    state: str
+
+
+@dataclass
+class GameResult:
+    game_id: str
+    levels: int
+    actions: int
+    score: float
+    end_reason: str
+    state: str = ""
+    error: str | None = None
+
+
+class Policy(Protocol):
+    name: str
+
+    def play(self, session: "Session") -> None: ...
+
+
+class Session:
+    """One game being played under a budget, with everything recorded."""
+
+    def __init__(self, game: Game, writer: RecordWriter, *, max_actions: int,
+                 stop: threading.Event | None = None, deadline: float | None = None,
+                 on_progress: Callable[[Progress], None] | None = None,
+                 fresh: threading.Event | None = None) -> None:
+        self.game = game
+        # Set by the scheduler to ask for a fresh start of the policy's context (same game,
+        # same level, a new attempt); a policy that keeps no context may ignore it.
+        self.fresh = fresh
+        self.writer = writer
+        self.max_actions = max_actions
+        self.stop = stop
+        self.deadline = deadline
+        self.on_progress = on_progress
+        self.t0 = time.monotonic()
+
+    @property
+    def obs(self) -> Observation:
+        assert self.game.obs is not None
+        return self.game.obs
+
+    @property
+    def actions_left(self) -> int:
+        return self.max_actions - self.game.actions
+
+    def stop_reason(self) -> str | None:
+        """Why play must end now, or None. Policies may poll it between long thoughts."""
+        if self.obs.state == "WIN":
+            return "won"
+        if self.game.actions >= self.max_actions:
+            return "max_actions"
+        if self.stop is not None and self.stop.is_set():
+            return "stopped"
+        if self.deadline is not None and time.monotonic() >= self.deadline:
+            return "deadline"
+        return None
+
+    def step(self, action: Action, info: dict[str, Any] | None = None) -> Observation:
+        reason = self.stop_reason()
+        if reason:
+            raise PlayStopped(reason)
+        if self.game.would_restart_game(action):
+            # Never restart the whole game: offline it wipes the levels, in competition it
+            # is a wasted action. Refuse it visibly and leave the board as it is.
+            self.writer.event("refused", f"{action} on a level with no actions would restart the game")
+            return self.obs
+        before = self.game.actions
+        obs = self.game.step(action)
+        if self.game.actions > before:
+            self.writer.action(self.game.actions, action, obs, info)
+            if self.on_progress:
+                self.on_progress(Progress(self.game.game_id, obs.levels_completed, self.game.actions,
+                                          time.monotonic() - self.t0, obs.state))
+        return obs
+
+    def event(self, kind: str, message: str, data: Any = None) -> None:
+        self.writer.event(kind, message, data)
+
+
+def play_game(source: GameSource, game_id: str, policy: Policy, *, max_actions: int,
+              record_path: str | Path, stop: threading.Event | None = None,
+              deadline: float | None = None, on_progress: Callable[[Progress], None] | None = None,
+              seed: int | None = None, config: dict[str, Any] | None = None,
+              pass_: int = 0, fresh: threading.Event | None = None) -> GameResult:
+    """Play one game to its end, its budget, its deadline or a stop signal.
+
+    Never raises for a game's or a policy's failure: the error goes into the record and
+    the result, so one broken game cannot stop the others."""
+    writer = RecordWriter(Path(record_path))
+    try:
+        game = source.make(game_id)
+    except Exception as e:  # GameError, or anything a broken game file throws
+        writer._write({"type": "header", "game_id": game_id, "title": game_id, "baselines": None,
+                       "win_levels": 0, "policy": policy.name, "seed": seed, "pass": pass_,
+                       "config": config or {}, "levels": 0, "state": "ERROR"})
+        writer.event("error", f"{type(e).__name__}: {e}")
+        writer.end("error", 0, 0, "ERROR")
+        return GameResult(game_id, 0, 0, 0.0, "error", "ERROR", str(e))
+    writer.header(game_id=game_id, title=game.title, baselines=game.baselines, obs=game.obs,
+                  policy=policy.name, seed=seed, config=config, pass_=pass_)
+    session = Session(game, writer, max_actions=max_actions, stop=stop, deadline=deadline,
+                      on_progress=on_progress, fresh=fresh)
+    reason, error = "policy_done", None
+    try:
+        policy.play(session)
+        reason = session.stop_reason() or "policy_done"
+    except PlayStopped as s:
+        reason = s.reason
+    except GameError as e:
+        reason, error = "error", str(e)
+        writer.event("error", f"GameError: {e}")
+    except Exception as e:  # a policy bug must not take the other games down
+        reason, error = "error", f"{type(e).__name__}: {e}"
+        writer.event("error", error, traceback.format_exc(limit=8))
+    if not source.competition:
+        _record_toolkit_score(source, game_id, writer)
+    writer.end(reason, game.levels, game.actions, game.obs.state)
+    from duck.play.scoring import score_record
+    from duck.play.record import read_record
+    s = score_record(read_record(record_path))
+    return GameResult(game_id, game.levels, game.actions, s.score, reason, game.obs.state, error)
+
+
+def _record_toolkit_score(source: GameSource, game_id: str, writer: RecordWriter) -> None:
+    """Keep the toolkit's own view of this game in the record, to check our scoring."""
+    try:
+        card = source.scorecard()
+        env = next((e for e in (card.environments if card else []) if e.id == game_id), None)
+        if env is not None:
+            writer.event("scorecard", "arc_agi scorecard entry",
+                         {"score": env.score, "levels_completed": env.levels_completed,
+                          "actions": env.actions})
+    except Exception as e:  # informative only
+        log.warning("could not read the toolkit scorecard for %s: %s", game_id, e)

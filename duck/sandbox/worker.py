@@ -1,0 +1,398 @@
+"""The kernel's worker process: runs model code in a persistent namespace.
+
+Started by `duck.kernel.Kernel` as `python -s -m duck.sandbox.worker RFD WFD CONFIG_JSON` in
+a fresh process group, a temporary working directory and a scrubbed environment. It keeps
+the game variables (frames, history, transitions, ...) as Python objects and receives only
+*new* observations from the host, so an `action()` call costs the same at step 1,000 as at
+step 10. The host owns the game: `action()` sends the requested actions over the pipe and
+waits for the result and the new boards.
+
+The fences (limits, audit hook, imports, traceback formats) are in `duck.sandbox.guard`.
+At the call's time limit the host sends SIGUSR1, which raises `KernelTimeout` in the
+snippet (the namespace survives); the host kills the process group if the snippet
+swallows it or is stuck in C code.
+
+Two flavours of namespace (chosen per call by the host):
+* ours: full builtins, numpy and the standard library importable (no process/network
+  modules), extra variables `last_animation` and `notes`, tracebacks with source lines;
+* Duck-compatible (`compat`): the Duck's builtins and import whitelist and its traceback
+  format, so recorded Duck code prints exactly what it printed then.
+"""
+
+from __future__ import annotations
+
+import builtins
+import io
+import json
+import linecache
+import os
+import resource
+import signal
+import sys
+import time
+import traceback
+from typing import Any
+
+import numpy as np
+
+from duck.sandbox import wire as wire
+from duck.game.frames import Frame, summarize_animation
+from duck.sandbox.guard import DUCK_BUILTINS, Guard, duck_import, format_error, kernel_import, set_limits
+
+class KernelTimeout(BaseException):
+    """Raised inside the snippet when its time limit is reached."""
+
+
+class StopSnippet(BaseException):
+    """Raised by action() when the host ends the snippet (replay cap reached)."""
+
+
+class FrameView(Frame):
+    """The Duck's frame class name shows in error messages; keep it."""
+
+
+class HistoryEntryView:
+    def __init__(self, action: str, frame: FrameView) -> None:
+        self.action = action
+        self.frame = frame
+
+    def __str__(self) -> str:
+        return f"AsciiHistoryEntryView(action={self.action!r}, frame={self.frame})"
+
+    __repr__ = __str__
+
+
+class TransitionView:
+    def __init__(self, action: str, before_frame: FrameView | None, after_frame: FrameView) -> None:
+        self.action = action
+        self.before_frame = before_frame
+        self.after_frame = after_frame
+        self.frame = after_frame
+        self.result: dict[str, Any] = {}
+
+    def __str__(self) -> str:
+        return (f"ActionTransitionView(action={self.action!r}, before_frame={self.before_frame}, "
+                f"after_frame={self.after_frame})")
+
+    __repr__ = __str__
+
+
+class Capture(io.TextIOBase):
+    """stdout/stderr of a call: the head streams to the host as it is written, a rolling
+    tail is kept here and synced every 0.25 s, so a killed call still shows its output."""
+
+    def __init__(self, send: Any, head: int, tail: int) -> None:
+        self.send, self.head, self.tail = send, head, tail
+        self.total = self.sent = 0
+        self.tailbuf = ""
+        self.synced = time.monotonic()
+
+    def write(self, s: Any) -> int:
+        if not isinstance(s, str):
+            raise TypeError(f"write() argument must be str, not {type(s).__name__}")
+        n = len(s)
+        self.total += n
+        room = self.head - self.sent
+        if room > 0 and s:
+            part = s[:room]
+            self.sent += len(part)
+            self.send({"op": "out", "text": part})
+            s = s[room:]
+        if s and self.tail > 0:
+            self.tailbuf = s[-self.tail:] if len(s) >= self.tail else (self.tailbuf + s)[-self.tail:]
+            if time.monotonic() - self.synced > 0.25:
+                self.sync()
+        return n
+
+    def sync(self) -> None:
+        self.synced = time.monotonic()
+        self.send({"op": "tail", "text": self.tailbuf, "total": self.total})
+
+    def writable(self) -> bool:
+        return True
+
+    def isatty(self) -> bool:
+        return False
+
+    def close(self) -> None:  # model code closing stdout must not break the next call
+        pass
+
+
+def json_safe(value: Any) -> Any:
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    if isinstance(value, dict):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set)):
+        return [json_safe(v) for v in value]
+    return str(value)
+
+
+class Worker:
+    def __init__(self, rfd: int, wfd: int, cfg: dict[str, Any]) -> None:
+        self.reader = wire.Reader(rfd)
+        self.wfd = wfd
+        self.cfg = cfg
+        self.entries: list[HistoryEntryView] = []
+        self.transitions: list[TransitionView] = []
+        self.last_anim: list[FrameView] = []
+        self.lar: dict[str, Any] = {}
+        self.valid: list[str] = []
+        self.notes: dict[str, Any] = {}
+        self.ns: dict[str, Any] = {}
+        self.armed = False
+        self.pending = False
+        self.stopped = False
+        self.compat = False
+        self.results: list[dict[str, Any]] = []
+        self.call = 0
+        self.cur_ns: dict[str, Any] = {}
+
+    def send(self, obj: dict[str, Any]) -> None:
+        """Send while deaf to the time-out signal: a message cut in half by KernelTimeout
+        would corrupt the pipe. A time-out that arrives meanwhile is raised afterwards."""
+        was, self.armed = self.armed, False
+        try:
+            wire.send(self.wfd, obj)
+        finally:
+            self.armed = was
+        if was and self.pending:
+            self.pending = False
+            raise KernelTimeout()
+
+    # --- game state ------------------------------------------------------------------
+    def apply(self, msg: dict[str, Any], blob: bytes) -> None:
+        """Append new history entries (and their animation frames) sent by the host."""
+        off = 0
+        for e in msg.get("entries", []):
+            h, w = e.get("shape", (64, 64))
+            size = h * w
+            frames = []
+            for _ in range(e["n"]):
+                frames.append(np.frombuffer(blob, np.int8, size, off).reshape(h, w))
+                off += size
+            view = FrameView(frames[-1], e["s"], e["l"])
+            before = self.entries[-1].frame if self.entries else None
+            self.entries.append(HistoryEntryView(e["a"], view))
+            if e["a"]:
+                if self.transitions:
+                    self.transitions[-1].result = {}
+                self.transitions.append(TransitionView(e["a"], before, view))
+                self.last_anim = [view if i == len(frames) - 1 else FrameView(f, e["s"], e["l"])
+                                  for i, f in enumerate(frames)]
+        if "lar" in msg:
+            self.lar = msg["lar"]
+        if "valid" in msg:
+            self.valid = msg["valid"]
+        if "notes" in msg:
+            self.notes = msg["notes"]
+        if self.transitions:
+            self.transitions[-1].result = dict(self.lar)
+
+    def publish(self, ns: dict[str, Any]) -> None:
+        last = self.transitions[-1] if self.transitions else None
+        cur = self.entries[-1].frame if self.entries else None
+        ns["current_frame"] = ns["latest_frame"] = cur
+        ns["history"] = list(self.entries)
+        ns["transitions"] = list(self.transitions)
+        ns["last_transition"] = last
+        ns["previous_frame"] = last.before_frame if last else None
+        ns["last_action_frame"] = last.after_frame if last else None
+        ns["last_action"] = last.action if last else None
+        ns["valid_actions"] = list(self.valid)
+        ns["last_action_result"] = dict(self.lar)
+        ns["action"] = self.action
+        if not self.compat:
+            ns["last_animation"] = list(self.last_anim)
+            if not isinstance(ns.get("notes"), dict):
+                ns["notes"] = self.notes
+
+    # --- action() --------------------------------------------------------------------
+    def action(self, actions: Any) -> dict[str, Any]:
+        items = normalize_actions(actions)
+        if self.stopped:
+            raise StopSnippet()
+        self.armed = False  # a time-out during the host's work is delivered afterwards
+        try:
+            wire.send(self.wfd, {"op": "action", "actions": items})
+            got = self.reader.recv()
+        finally:
+            self.armed = True
+        msg, blob = got
+        self.apply(msg, blob)
+        result = dict(msg.get("result") or {})
+        if msg.get("anim") and result.get("executed") and self.last_anim:
+            result["animation"] = summarize_animation(self.transitions[-1].before_frame, self.last_anim)
+            self.lar = dict(result)
+            self.transitions[-1].result = dict(result)
+        if result:
+            self.results.append(result)
+        self.publish(self.cur_ns)
+        if msg.get("error"):
+            raise RuntimeError(msg["error"])
+        if msg.get("stop"):
+            self.stopped = True
+            raise StopSnippet()
+        if self.pending:
+            self.pending = False
+            raise KernelTimeout()
+        return result
+
+    # --- running a snippet -----------------------------------------------------------
+    def namespace(self, fresh: bool) -> dict[str, Any]:
+        if fresh or not self.ns:
+            if self.compat:
+                b = {n: getattr(builtins, n) for n in DUCK_BUILTINS}
+                b["__import__"] = duck_import
+            else:
+                b = dict(builtins.__dict__)
+                b["__import__"] = kernel_import
+            ns = {"__builtins__": b, "__name__": "__main__"}
+            if not fresh:
+                self.ns = ns
+            return ns
+        return self.ns
+
+    def run(self, msg: dict[str, Any]) -> None:
+        self.call = int(msg.get("call", self.call + 1))
+        self.compat = bool(msg.get("compat"))
+        self.stopped = self.pending = False
+        self.results = []
+        ns = self.cur_ns = self.namespace(bool(msg.get("fresh")))
+        self.publish(ns)
+        ns["result"] = None
+        cap = Capture(self.send, int(msg.get("head", 4096)), int(msg.get("tail", 0)))
+        old = sys.stdout, sys.stderr
+        sys.stdout = cap
+        sys.stderr = cap if not self.compat else io.StringIO()
+        soft, hard = resource.getrlimit(resource.RLIMIT_CPU)
+        used = resource.getrusage(resource.RUSAGE_SELF).ru_utime
+        try:
+            resource.setrlimit(resource.RLIMIT_CPU, (int(used + msg.get("timeout", 30) + 5), hard))
+        except (ValueError, OSError):
+            pass
+        filename = "<python_tool>" if self.compat else f"<cell-{self.call}>"
+        error = kind = None
+        code = msg["code"]
+        try:
+            try:
+                compiled = compile(code, filename, "exec")
+            except (SyntaxError, ValueError) as e:
+                kind = "syntax"
+                error = (f"Python syntax error: {e}" if self.compat
+                         else "".join(traceback.format_exception_only(e)).rstrip())
+            else:
+                if not self.compat:
+                    linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
+                self.armed = True
+                try:
+                    exec(compiled, ns)
+                finally:
+                    self.armed = False
+        except KernelTimeout as e:
+            kind = "timeout"
+            if not self.compat:  # where the time ran out, for the model
+                error = format_error(e, filename, False)
+        except StopSnippet:
+            kind = "stopped"
+        except BaseException as e:  # noqa: BLE001 - SystemExit, KeyboardInterrupt too
+            kind = type(e).__name__
+            error = format_error(e, filename, self.compat)
+        finally:
+            self.armed = False
+            sys.stdout, sys.stderr = old
+        done: dict[str, Any] = {"op": "done", "kind": kind, "error": error,
+                                "results": json_safe(self.results), "total": cap.total,
+                                "tail": cap.tailbuf, "lar": self.lar}
+        try:
+            done["result"] = json_safe(ns.get("result"))
+        except BaseException:  # noqa: BLE001 - a hostile __str__
+            done["result"] = "<result could not be converted>"
+        if not self.compat:
+            notes = ns.get("notes")
+            if isinstance(notes, dict):
+                try:
+                    text = json.dumps(json_safe(notes))
+                    if len(text) <= int(self.cfg.get("notes_chars", 8000)):
+                        self.notes = json.loads(text)
+                    else:
+                        done["notes_error"] = f"notes too large ({len(text)} chars); not kept"
+                except BaseException as e:  # noqa: BLE001
+                    done["notes_error"] = f"notes not kept: {e}"
+            done["notes"] = self.notes
+        wire.send(self.wfd, done)
+
+    def on_interrupt(self, signum: int, frame: Any) -> None:
+        if self.armed:
+            self.armed = False
+            raise KernelTimeout()
+        self.pending = True
+
+    def loop(self) -> None:
+        wire.send(self.wfd, {"op": "ready", "pid": os.getpid()})
+        while True:
+            msg, blob = self.reader.recv()
+            op = msg.get("op")
+            if op == "sync":
+                if msg.get("reset"):
+                    self.entries, self.transitions, self.last_anim = [], [], []
+                self.apply(msg, blob)
+                wire.send(self.wfd, {"op": "synced", "n": len(self.entries)})
+            elif op == "run":
+                self.run(msg)
+            elif op == "exit":
+                return
+
+
+def normalize_actions(actions: Any) -> list[dict[str, Any]]:
+    """The Duck's client-side checks, with its exact messages."""
+    if isinstance(actions, (str, dict)):
+        items = [actions]
+    elif isinstance(actions, (list, tuple)):
+        items = list(actions)
+    else:
+        raise TypeError("action(actions) expects a string, an action object, or a list of "
+                        "action strings/objects.")
+    if not items:
+        raise ValueError("action(actions) requires at least one action.")
+    out = []
+    for i, item in enumerate(items, start=1):
+        if isinstance(item, str):
+            name = item.strip()
+            if not name:
+                raise ValueError(f"Action {i} is empty.")
+            out.append({"action": name})
+        elif isinstance(item, dict):
+            name = str(item.get("action", "")).strip()
+            if not name:
+                raise ValueError(f"Action {i} is missing an `action` field.")
+            if name.upper() == "MOUSE" and ("x" in item or "y" in item):
+                raise ValueError(f"Action {i} uses legacy MOUSE x/y fields; use row and col.")
+            entry = {"action": name}
+            for key in ("row", "col"):
+                if key in item:
+                    v = item[key]
+                    entry[key] = v if isinstance(v, (int, float, str)) or v is None else str(v)
+            out.append(entry)
+        else:
+            raise TypeError(f"Action {i} must be a string or a dict.")
+    return out
+
+
+def main(argv: list[str]) -> None:
+    rfd, wfd, cfg = int(argv[0]), int(argv[1]), json.loads(argv[2])
+    sys.dont_write_bytecode = True
+    sys.setrecursionlimit(int(cfg.get("recursion_limit", 1000)))
+    set_limits(cfg)
+    worker = Worker(rfd, wfd, cfg)
+    signal.signal(signal.SIGUSR1, worker.on_interrupt)
+    signal.signal(signal.SIGINT, worker.on_interrupt)
+    sys.addaudithook(Guard(os.getcwd(), cfg.get("deny_read", [])))
+    try:
+        worker.loop()
+    except wire.WireError:
+        pass
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

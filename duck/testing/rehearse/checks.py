@@ -1,0 +1,184 @@
+"""What a rehearsal checks once the notebook has run: it ran without a cell error;
+notebook.ipynb is in sync with notebook.py; every game the gateway lists was played (a
+record with actions; a broken game recorded with its error); the scorecard was closed (the
+gateway shows it); the notebook ended inside the budget; the outputs are where Kaggle
+expects them; vLLM was stopped; and each fault's own effect (the model marked down and
+games going on with the explorer, the notebook waiting for a slow gateway, ...).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from duck.testing.rehearse.gateway import http_get, port_open
+from duck.paths import REPO
+from duck.testing.rehearse.layout import NOTEBOOK
+
+if TYPE_CHECKING:
+    from duck.testing.rehearse.faults import SlowProxy
+    from duck.testing.rehearse.gateway import Gateway
+
+
+@dataclass
+class Report:
+    mode: str
+    fault: str
+    budget_s: float
+    checks: dict[str, dict[str, Any]] = field(default_factory=dict)
+    facts: dict[str, Any] = field(default_factory=dict)
+
+    def check(self, name: str, ok: bool, detail: Any = "") -> None:
+        self.checks[name] = {"ok": bool(ok), "detail": detail}
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.checks) and all(c["ok"] for c in self.checks.values())
+
+
+def _records(working: Path) -> dict[str, Any]:
+    from duck.play.record import read_record
+    out = {}
+    for p in sorted((working / "duck" / "records").glob("*.jsonl")):
+        try:
+            r = read_record(p)
+            out[r.game_id] = r
+        except Exception as e:  # a torn record is a finding, not a crash
+            out[p.stem] = e
+    return out
+
+
+def _handover(event: dict[str, Any]) -> bool:
+    """A game handed from the model to the explorer: by the notebook's fallback policy, or
+    by the agent itself when its requests keep failing (whichever notices first)."""
+    return event.get("kind") == "fallback" or "takes over" in str(event.get("message", ""))
+
+
+def _after_handover(record: Any) -> int:
+    t = next((e.get("t", 0) for e in record.events if _handover(e)), None)
+    return 0 if t is None else sum(1 for a in record.actions if a.get("t", 0) >= t)
+
+
+def check_run(rep: Report, paths: dict[str, Path], run: dict[str, Any], listed: list[str],
+              gateway: "Gateway | None", model_url: str) -> None:
+    from duck.kaggle.notebook import notebook_json
+    working = paths["working"]
+    rep.check("notebook_ran", run["error"] is None, run["error"] or f"{run['seconds']} s")
+    rep.check("notebook_in_sync", NOTEBOOK.read_text() == notebook_json(REPO / "notebook.py"),
+              "notebook.ipynb == make notebook output")
+    summary_path = working / "duck" / "summary.json"
+    summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
+    rep.facts["summary"] = {k: summary.get(k) for k in ("mode", "runner", "model", "scorecard", "errors")}
+    rep.facts["steps"] = {s["name"]: (s["seconds"], s["ok"]) for s in summary.get("steps", [])}
+    rep.check("mode", summary.get("mode") == rep.mode, summary.get("mode"))
+
+    # Every listed game played: a record with actions, or its failure recorded.
+    records = _records(working)
+    expected_broken = {g for g in listed if g.startswith(("zx01", "zr01"))} if rep.fault == "game-raises" else set()
+    played, missing, errored = [], [], {}
+    for g in listed:
+        r = records.get(g)
+        if r is None or isinstance(r, Exception):
+            missing.append(g)
+            continue
+        errs = [e["message"] for e in r.events if e.get("kind") == "error"]
+        if errs or (r.end or {}).get("reason") == "error":
+            errored[g] = (errs or ["error"])[-1][:200]
+        if r.actions:
+            played.append(g)
+        elif g not in expected_broken:
+            missing.append(g)
+    rep.facts["games"] = {g: {"actions": len(r.actions), "levels": (r.end or {}).get("levels"),
+                              "end": (r.end or {}).get("reason"),
+                              "fallbacks": [e["message"][:120] for e in r.events if _handover(e)],
+                              "actions_after_handover": _after_handover(r)}
+                          for g, r in records.items() if not isinstance(r, Exception)}
+    rep.check("games_listed", bool(listed) and summary.get("games") == listed,
+              {"gateway": listed, "notebook": summary.get("games")})
+    rep.check("every_game_played", not missing, {"played": played, "missing": missing, "errors": errored})
+    if rep.fault == "game-raises":
+        # Each failure is visible: in the game's record, or in the run's log (a game that
+        # raises mid-play is reported to the model by the kernel, and logged).
+        log_text = (working / "duck" / "run.log").read_text() if (working / "duck" / "run.log").exists() else ""
+        seen = {g: errored.get(g) or next((ln[:240] for ln in log_text.splitlines()
+                                           if "ERROR" in ln and g in ln), None) for g in expected_broken}
+        rep.check("broken_games_recorded", len(expected_broken) == 2 and all(seen.values()), seen)
+        rep.check("other_games_unharmed", all(g in played for g in listed if g not in expected_broken),
+                  played)
+
+    # The scorecard: closed by the notebook, and the gateway agrees (403 while open).
+    card = (summary.get("scorecard") or {}).get("card_id")
+    closed = (summary.get("scorecard") or {}).get("closed") is True
+    if gateway is not None:
+        status = http_get(f"{gateway.url}/api/scorecard/{card}")[0] if card else 0
+        doc = gateway.closed_card() or {}
+        envs = {}
+        for e in doc.get("environments") or []:
+            for r in e.get("runs") or [e]:
+                envs[r.get("id") or e.get("id")] = {"actions": r.get("actions"), "levels": r.get("levels_completed")}
+        rep.facts["gateway_scorecard"] = {"closed": bool(doc), "card_id": doc.get("card_id"),
+                                          "after_close_status": status, "environments": envs}
+        # Open, the gateway answers 403 for the card; closed, it has dropped it (404) and
+        # its close hook (the one Kaggle's gateway writes the submission from) has fired.
+        rep.check("scorecard_closed", closed and doc.get("card_id") == card and status == 404,
+                  {"notebook": closed, "gateway_close_hook": doc.get("card_id"), "card": card,
+                   "gateway_status_after": status})
+        on_card = [g for g in listed if g not in expected_broken and (envs.get(g) or {}).get("actions")]
+        rep.check("gateway_saw_every_game", set(on_card) == set(listed) - expected_broken,
+                  {"with_actions": on_card})
+    else:
+        rep.check("scorecard_closed", closed, {"card": card})
+
+    # Inside the budget: the whole notebook (kernel start included), and its own clock.
+    own = (summary.get("ended_at") or 0) - (summary.get("started_at") or 0)
+    rep.check("inside_budget", run["seconds"] <= rep.budget_s and 0 < own <= rep.budget_s,
+              {"notebook_s": run["seconds"], "own_clock_s": round(own, 1), "budget_s": rep.budget_s})
+
+    # Outputs where Kaggle expects them.
+    sub = working / "submission.parquet"
+    outputs = {"summary.json": summary_path.exists(), "run.log": (working / "duck" / "run.log").exists(),
+               "records": len(records)}
+    if rep.mode == "interactive":
+        cols = None
+        if sub.exists():
+            import pyarrow.parquet as pq
+            cols = pq.read_table(sub).column_names
+        outputs["submission.parquet columns"] = cols
+        outputs["score.json"] = (working / "duck" / "score.json").exists()
+        ok = cols == ["row_id", "game_id", "end_of_game", "score"] and outputs["score.json"]
+    else:
+        outputs["submission.parquet (the gateway writes it; we must not)"] = sub.exists()
+        ok = not sub.exists()
+    ok = ok and outputs["summary.json"] and outputs["run.log"] and outputs["records"] >= len(listed)
+    rep.check("outputs_in_place", ok, outputs)
+
+    # vLLM torn down, and each fault's own effect.
+    model = summary.get("model") or {}
+    rep.check("model_server_stopped", not port_open(model_url), model.get("status"))
+    fallbacks = sum(len(v["fallbacks"]) for v in rep.facts["games"].values())
+    if rep.fault in ("model-dies", "model-hangs"):
+        down = model.get("down") or []
+        rep.check("model_marked_down", bool(down), down)
+        after = {g: v["actions_after_handover"] for g, v in rep.facts["games"].items()}
+        rep.check("games_went_on_with_explorer", fallbacks > 0 and not missing and sum(after.values()) > 0,
+                  {"handovers": fallbacks, "actions_after_handover": after})
+    elif rep.fault == "no-model":
+        rep.check("model_never_up", model.get("status", "").startswith("did not come up"), model.get("status"))
+    elif rep.fault == "none":
+        rep.check("model_was_ready", model.get("status") == "ready", model.get("status"))
+
+
+def check_waited(rep: Report, paths: dict[str, Path], proxy: SlowProxy) -> None:
+    """gateway-slow: the notebook asked for the games before the gateway listened, waited,
+    and every request still went through the slow gateway."""
+    summary = json.loads((paths["working"] / "duck" / "summary.json").read_text())
+    step = next((s for s in summary.get("steps", []) if s["name"] == "open_games"), None)
+    asked_at = summary["started_at"] + step["started"] if step else None
+    rep.facts["gateway_proxy"] = {"start_delay_s": proxy.start_delay_s, "delay_s": proxy.delay_s,
+                                  "requests": proxy.requests, "listening_at": proxy.listening_at,
+                                  "notebook_asked_at": asked_at, "waited_s": step and step["seconds"]}
+    rep.check("waited_for_gateway", bool(step and step["ok"] and proxy.listening_at and asked_at
+                                         and asked_at < proxy.listening_at and proxy.requests > 0),
+              rep.facts["gateway_proxy"])

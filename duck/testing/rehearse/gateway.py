@@ -1,0 +1,54 @@
+"""What stands in for Kaggle's gateway in a rehearsal: duck.game.gateway's local gateway (the
+official arc_agi REST app in competition mode on 127.0.0.1) with the close hook Kaggle's
+gateway writes its submission from; and the small HTTP helpers the rehearsal's checks ask
+it with.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import urllib.error
+import urllib.request
+from typing import Any
+from pathlib import Path
+
+from duck.game.gateway import LocalGateway, serve
+
+API_KEY = "test-key-123"
+
+
+def serve_gateway(games_dir: str, port: int, closed_path: str) -> None:
+    """duck.game.gateway's app with Kaggle's close hook (kept for `python -m duck.testing.rehearse.run gateway`)."""
+    serve(games_dir, port, closed_path=closed_path)
+
+
+class Gateway(LocalGateway):
+    """The local gateway of duck.game.gateway, logging and writing its closed scorecard in `work`."""
+
+    def __init__(self, games_dir: Path, work: Path) -> None:
+        super().__init__(games_dir, log_path=work / "gateway.log",
+                         closed_path=work / "gateway_closed_scorecard.json")
+
+
+def http_get(url: str, timeout: float = 10.0) -> tuple[int, Any]:
+    """(HTTP status, JSON body or text); status 0 when nothing answered."""
+    req = urllib.request.Request(url, headers={"X-API-Key": API_KEY})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            status, data = r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, None
+    except (urllib.error.URLError, OSError) as e:
+        return 0, str(e)
+    try:
+        return status, json.loads(data or b"null")
+    except ValueError:
+        return status, data.decode(errors="replace")
+
+
+def port_open(url: str) -> bool:
+    host, port = url.split("//", 1)[1].rstrip("/").split(":")
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex((host, int(port))) == 0

@@ -1,0 +1,157 @@
+"""Laying out what Kaggle gives the notebook, for a rehearsal: an input folder with the
+competition data, our wheel dataset and the model weights; a working folder; a stand-in
+`vllm` executable; and the kernel's environment (Kaggle's rerun flag plus our config,
+scaled to the rehearsal's budget).
+
+* the wheel dataset: a `duck-dataset.json` and a `duck.lock` pinning what is already
+  installed here (so the notebook's offline `pip install --no-index` runs for real and has
+  nothing to do) and no project wheel (the notebook then runs this checkout's installed
+  package);
+* the weights: a folder with a `config.json` and an empty `.safetensors`, laid out like a
+  Kaggle Model, for the notebook's search to find;
+* vLLM: a stand-in `vllm` that serves duck.testing.stub.server's scripted model on the port
+  `duck serve` asks for (it plays random valid actions through the agent's tool).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+from duck.paths import REPO
+from duck.testing.rehearse.faults import add_raising_game, fault_env
+from duck.testing.rehearse.gateway import API_KEY
+
+NOTEBOOK = REPO / "notebook.ipynb"
+BROKEN_GAMES = REPO / "tests" / "fixtures" / "broken_games"
+
+# The stand-in `vllm`: `vllm serve MODEL --port P --served-model-name NAME ...` serves the
+# scripted stub model there. Knobs (environment): DUCK_STANDIN_DIE_AFTER_S (exit then),
+# DUCK_STANDIN_HANG_AFTER_S (stop answering then), DUCK_STANDIN_EXIT_AT_ONCE (never come up).
+STANDIN = '''#!{python}
+"""Stand-in for `vllm serve` (duck rehearse): the scripted stub server on vLLM's port."""
+import json, os, sys, threading, time
+sys.path[:0] = {path!r}
+argv = sys.argv[1:]
+def opt(name, default):
+    return argv[argv.index(name) + 1] if name in argv else default
+if os.environ.get("DUCK_STANDIN_EXIT_AT_ONCE"):
+    print("stand-in vllm: failing to start, as told", flush=True)
+    sys.exit(3)
+from duck.testing.stub.models import FixedModel
+from duck.testing.stub.server import StubServer
+T0 = time.monotonic()
+HANG = float(os.environ.get("DUCK_STANDIN_HANG_AFTER_S") or 0)
+CODE = {code!r}
+def reply(request):
+    if HANG and time.monotonic() - T0 > HANG:
+        time.sleep(3600)  # stops answering: the client's time-out and the health probe notice
+    return {{"content": "Trying a valid action.", "reasoning": "rehearsal", "code": CODE}}
+server = StubServer(FixedModel([reply], loop=True), port=int(opt("--port", "8000")),
+                    host=opt("--host", "127.0.0.1"), model_name=opt("--served-model-name", "stub"))
+die = float(os.environ.get("DUCK_STANDIN_DIE_AFTER_S") or 0)
+if die:
+    threading.Timer(die, lambda: (print("stand-in vllm: dying, as told", flush=True), os._exit(17))).start()
+print("stand-in vllm serving", opt("--served-model-name", "stub"), "on", server.url, "argv:", argv, flush=True)
+server.httpd.serve_forever()
+'''
+
+# What the scripted model plays: one random valid action per turn, through the agent's tool.
+STANDIN_CODE = """import random
+names = [str(a) for a in valid_actions if str(a).upper() != 'RESET'] or ['UP']
+a = random.choice(names)
+action({'action': 'MOUSE', 'row': random.randrange(64), 'col': random.randrange(64)} if a.upper().startswith('MOUSE') else a)"""
+
+
+def copy_games(src: Path, dst: Path) -> None:
+    """Copy a games folder (arc_agi does not follow directory symlinks)."""
+    shutil.copytree(src, dst, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__"))
+
+
+def installed_lock(names_from: Path) -> str:
+    """The real duck.lock's names, pinned to what is installed here: the notebook's
+    `pip install --no-index` then resolves offline and finds everything satisfied."""
+    lines = []
+    for line in names_from.read_text().splitlines():
+        name = line.split("==")[0].strip()
+        if not name or name.startswith("#"):
+            continue
+        try:
+            lines.append(f"{name}=={version(name)}")
+        except PackageNotFoundError:
+            continue
+    return "\n".join(lines) + "\n"
+
+
+def layout(work: Path, games: Path, mode: str, fault: str) -> dict[str, Path]:
+    """The input/working folders and the stand-in; returns the paths that matter."""
+    inp, working, bin_dir = work / "input", work / "working", work / "bin"
+    comp = inp / "competitions" / "arc-prize-2026-arc-agi-3"
+    served = work / "gateway_games"  # what the (rerun) gateway serves
+    for d in (working, bin_dir):
+        d.mkdir(parents=True, exist_ok=True)
+    copy_games(games, comp / "environment_files")
+    copy_games(games, served)
+    if fault == "game-raises":
+        for target in (served, comp / "environment_files"):
+            copy_games(BROKEN_GAMES, target)
+            add_raising_game(target)
+    ds = inp / "datasets" / "rehearsal" / "duck-arc3-wheels"
+    (ds / "wheels").mkdir(parents=True, exist_ok=True)
+    (ds / "duck.lock").write_text(installed_lock(REPO / "kaggle-dataset" / "duck.lock"))
+    (ds / "duck-dataset.json").write_text(json.dumps({"name": "duck-arc3-wheels", "rehearsal": True,
+                                                      "locks": {"duck": "duck.lock"}}))
+    model = inp / "models" / "qwen-lm" / "qwen3.6-27b-fp8" / "transformers" / "default" / "1"
+    model.mkdir(parents=True, exist_ok=True)
+    (model / "config.json").write_text(json.dumps({"architectures": ["Qwen3ForCausalLM"], "rehearsal": True}))
+    (model / "model.safetensors").write_bytes(b"")
+    exe = bin_dir / "vllm"
+    exe.write_text(STANDIN.format(python=sys.executable, path=[str(REPO)], code=STANDIN_CODE))
+    exe.chmod(0o755)
+    return {"input": inp, "working": working, "competition": comp, "served": served, "vllm": exe,
+            "dataset": ds, "model": model}
+def notebook_env(paths: dict[str, Path], budget_s: float, mode: str, fault: str, gateway_url: str,
+                 model_port: int, n_games: int, max_actions: int = 300) -> dict[str, str]:
+    """The kernel's environment: Kaggle's (rerun flag) plus our config, scaled to the budget."""
+    env = {k: v for k, v in os.environ.items()
+           if not (k.startswith("DUCK_") or k in ("KAGGLE_IS_COMPETITION_RERUN", "OPERATION_MODE"))}
+    if mode == "rerun":
+        env["KAGGLE_IS_COMPETITION_RERUN"] = "1"
+    margin = max(10.0, 0.25 * budget_s)  # teardown, and a loaded CI machine
+    env.update({
+        "DUCK_KAGGLE__INPUT_DIR": str(paths["input"]),
+        "DUCK_KAGGLE__WORKING_DIR": str(paths["working"]),
+        "DUCK_KAGGLE__VLLM_ENV_DIR": str(paths["working"].parent / "vllm-env"),
+        "DUCK_KAGGLE__GATEWAY_URL": gateway_url,
+        "DUCK_KAGGLE__API_KEY": API_KEY,
+        "DUCK_KAGGLE__GATEWAY_WAIT_S": str(round(budget_s / 2)),
+        "DUCK_KAGGLE__BUDGET_S": str(budget_s),
+        "DUCK_KAGGLE__INTERACTIVE_BUDGET_S": str(budget_s),
+        "DUCK_KAGGLE__MARGIN_S": str(round(margin, 1)),
+        "DUCK_KAGGLE__STOP_GRACE_S": "4",
+        "DUCK_KAGGLE__HEALTH_INTERVAL_S": "1",
+        "DUCK_KAGGLE__HEALTH_TIMEOUT_S": "3",
+        "DUCK_KAGGLE__HEALTH_FAILURES": "2",
+        "DUCK_KAGGLE__MODEL_RESTARTS": "0",
+        "DUCK_MODEL__SERVE__EXECUTABLE": str(paths["vllm"]),
+        "DUCK_MODEL__SERVE__PORT": str(model_port),
+        "DUCK_MODEL__SERVE__READY_TIMEOUT_S": str(round(min(30.0, budget_s / 3), 1)),
+        "DUCK_MODEL__TIMEOUT_S": "5",
+        "DUCK_MODEL__STALL_S": "3",
+        "DUCK_MODEL__RETRIES": "1",
+        "DUCK_MODEL__BACKOFF_S": "0.2",
+        "DUCK_AGENT__FAILURES_BEFORE_FALLBACK": "2",
+        "DUCK_SCHEDULER__SLOTS": str(max(1, min(n_games, 8))),  # 2 cores: at most 8 kernels at once
+        "DUCK_SCHEDULER__BUDGET_S": str(budget_s),
+        # The adaptive policy's thresholds are for 9 hours; a rehearsal's are scaled down.
+        "DUCK_KAGGLE__SCHEDULER_OVERRIDES": json.dumps({"margin_s": 2.0, "stall_s": round(budget_s / 4, 1),
+                                                        "min_play_s": round(budget_s / 4, 1)}),
+        "DUCK_PLAY__MAX_ACTIONS": str(max_actions),
+        "PYTHONUNBUFFERED": "1",
+    })
+    env.update(fault_env(fault, budget_s))
+    return env

@@ -1,0 +1,165 @@
+"""A local rehearsal of a Kaggle run: the real notebook, end to end, on CPU.
+
+`duck rehearse --games DIR --budget-seconds N` lays out what Kaggle gives the notebook
+(an input folder with the competition data, our wheel dataset and the model weights; a
+working folder; the rerun's environment) and executes `notebook.ipynb` with nbclient in a
+fresh kernel. Nothing in our code is faked; what stands in for Kaggle is:
+
+* the gateway: the official arc_agi REST app in competition mode on 127.0.0.1 over DIR
+  (as duck.game.gateway serves it, plus the close hook Kaggle's gateway writes its submission
+  from, kept as JSON), with `KAGGLE_IS_COMPETITION_RERUN` set;
+* vLLM: a stand-in `vllm` executable that serves duck.testing.stub.server's scripted model on the
+  port `duck serve` asks for (it plays random valid actions through the agent's tool);
+* the wheel dataset: a `duck-dataset.json` and a `duck.lock` pinning what is already
+  installed here (so the notebook's offline `pip install --no-index` runs for real and has
+  nothing to do), and `src/` linking this repository's packages;
+* the weights: a folder with a `config.json` and an empty `.safetensors`, laid out like a
+  Kaggle Model, for the notebook's search to find.
+
+Fault variants (`--fault`): `model-dies` (the stand-in exits mid-run), `model-hangs` (it
+stops answering), `no-model` (it never comes up), `game-raises` (one game cannot be
+created, another raises mid-play), `gateway-slow` (the gateway comes up late and answers
+slowly). `--mode interactive` rehearses a Save & Run All instead (public games offline,
+placeholder submission). `--fault all` runs every variant and both modes.
+
+Checks: the notebook ran without a cell error; notebook.ipynb is in sync with notebook.py;
+every game the gateway lists was played (a record with actions; a broken game recorded
+with its error); the scorecard was closed (the gateway shows it); the notebook ended
+inside the budget; the outputs are where Kaggle expects them; vLLM was stopped; and each
+fault's own effect (the model marked down and games going on with the explorer, ...).
+Exit status 0 only when every check holds. A JSON report is printed and written to
+OUT/rehearsal.json.
+
+The pieces: `duck.testing.rehearse.layout` (the input and working folders, the stand-in vLLM, the
+kernel's environment), `duck.testing.rehearse.gateway` (the gateway child process),
+`duck.testing.rehearse.faults` (how each fault is made) and `duck.testing.rehearse.checks` (the report and
+its checks). Their public names are importable from here too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from duck.paths import BUNDLED_GAMES
+from duck.testing.rehearse.checks import Report, check_run, check_waited
+from duck.testing.rehearse.faults import (FAULTS, SlowProxy, variants)
+from duck.testing.rehearse.gateway import Gateway, http_get, serve_gateway
+from duck.game.gateway import free_port
+from duck.testing.rehearse.layout import (NOTEBOOK, layout, notebook_env)
+
+
+log = logging.getLogger(__name__)
+
+
+# ---------------------------------------------------------------------------------------
+# Running the notebook
+
+def execute_notebook(nb_path: Path, env: dict[str, str], cwd: Path, timeout_s: float) -> dict[str, Any]:
+    """Run every cell in a fresh python3 kernel (nbclient); keep the executed notebook."""
+    import nbformat
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
+    nb = nbformat.read(str(nb_path), as_version=4)
+    client = NotebookClient(nb, timeout=int(max(10, timeout_s)), kernel_name="python3",
+                            resources={"metadata": {"path": str(cwd)}}, allow_errors=False)
+    t0 = time.monotonic()
+    error = None
+    try:
+        client.execute(env=env, cwd=str(cwd))
+    except (CellExecutionError, CellTimeoutError, DeadKernelError) as e:
+        error = f"{type(e).__name__}: {str(e)[-1500:]}"
+    seconds = time.monotonic() - t0
+    out = cwd / "executed.ipynb"
+    nbformat.write(nb, str(out))
+    return {"seconds": round(seconds, 1), "error": error, "executed": str(out)}
+
+
+def rehearse(games: str | Path, budget_s: float, *, mode: str = "rerun", fault: str = "none",
+             out: str | Path | None = None, notebook: Path = NOTEBOOK, max_actions: int = 300) -> Report:
+    """One rehearsal; the report says which checks held."""
+    games = Path(games).resolve()
+    rep = Report(mode, fault, budget_s)
+    work = Path(out) if out else Path(tempfile.mkdtemp(prefix=f"duck-rehearse-{mode}-{fault}-"))
+    if work.exists():
+        shutil.rmtree(work)
+    work.mkdir(parents=True)
+    paths = layout(work, games, mode, fault)
+    model_port = free_port()
+    model_url = f"http://127.0.0.1:{model_port}"
+    rep.facts["work"] = str(work)
+    t0 = time.monotonic()
+    if mode == "rerun":
+        with Gateway(paths["served"], work) as gw:
+            _, doc = http_get(f"{gw.url}/api/games")
+            listed = sorted(g["game_id"] for g in doc or [])
+            proxy = SlowProxy(gw.url, delay_s=0.05, start_delay_s=budget_s / 4) \
+                if fault == "gateway-slow" else None
+            if proxy:
+                proxy.__enter__()
+            try:
+                url = proxy.url if proxy else gw.url
+                env = notebook_env(paths, budget_s, mode, fault, url, model_port, len(listed), max_actions)
+                run = execute_notebook(notebook, env, work, budget_s + 60)
+                check_run(rep, paths, run, listed, gw, model_url)
+                if proxy:
+                    check_waited(rep, paths, proxy)
+            finally:
+                if proxy:
+                    proxy.__exit__(None, None, None)
+    else:
+        from duck.game.source import GameSource
+        listed = [g.game_id for g in GameSource.offline(paths["competition"] / "environment_files").games()]
+        env = notebook_env(paths, budget_s, mode, fault, "http://127.0.0.1:9", model_port, len(listed), max_actions)
+        run = execute_notebook(notebook, env, work, budget_s + 60)
+        check_run(rep, paths, run, listed, None, model_url)
+    rep.facts["wall_s"] = round(time.monotonic() - t0, 1)
+    (work / "rehearsal.json").write_text(json.dumps(_doc(rep), indent=1, default=str))
+    return rep
+
+
+def _doc(rep: Report) -> dict[str, Any]:
+    return {"ok": rep.ok, "mode": rep.mode, "fault": rep.fault, "budget_s": rep.budget_s,
+            "checks": rep.checks, "facts": rep.facts}
+
+
+def _main(args: argparse.Namespace) -> int:
+    results = []
+    for mode, fault in variants(args.fault, args.mode):
+        out = Path(args.out, f"{mode}-{fault}") if args.out else None
+        rep = rehearse(args.games, args.budget_seconds, mode=mode, fault=fault, out=out,
+                       max_actions=args.max_actions)
+        results.append(rep)
+        doc = _doc(rep)
+        if not args.verbose:
+            doc["facts"] = {k: doc["facts"][k] for k in ("work", "wall_s") if k in doc["facts"]}
+        print(json.dumps(doc, indent=1, default=str), flush=True)
+        print(f"rehearsal {mode}/{fault}: {'PASS' if rep.ok else 'FAIL'} "
+              f"({sum(c['ok'] for c in rep.checks.values())}/{len(rep.checks)} checks)", flush=True)
+    return 0 if all(r.ok for r in results) else 1
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("rehearse", help="rehearse a Kaggle run: the real notebook, a local gateway, a stand-in vLLM")
+    p.add_argument("--games", default=str(BUNDLED_GAMES), help="environments folder the gateway serves")
+    p.add_argument("--budget-seconds", type=float, default=60.0, help="the notebook's whole budget")
+    p.add_argument("--mode", choices=["rerun", "interactive"], default="rerun")
+    p.add_argument("--fault", choices=[*FAULTS, "all"], default="none")
+    p.add_argument("--out", default=None, help="keep the rehearsal folders here (default: a temp folder)")
+    p.add_argument("--max-actions", type=int, default=300, help="per game (play.max_actions)")
+    p.add_argument("--verbose-report", dest="verbose", action="store_true", help="print every fact, not just the checks")
+    p.set_defaults(func=_main)
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["gateway"]:  # the rehearsal's gateway child: games_dir port closed_path
+        serve_gateway(sys.argv[2], int(sys.argv[3]), sys.argv[4])
+    else:
+        sys.exit("usage: duck rehearse ... (this module's __main__ only runs the rehearsal's gateway)")

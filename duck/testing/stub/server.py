@@ -1,0 +1,282 @@
+"""A local OpenAI-compatible chat server driven by a scripted model, for tests and rehearsals.
+
+It speaks the part of vLLM's API the agent uses (`GET /v1/models`, `POST
+/v1/chat/completions`, streamed or not, with `usage` and `prompt_tokens_details`), renders
+each prompt the way the Qwen3.6 chat template would (duck.testing.stub.render: thinking kept or
+dropped per `preserve_thinking`, tool results wrapped in `<tool_response>`, one placeholder
+per image) to count tokens, and emulates the prefix cache so that what the agent sends can
+be measured: `stats()` gives, per conversation, the share of each prompt that is a prefix of
+the previous one.
+
+The parts live in their own modules and are re-exported here:
+
+* duck.testing.stub.render: `render`, `approx_tokens`, `common_prefix`.
+* duck.testing.stub.models: the scripted models (`reply(request) -> dict`): `FixedModel(replies)`
+  (the given replies in order, then 410 Gone or a loop; test knobs `status`, `delay_s`,
+  `stall_s`), `TraceModel(turns)` (replays one Duck run from ../shared/duck-traces, with
+  `max_actions` set to the number of actions each snippet executed in the record: the
+  Duck's slow sandbox cut many action loops at 30 s; the cap says where), `SolutionModel`.
+* duck.testing.stub.traces: `load_trace`, `recorded_actions`, `display_to_json`, `same_actions`.
+* duck.lab.replay_loop: `replay_check`.
+
+`duck stub-server --port P --traces DIR --game G --pass N` serves a trace model;
+`duck stub-server --replay-check --traces DIR --games DIR` plays the longest run of each
+game through the full agent loop against it and compares the actions with the record.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from duck.testing.stub.models import FixedModel, SolutionModel, TraceModel
+from duck.testing.stub.render import IMAGE_TOKENS, approx_tokens, common_prefix, render
+from duck.lab.replay_loop import replay_check
+from duck.testing.stub.traces import load_trace
+
+
+log = logging.getLogger(__name__)
+
+
+# ---------------------------------------------------------------------------------------
+# The server
+
+class StubServer:
+    """`with StubServer(model) as url:` serves on 127.0.0.1 (a free port by default)."""
+
+    def __init__(self, model: Any, port: int = 0, host: str = "127.0.0.1",
+                 model_name: str = "stub") -> None:
+        self.model = model
+        self.model_name = model_name
+        self.lock = threading.Lock()
+        self.requests: list[dict[str, Any]] = []  # per request: conversation, tokens, shares
+        self._last: dict[str, str] = {}  # conversation → previous rendered prompt
+        self._full: dict[str, str] = {}  # conversation → previous prompt + its generated reply
+        self.httpd = ThreadingHTTPServer((host, port), _handler(self))
+        self.httpd.daemon_threads = True
+        self.thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        host, port = self.httpd.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def start(self) -> str:
+        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05},
+                                       name="stub-server", daemon=True)
+        self.thread.start()
+        return self.url
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    def __enter__(self) -> str:
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    def account(self, conversation: str, body: dict[str, Any]) -> tuple[int, int]:
+        """Prompt tokens and cached tokens of one request; keeps the prefix statistics:
+        `prefix_share`, the share of the prompt that is a prefix of the previous request's
+        prompt, and `cache_share`, the share that is a prefix of the previous prompt plus
+        the reply generated for it (what vLLM's prefix cache holds after that request)."""
+        kwargs = body.get("chat_template_kwargs") or {}
+        text, images = render(body.get("messages", []), body.get("tools"),
+                              kwargs.get("preserve_thinking"), kwargs.get("enable_thinking", True))
+        tokens = approx_tokens(text) + images * IMAGE_TOKENS
+        with self.lock:
+            prev, prev_full = self._last.get(conversation), self._full.get(conversation)
+            share = common_prefix(prev, text) / len(text) if prev and text else 0.0
+            cache = common_prefix(prev_full, text) / len(text) if prev_full and text else share
+            self._last[conversation] = text
+            self.requests.append({"conversation": conversation, "prompt_tokens": tokens, "chars": len(text),
+                                  "prefix_share": share if prev else None, "cache_share": cache if prev else None})
+        return tokens, int(tokens * cache)
+
+    def generated(self, conversation: str, body: dict[str, Any], message: dict[str, Any]) -> None:
+        """Remember the prompt plus the reply as the cache would hold it."""
+        kwargs = body.get("chat_template_kwargs") or {}
+        full, _ = render(body.get("messages", []) + [message], body.get("tools"),
+                         kwargs.get("preserve_thinking"), kwargs.get("enable_thinking", True))
+        with self.lock:
+            self._full[conversation] = full[:full.rindex("<|im_start|>assistant\n")]
+
+    def stats(self) -> dict[str, Any]:
+        shares = [r["prefix_share"] for r in self.requests if r["prefix_share"] is not None]
+        cache = [r["cache_share"] for r in self.requests if r["cache_share"] is not None]
+        return {"requests": len(self.requests),
+                "prefix_share_mean": sum(shares) / len(shares) if shares else None,
+                "cache_share_mean": sum(cache) / len(cache) if cache else None,
+                "prompt_tokens_max": max((r["prompt_tokens"] for r in self.requests), default=0)}
+
+
+def _handler(server: StubServer) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, fmt: str, *args: Any) -> None:
+            log.debug("stub: " + fmt, *args)
+
+        def _json(self, status: int, obj: Any) -> None:
+            data = json.dumps(obj).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self) -> None:
+            if self.path.rstrip("/") in ("/v1/models", "/models"):
+                self._json(200, {"object": "list", "data": [{"id": server.model_name, "object": "model",
+                                                             "owned_by": "duck-stub"}]})
+            elif self.path.rstrip("/") in ("/health", "/v1/health"):
+                self._json(200, {"status": "ok"})
+            else:
+                self._json(404, {"error": {"message": f"no route {self.path}"}})
+
+        def do_POST(self) -> None:
+            if self.path.rstrip("/") not in ("/v1/chat/completions", "/chat/completions"):
+                self._json(404, {"error": {"message": f"no route {self.path}"}})
+                return
+            try:
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+            except ValueError as e:
+                self._json(400, {"error": {"message": f"bad JSON: {e}"}})
+                return
+            r = server.model.reply(dict(body, _session=self.headers.get("X-Duck-Session") or "default"))
+            if r.get("delay_s"):
+                time.sleep(r["delay_s"])
+            if r.get("status"):
+                self._json(r["status"], {"error": {"message": r.get("error", "scripted error"),
+                                                   "type": "stub", "code": r["status"]}})
+                return
+            conversation = self.headers.get("X-Duck-Session") or "default"
+            prompt_tokens, cached = server.account(conversation, body)
+            calls = r.get("tool_calls") or ([{"name": "python", "arguments": json.dumps({"code": r["code"]})}]
+                                            if r.get("code") is not None else [])
+            content, reasoning = r.get("content") or "", r.get("reasoning") or ""
+            completion = approx_tokens(content + reasoning + "".join(c["arguments"] for c in calls))
+            usage = {"prompt_tokens": prompt_tokens, "completion_tokens": completion,
+                     "total_tokens": prompt_tokens + completion,
+                     "prompt_tokens_details": {"cached_tokens": cached}}
+            finish = r.get("finish_reason") or ("tool_calls" if calls else "stop")
+            tool_calls = [{"index": k, "id": f"call_{abs(hash((content, k, time.time_ns()))) % 10**10}",
+                           "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
+                          for k, c in enumerate(calls)]
+            server.generated(conversation, body, {"role": "assistant", "content": content,
+                                                  "reasoning_content": reasoning, "tool_calls": tool_calls})
+            if body.get("stream"):
+                self._stream(body, content, reasoning, tool_calls, finish, usage, r.get("stall_s"))
+            else:
+                msg = {"role": "assistant", "content": content or None, "reasoning": reasoning or None,
+                       "reasoning_content": reasoning or None, "tool_calls": tool_calls}
+                self._json(200, {"id": "chatcmpl-stub", "object": "chat.completion", "created": int(time.time()),
+                                 "model": server.model_name, "usage": usage,
+                                 "choices": [{"index": 0, "message": msg, "finish_reason": finish}]})
+
+        def _stream(self, body, content, reasoning, tool_calls, finish, usage, stall_s) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Cache-Control", "no-cache")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self.close_connection = True
+            base = {"id": "chatcmpl-stub", "object": "chat.completion.chunk", "created": int(time.time()),
+                    "model": server.model_name}
+
+            def send(delta: dict | None, finish_reason: str | None = None, usage_: dict | None = None) -> None:
+                chunk = dict(base, choices=[] if delta is None else
+                             [{"index": 0, "delta": delta, "finish_reason": finish_reason}])
+                if usage_ is not None:
+                    chunk["usage"] = usage_
+                self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                self.wfile.flush()
+
+            try:
+                send({"role": "assistant", "content": ""})
+                for piece in _pieces(reasoning, 400):
+                    send({"reasoning": piece, "reasoning_content": piece})
+                if stall_s:
+                    time.sleep(stall_s)
+                for piece in _pieces(content, 200):
+                    send({"content": piece})
+                for tc in tool_calls:
+                    send({"tool_calls": [{"index": tc["index"], "id": tc["id"], "type": "function",
+                                          "function": {"name": tc["function"]["name"], "arguments": ""}}]})
+                    for piece in _pieces(tc["function"]["arguments"], 300):
+                        send({"tool_calls": [{"index": tc["index"], "function": {"arguments": piece}}]})
+                send({}, finish)
+                if (body.get("stream_options") or {}).get("include_usage"):
+                    send(None, usage_=usage)
+                self.wfile.write(b"data: [DONE]\n\n")
+                self.wfile.flush()
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the client gave up (a time-out test): nothing to do
+
+    return Handler
+
+
+def _pieces(text: str, size: int) -> list[str]:
+    return [text[i:i + size] for i in range(0, len(text), size)]
+
+
+# ---------------------------------------------------------------------------------------
+# Command line
+
+def _main(args: argparse.Namespace) -> int:
+    if args.replay_check:
+        res = replay_check(args.traces, args.games, args.out, args.only, compat=args.kernel_mode == "compat")
+        print(json.dumps({k: v for k, v in res.items() if k != "games"} |
+                         {"games": {g: {k: v[k] for k in ("pass", "recorded", "played", "known_share", "identical")}
+                                    for g, v in res["games"].items()}}, indent=1))
+        return 0 if res["identical"] == res["runs"] else 1
+    if args.traces:
+        if not args.game:
+            raise SystemExit("--traces needs --game (and --pass)")
+        model: Any = TraceModel(load_trace(args.traces, args.game, args.pass_))
+    elif args.solutions:
+        model = SolutionModel(args.solutions)
+    elif args.replies:
+        model = FixedModel(json.loads(Path(args.replies).read_text()), loop=args.loop)
+    else:
+        model = FixedModel([{"content": "ok", "code": "print(valid_actions)"}], loop=True)
+    server = StubServer(model, port=args.port, host=args.host, model_name=args.model_name)
+    print(json.dumps({"url": server.url, "replies": len(model.replies)}), flush=True)
+    try:
+        server.httpd.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.httpd.server_close()
+        log.info("stub server stats: %s", server.stats())
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("stub-server", help="a local OpenAI-compatible server driven by a scripted model")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--model-name", default="stub")
+    p.add_argument("--traces", default=None, help="a duck-traces folder: replay one Duck run")
+    p.add_argument("--game", default=None, help="game id or 4-letter prefix (with --traces)")
+    p.add_argument("--pass", dest="pass_", type=int, default=0)
+    p.add_argument("--replies", default=None, help="a JSON file with a list of fixed replies")
+    p.add_argument("--loop", action="store_true", help="repeat the fixed replies forever")
+    p.add_argument("--solutions", default=None,
+                   help="a games folder with solution.json files: play them (one conversation per game)")
+    p.add_argument("--replay-check", action="store_true",
+                   help="play the longest run of each game through the agent and compare actions")
+    p.add_argument("--games", default="environment_files", help="environments folder (--replay-check)")
+    p.add_argument("--kernel-mode", choices=["compat", "ours"], default="compat",
+                   help="--replay-check: the Duck's sandbox rules, or our agent's own kernel mode")
+    p.add_argument("--only", nargs="*", default=None)
+    p.add_argument("--out", default="runs/replay_loop")
+    p.set_defaults(func=_main)
