@@ -7,16 +7,22 @@ import json
 import logging
 import sys
 
-from duck.run import BUNDLED_GAMES
+from duck.config import POLICIES
 
 
 def _play(args: argparse.Namespace) -> int:
+    from duck.config import load_config
+    from duck.llm.client import join_urls
     from duck.run import play_folder
-    policy = args.policy or ("llm" if args.model_url else "explorer")
-    options = {"model_url": args.model_url} if args.model_url else {}
-    doc = play_folder(args.games, args.out, policy=policy, seed=args.seed,
-                      max_actions=args.max_actions, workers=args.workers,
-                      games=args.only, options=options, overwrite=args.overwrite)
+    cfg = load_config(args.config, args.set)
+    if args.model_url:
+        cfg.model.urls = join_urls(args.model_url)
+    # The flags override the config; with a model URL and no --policy, the model plays.
+    cfg.play.policy = args.policy or ("llm" if args.model_url else cfg.play.policy)
+    for key in ("seed", "max_actions", "workers"):
+        if getattr(args, key) is not None:
+            setattr(cfg.play, key, getattr(args, key))
+    doc = play_folder(args.games or cfg.play.games_dir, args.out, cfg, games=args.only, overwrite=args.overwrite)
     summary = {"score": round(doc["score"], 4), "toolkit_score": doc.get("toolkit_score"),
                "games": {g: {"levels": v["levels"], "actions": v["actions"],
                              "score": round(v["score"], 3), **({"error": v["error"]} if "error" in v else {})}
@@ -26,7 +32,7 @@ def _play(args: argparse.Namespace) -> int:
 
 
 def _score(args: argparse.Namespace) -> int:
-    from duck.run import write_score
+    from duck.play.scoring import write_score
     print(json.dumps(write_score(args.run_dir), indent=1))
     return 0
 
@@ -37,13 +43,17 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     play = sub.add_parser("play", help="play every game of a folder and score the run")
-    play.add_argument("--games", default=str(BUNDLED_GAMES), help="environments folder (default: bundled games)")
-    play.add_argument("--policy", choices=["random", "explorer", "llm"], default=None,
-                      help="default: llm when --model-url is given, else explorer")
-    play.add_argument("--model-url", default=None, help="OpenAI-compatible base URL for --policy llm")
-    play.add_argument("--seed", type=int, default=0)
-    play.add_argument("--max-actions", type=int, default=200)
-    play.add_argument("--workers", type=int, default=1, help="games played in parallel processes")
+    play.add_argument("--games", default=None, help="environments folder (default: play.games_dir, "
+                      "environment_files; the bundled demo games are tests/games)")
+    play.add_argument("--policy", choices=POLICIES, default=None,
+                      help="default: llm when --model-url is given, else play.policy (explorer)")
+    play.add_argument("--model-url", default=None, help="OpenAI-compatible base URL(s) for --policy llm")
+    play.add_argument("--seed", type=int, default=None, help="default: play.seed (0)")
+    play.add_argument("--max-actions", type=int, default=None, help="per game; default: play.max_actions (1000)")
+    play.add_argument("--workers", type=int, default=None, help="games played in parallel processes "
+                      "(default: play.workers, 1)")
+    play.add_argument("--config", nargs="*", default=[], help="config files (TOML/JSON), in order")
+    play.add_argument("--set", nargs="*", default=[], metavar="A.B=VALUE", help="config overrides")
     play.add_argument("--only", nargs="*", default=None, help="game ids (or 4-letter prefixes) to play")
     play.add_argument("--out", default="runs/play", help="run folder (records/ and score.json)")
     play.add_argument("--overwrite", action="store_true", help="replace the records of --out")

@@ -12,9 +12,12 @@ import json
 import os
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict
+
+
+PolicyName = Literal["random", "explorer", "llm"]  # what duck.policies.make_policy knows
 
 
 class Section(BaseModel):
@@ -22,7 +25,8 @@ class Section(BaseModel):
 
 
 class PlayConfig(Section):
-    policy: str = "explorer"  # the non-LLM default: runs anywhere, no GPU
+    games_dir: str = "environment_files"  # the public games, fetched (see the README)
+    policy: PolicyName = "explorer"  # the non-LLM default: runs anywhere, no GPU
     seed: int = 0
     max_actions: int = 1000  # per game; ~7x the Duck's mean of 137 actions per game
     workers: int = 1  # parallel game processes (the engine is pure Python under the GIL)
@@ -47,6 +51,12 @@ class ServeConfig(Section):
     extra_args: list[str] = []
     ready_timeout_s: float = 900.0  # the Duck's vLLM took ~6.5 min to become ready
     log_path: str = "runs/vllm.log"
+
+
+class ExplorerConfig(Section):
+    # Options of duck.explorer.policy.Explorer by name; an unknown name is an error when the
+    # explorer is made (the defaults in its signature are the benchmarked ones).
+    options: dict[str, Any] = {}
 
 
 class ModelConfig(Section):
@@ -75,30 +85,23 @@ class KernelConfig(Section):
     file_mb: int = 16  # largest file model code may write in its temp dir
     open_files: int = 64
     grace_s: float = 1.0  # after the soft interrupt, time to unwind before the process is killed
-    notes_chars: int = 8000  # the `notes` dict, as JSON, is kept across calls up to this size
+    notes_dict_chars: int = 8000  # the kernel's `notes` dict, as JSON, is kept up to this size
 
 
 class AgentConfig(Section):
     context_tokens: int = 32768  # prompt budget per game (see DESIGN §1c: KV cache share)
     evict_to: float = 0.5  # near the budget, drop old turns until the prompt is this share
+    # The Duck's rules, for the A/B baseline (experiments/baseline.toml): both false.
     keep_notes_on_game_over: bool = True
     carry_notes_across_levels: bool = True
     animation_summaries: bool = True
     action_counts_in_prompt: bool = True
     seeded_sampling: bool = True
     image_scale: int = 4  # the frame as a 256x256 PNG (~64 image tokens on Qwen3.6)
-    reasoning_history_chars: int | None = None  # keep only the tail of each reply's reasoning (A/B)
-    notes_chars: int = 900  # per notes section; longer text keeps its head and tail
+    note_section_chars: int = 900  # per notes section; longer text keeps its head and tail
     nudge_after_calls: int = 6  # calls in a turn without an action before "act now"
-    turn_time_s: float = 240.0  # a turn this long without an action gets the same nudge
     max_calls_per_turn: int = 16  # then the turn ends and a fresh one starts
-    auto_reset_on_game_over: bool = True  # after GAME_OVER only RESET does anything
-    fallback: str | None = "explorer"  # policy that takes over when the server keeps failing
-    kernel_compat: bool = False  # the Duck's sandbox rules and result format (trace replays)
-    kernel_fresh: bool = False  # a new namespace per call, as the Duck had (trace replays)
-    # Honour the recorded caps (`max_actions`, `on_cap`) a trace replay sends as extra tool
-    # arguments. Never for a live model: on_cap="stop" would end the game's time.
-    trace_replay: bool = False
+    fallback: PolicyName | None = "explorer"  # policy that takes over when the model fails (duck.policies)
     failures_before_fallback: int = 3  # consecutive failed requests (each already retried)
 
 
@@ -141,6 +144,7 @@ class KaggleConfig(Section):
 
 class Config(Section):
     play: PlayConfig = PlayConfig()
+    explorer: ExplorerConfig = ExplorerConfig()
     model: ModelConfig = ModelConfig()
     kernel: KernelConfig = KernelConfig()
     agent: AgentConfig = AgentConfig()
@@ -184,3 +188,6 @@ def load_config(files: list[str | Path] = (), overrides: list[str] = (),
         key, value = item.split("=", 1)
         _set(doc, key.strip(), _parse_value(value))
     return Config.model_validate(doc)
+
+
+POLICIES: tuple[str, ...] = get_args(PolicyName)

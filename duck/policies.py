@@ -1,48 +1,97 @@
-"""The policies `duck play` knows, by name. Each plays through a `Session`."""
+"""The composition root: every policy by name, and the model-driven one wrapped in its fallback.
+
+Nothing below this module knows which policies exist. `make_policy("llm", ...)` gives the
+agent wrapped in `FallbackPolicy`, so that a game whose model fails (the server keeps
+failing, the notebook's health flag says it is down, or the agent raises) goes on with the
+explorer from where it stands instead of sitting idle; the agent itself only raises.
+"""
 
 from __future__ import annotations
 
-import random
-import zlib
-from typing import Any
+import traceback
+from typing import Any, Callable
 
-from duck.game.actions import RESET, Action
-from duck.play.session import Policy, Session
+from duck.agent.loop import AgentPolicy
+from duck.config import POLICIES, Config, load_config
+from duck.explorer.policy import Explorer
+from duck.game.source import GameError
+from duck.llm.health import ModelHealth
+from duck.play.random_policy import RandomPolicy
+from duck.play.session import PlayStopped, Policy
 
-
-def game_seed(seed: int, game_id: str, pass_: int = 0) -> int:
-    """A seed per (run seed, game, pass) that is stable across processes and Pythons."""
-    return zlib.crc32(f"{seed}:{game_id}:{pass_}".encode())
-
-
-class RandomPolicy:
-    """Uniform over the offered actions; clicks anywhere on the board; RESET only after
-    GAME_OVER (the one action that does anything then). The floor every policy must beat."""
-
-    name = "random"
-
-    def __init__(self, seed: int = 0) -> None:
-        self.seed = seed
-
-    def play(self, session: Session) -> None:
-        rng = random.Random(game_seed(self.seed, session.game.game_id))
-        while True:
-            obs = session.obs
-            if obs.state == "GAME_OVER":
-                session.step(RESET)
-                continue
-            ids = [a for a in obs.available_actions if a != 0] or [1]
-            a = rng.choice(ids)
-            session.step(Action.click(rng.randrange(64), rng.randrange(64)) if a == 6 else Action(a))
+MODEL_DOWN = "model_down"  # the PlayStopped reason that hands a game to the fallback
 
 
-def make_policy(name: str, seed: int = 0, **options: Any) -> Policy:
+def make_policy(name: str, seed: int = 0, *, config: Config | None = None, model_url: str | list[str] | None = None,
+                url_index: int | None = None, pass_: int = 0, health: ModelHealth | None = None,
+                kernel_factory: Any = None) -> Policy:
+    """The policy `name` for one game. `config` (default: `load_config()`) configures the
+    agent and names its fallback (`agent.fallback`, None for none); `model_url` overrides
+    `model.urls`; `url_index` picks the endpoint a game starts on (paired A/B units share it);
+    `pass_` seeds the model's sampling; `health` is the notebook's model-down flag."""
     if name == "random":
         return RandomPolicy(seed)
+    cfg = config or load_config()
     if name == "explorer":
-        from duck.explorer.policy import Explorer
-        return Explorer(seed=seed, **options)
+        return Explorer(seed=seed, **cfg.explorer.options)
     if name == "llm":
-        from duck.agent.loop import AgentPolicy
-        return AgentPolicy(seed=seed, **options)
-    raise ValueError(f"unknown policy {name!r}: random, explorer or llm")
+
+        def agent() -> AgentPolicy:
+            return AgentPolicy(seed, cfg, model_url=model_url, url_index=url_index, pass_=pass_,
+                               kernel_factory=kernel_factory)
+
+        if cfg.agent.fallback is None:
+            return agent()
+        return FallbackPolicy(agent, lambda: make_policy(cfg.agent.fallback, seed, config=cfg), health)
+    raise ValueError(f"unknown policy {name!r}: {', '.join(POLICIES)}")
+
+
+class _Watched:
+    """A Session seen by the model-driven policy: the next action raises
+    PlayStopped(model_down) as soon as the server is marked down."""
+
+    def __init__(self, session: Any, health: ModelHealth) -> None:
+        self._session = session
+        self._health = health
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._session, name)
+
+    def stop_reason(self) -> str | None:
+        return MODEL_DOWN if self._health.down() else self._session.stop_reason()
+
+    def step(self, action: Any, info: dict[str, Any] | None = None) -> Any:
+        if self._health.down():
+            raise PlayStopped(MODEL_DOWN)
+        return self._session.step(action, info)
+
+
+class FallbackPolicy:
+    """The model-driven policy while it works, the fallback (the explorer) from where the game
+    stands as soon as it does not: the health flag is set (checked before every action), or the
+    model policy raises (ModelDown after repeated failed requests, or a bug)."""
+
+    name = "llm"
+
+    def __init__(self, llm: Callable[[], Policy], fallback: Callable[[], Policy],
+                 health: ModelHealth | None = None) -> None:
+        self.llm, self.fallback, self.health = llm, fallback, health
+
+    def play(self, session: Any) -> None:
+        if self.health is None or self.health.ok():
+            try:
+                self.llm().play(session if self.health is None else _Watched(session, self.health))
+                return
+            except PlayStopped as e:
+                if e.reason != MODEL_DOWN:
+                    raise
+                session.event("fallback", "the model server is down: the explorer takes over")
+            except GameError:
+                raise
+            except Exception as e:  # a failing model or a bug must not idle the game
+                session.event("fallback", f"the model policy failed ({type(e).__name__}: {e}): "
+                                          "the explorer takes over", traceback.format_exc(limit=6))
+        else:
+            session.event("fallback", "no model server: the explorer plays")
+        if session.stop_reason() is None:
+            self.fallback().play(session)

@@ -164,15 +164,16 @@ def test_experiment_configs_change_one_field_each():
         assert load_arm([str(EXPERIMENTS / f"{name}.toml")]).play.policy == name
 
 
-def test_policy_options_pass_the_endpoint_only_to_model_policies():
+def test_each_arm_makes_its_policy_with_the_units_endpoint_and_pass():
+    from duck.policies import make_policy
+    for name in ("random", "explorer"):
+        cfg = load_arm([str(EXPERIMENTS / f"{name}.toml")])
+        assert make_policy(cfg.play.policy, 0, **policy_options(cfg, unit_index=1)).name == name
     llm = load_arm([str(EXPERIMENTS / "baseline.toml")])
-    opts = policy_options(llm, unit_index=7, pass_=2)
-    from duck.lab.ab.config import _ctor_params
-    if "config" in _ctor_params("llm"):  # the agent exists: it gets what it names
-        assert opts["config"] is llm and opts["model_url"] == ["http://localhost:8000/v1"]
-        assert opts["url_index"] == 7 and opts["pass_"] == 2
-    assert policy_options(load_arm([str(EXPERIMENTS / "random.toml")]), unit_index=1) == {}
-    assert "config" not in policy_options(load_arm([str(EXPERIMENTS / "explorer.toml")]))
+    policy = make_policy(llm.play.policy, 0, **policy_options(llm, unit_index=7, pass_=2))
+    agent = policy.llm()  # the model policy inside its fallback
+    assert policy.name == agent.name == "llm"
+    assert agent.urls == ["http://localhost:8000/v1"] and (agent.url_index, agent.pass_) == (7, 2)
 
 
 @pytest.mark.public

@@ -7,14 +7,13 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("duck.sandbox.host")
-
-from duck.agent.loop import AgentPolicy  # noqa: E402
-from duck.config import load_config  # noqa: E402
-from duck.game.source import GameSource  # noqa: E402
-from duck.play.session import play_game  # noqa: E402
-from duck.play.record import read_record  # noqa: E402
-from duck.testing.stub.models import SolutionModel, TraceModel  # noqa: E402
+from duck.agent.loop import AgentPolicy
+from duck.config import load_config
+from duck.game.source import GameSource
+from duck.lab.replay_loop import ReplayKernel
+from duck.play.record import read_record
+from duck.play.session import play_game
+from duck.testing.stub.models import SolutionModel, TraceModel, trace_caps
 from duck.testing.stub.server import StubServer
 from duck.testing.stub.traces import load_trace, recorded_actions
 
@@ -50,8 +49,10 @@ def test_the_start_of_a_duck_run_replays_through_the_loop(public, tmp_path):
     game_id = next(g.game_id for g in source.games() if g.game_id.startswith("ft09"))
     path = tmp_path / "ft09.jsonl"
     cfg = _cfg()
-    cfg.agent.trace_replay = True  # honour the recorded caps the trace model sends
+    caps = trace_caps(turns)  # the recorded caps, which the replay's kernel applies
     with StubServer(TraceModel(turns)) as url:
-        play_game(source, game_id, AgentPolicy(seed=0, model_url=url, config=cfg),
+        agent = AgentPolicy(0, cfg, model_url=url,
+                            kernel_factory=lambda session, kcfg: ReplayKernel(session, kcfg, caps, compat=False))
+        play_game(source, game_id, agent,
                   max_actions=len(expected), record_path=path)
     assert [a["action"] for a in read_record(path).actions] == expected

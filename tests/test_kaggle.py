@@ -14,7 +14,8 @@ import pytest
 
 from duck.config import load_config
 from duck.game.source import GameSource
-from duck.llm.health import FallbackPolicy, ModelHealth
+from duck.llm.health import ModelHealth
+from duck.policies import FallbackPolicy
 from duck.kaggle.run import KaggleRun
 from duck.kaggle.inputs import COMPETITION, DATASET_MARKER, find_competition_dir, find_dataset_dir, find_model_dir, is_rerun
 from duck.kaggle.play import wait_for_gateway

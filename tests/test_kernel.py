@@ -6,7 +6,7 @@ import json
 
 from duck.game.actions import Action
 from duck.play.record import read_record
-from tests.test_kernel_fixtures import alive, make_kernel  # noqa: F401 - fixture
+from conftest import alive
 
 ZS01_LEVEL1 = ["DOWN", "LEFT", "UP", "RIGHT"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from tests.test_kernel_fixtures import alive, make_kernel  # noqa: F401 - fixture
+from conftest import alive
 
 
 def test_infinite_loop_times_out_and_keeps_definitions(make_kernel):

@@ -66,12 +66,26 @@ def test_kernel_dict_applies_only_changed_entries():
     assert n.extra == {"targets": "- 1\n- 2"}
 
 
-def test_game_over_changes_nothing():
+def test_game_over_changes_nothing_unless_the_duck_rule_is_set():
     n = Notes()
-    n.from_reply("World model: a maze.\nGoal model: reach Y.\nPlan: go left.", "")
+    n.from_reply("World model: a maze.\nGoal model: reach Y.\nPlan: go left.\nCross-level notes: Y.", "")
     before = n.as_dict()
-    n.game_over()
+    n.after_turn(0, "GAME_OVER")
     assert n.as_dict() == before
+    duck = Notes(keep_on_game_over=False)
+    duck.from_reply("World model: a maze.\nCross-level notes: Y.", "")
+    duck.after_turn(0, "GAME_OVER")
+    assert duck.sections == {"Cross-level notes": "Y."}
+
+
+def test_a_completed_level_carries_the_notes_or_wipes_them_under_the_duck_rule():
+    n, duck = Notes(), Notes(carry_across_levels=False)
+    for x in (n, duck):
+        x.from_reply("World model: a maze.\nPlan: go left.\nCross-level notes: Y.", "")
+        x.after_turn(1, "NOT_FINISHED")
+        assert x.level == 2
+    assert n.carried_from == {"Plan": 1} and set(n.sections) == {"World model", "Plan", "Cross-level notes"}
+    assert duck.sections == {"Cross-level notes": "Y."}
 
 
 def test_new_level_carries_all_and_marks_goal_and_plan_for_recheck():

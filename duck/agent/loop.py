@@ -5,24 +5,23 @@ actions, the carried notes, the board as a PNG) followed by model calls until th
 Python plays an action. Control flow is by exceptions that carry their message:
 `Correction` (a reply without a usable tool call: the message goes back to the model),
 `TurnStalled` (too many calls without an action: a fresh turn starts), `ContextFull` (the
-turn alone outgrew the budget), `ModelDown` (the server keeps failing: the explorer takes
-over), and the session's `PlayStopped` (budget, deadline, stop, win) which ends play.
+turn alone outgrew the budget), `ModelDown` (the server keeps failing: raised to the
+composition root, duck.policies, which hands the game to the fallback), and the session's
+`PlayStopped` (budget, deadline, stop, win) which ends play.
 """
 
 from __future__ import annotations
 
 import json
-import time
-from typing import Any
+from typing import Any, Callable
 
-from duck.config import Config, load_config
-from duck.agent.context import (Context, ContextFull, outcome, python_tool, render, turn_message, without_animation)
+from duck.agent.context import Context, ContextFull, outcome, python_tool, render, turn_message, without_animation
+from duck.agent.notes import Notes
+from duck.config import Config, KernelConfig
 from duck.game.actions import RESET
 from duck.llm.client import ContextOverflow, ModelClient, ModelError, join_urls, pick_url, request_seed
-from duck.agent.notes import Notes
 from duck.play.session import PlayStopped, Session
-
-REPLAY = {"max_actions": int, "on_cap": str}  # extra tool arguments a trace replay sends (the recorded caps)
+from duck.sandbox.host import Kernel
 
 
 class Correction(Exception):
@@ -45,8 +44,8 @@ class ModelDown(Exception):
     """The model server failed `failures_before_fallback` requests in a row."""
 
 
-def tool_calls(reply: Any) -> list[tuple[str, str, dict[str, Any]]]:
-    """(call id, code, replay options) per tool call of a reply; raises Correction."""
+def tool_calls(reply: Any) -> list[tuple[str, str]]:
+    """(call id, code) per tool call of a reply; raises Correction."""
     if not reply.tool_calls:
         raise Correction(f"cut_{reply.cut}" if reply.cut else "no_tool_call")
     out = []
@@ -59,57 +58,55 @@ def tool_calls(reply: Any) -> list[tuple[str, str, dict[str, Any]]]:
             raise Correction("bad_arguments", f"invalid JSON: {e}") from e
         if not isinstance(args, dict):
             raise Correction("bad_arguments", "the arguments are not an object")
-        strings = [v for k, v in args.items() if isinstance(v, str) and k not in REPLAY]
+        strings = [v for v in args.values() if isinstance(v, str)]
         code = args.get("code", strings[0] if len(strings) == 1 else None)
         if not isinstance(code, str) or not code.strip():
             raise Correction("empty_code")
-        out.append((c.id, code.rstrip(), {k: args[k] for k in REPLAY if isinstance(args.get(k), REPLAY[k])}))
+        out.append((c.id, code.rstrip()))
     return out
 
 
 class AgentPolicy:
+    """Plays one game (one instance per game). `kernel_factory(session, kernel_config)` makes
+    the sandbox (default: duck.sandbox.host.Kernel; the replay tooling passes its own)."""
+
     name = "llm"
 
-    def __init__(self, seed: int = 0, model_url: str | list[str] | None = None, config: Config | None = None,
-                 pass_: int = 0, url_index: int | None = None, kernel_factory: Any = None,
-                 **options: Any) -> None:
-        self.cfg = (config or load_config()).model_copy(deep=True)  # a shared config stays untouched
-        for key, value in options.items():  # agent.* fields given by name (e.g. fallback=None)
-            setattr(self.cfg.agent, key, value)
-        self.urls = join_urls(model_url) or self.cfg.model.urls
+    def __init__(self, seed: int, config: Config, *, model_url: str | list[str] | None = None,
+                 url_index: int | None = None, pass_: int = 0,
+                 kernel_factory: Callable[[Session, KernelConfig], Any] | None = None) -> None:
+        self.cfg = config.model_copy(deep=True)  # a shared config stays untouched
         self.seed, self.pass_, self.url_index = seed, pass_, url_index
-        self.kernel_factory = kernel_factory or _default_kernel
+        self.urls = join_urls(model_url) or self.cfg.model.urls
+        self.kernel_factory = kernel_factory or Kernel
+        a = self.cfg.agent
+        self.notes = Notes(limit=a.note_section_chars, carry_across_levels=a.carry_notes_across_levels,
+                           keep_on_game_over=a.keep_notes_on_game_over)
+        self.tools = python_tool(self.cfg.kernel.output_chars)
+        self.ctx = self._new_context()
+        self.client: ModelClient | None = None  # made in play(): it is named after the game
+        self.level_start = 0  # the game's action count when the current level began
 
     def play(self, session: Session) -> None:
-        a, game_id = self.cfg.agent, session.game.game_id
+        game_id = session.game.game_id
         self.client = ModelClient.from_config(self.cfg.model, self.urls, session=f"{game_id}:{self.pass_}",
                                               start=pick_url(self.urls, game_id, self.url_index))
-        self.notes = Notes(limit=a.notes_chars)
-        self.ctx = self._new_context()
-        self.tools = python_tool(self.cfg.kernel.output_chars)
-        kernel = self.kernel_factory(session, self.cfg)
+        kernel = self.kernel_factory(session, self.cfg.kernel)
         try:
             self._loop(session, kernel)
-        except ModelDown as e:
-            session.event("error", f"model server down ({e}); {a.fallback or 'nobody'} takes over")
-            if a.fallback:
-                kernel.close()
-                from duck.policies import make_policy
-                make_policy(a.fallback, self.seed).play(session)
         finally:
             kernel.close()
             session.event("notes", f"end of play ({session.obs.state}, {session.obs.levels_completed} levels)",
                           self.notes.as_dict())
 
     def _new_context(self) -> Context:
-        a = self.cfg.agent
         return Context(render("system.j2", call_timeout_s=self.cfg.kernel.call_timeout_s,
                               output_chars=self.cfg.kernel.output_chars),
-                       a.context_tokens, self.cfg.model.max_output_tokens, evict_to=a.evict_to)
+                       self.cfg.agent.context_tokens, self.cfg.model.max_output_tokens, evict_to=self.cfg.agent.evict_to)
 
     def _loop(self, session: Session, kernel: Any) -> None:
-        a, last, stalled, self.level_start = self.cfg.agent, None, 0, 0
-        for turn in range(10**9):
+        last, stalled, turn = None, 0, 0
+        while True:
             if reason := session.stop_reason():
                 raise PlayStopped(reason)
             if session.fresh is not None and session.fresh.is_set():
@@ -120,7 +117,8 @@ class AgentPolicy:
                 session.event("fresh_start", f"fresh model context at turn {turn}", self.notes.as_dict())
             levels = session.obs.levels_completed
             kernel.new_turn()
-            self.ctx.begin_turn(turn_message(session, a, self.notes, last, stalled, turn == 0, self.level_start),
+            self.ctx.begin_turn(turn_message(session, self.cfg.agent, self.notes, last, stalled, turn == 0,
+                                             self.level_start),
                                 index=turn, level=levels + 1, actions_before=session.game.actions)
             try:
                 last, stalled = self._turn(session, kernel, turn), 0
@@ -133,25 +131,18 @@ class AgentPolicy:
                 last, stalled = None, 0
             if session.obs.levels_completed > levels:
                 session.event("notes", f"end of level {levels + 1}", self.notes.as_dict())
-                self.notes.new_level(session.obs.levels_completed + 1)
                 self.level_start = session.game.actions
-                if not a.carry_notes_across_levels:
-                    self.notes.clear()  # the Duck's rule, for the A/B baseline
-            if session.obs.state == "GAME_OVER":
-                if not a.keep_notes_on_game_over:
-                    self.notes.clear()
-                if a.auto_reset_on_game_over:
-                    kernel.act(RESET, {"auto": "reset after GAME_OVER"})
-                    if last is not None:
-                        last["auto_reset"] = True
+            self.notes.after_turn(session.obs.levels_completed, session.obs.state)
+            if session.obs.state == "GAME_OVER":  # only RESET does anything now: play it for the model
+                kernel.act(RESET, {"auto": "reset after GAME_OVER"})
+                if last is not None:
+                    last["auto_reset"] = True
+            turn += 1
 
     def _turn(self, session: Session, kernel: Any, turn: int) -> dict[str, Any]:
-        a, t0, failures, nudged = self.cfg.agent, time.monotonic(), 0, False
-        for call in range(a.max_calls_per_turn + 1):
-            if call == a.max_calls_per_turn:
-                raise TurnStalled(call)
-            if call and not nudged and (call >= a.nudge_after_calls or time.monotonic() - t0 > a.turn_time_s):
-                nudged = True
+        a, failures = self.cfg.agent, 0
+        for call in range(a.max_calls_per_turn):
+            if call == a.nudge_after_calls:
                 self.ctx.add({"role": "user", "content": render("correct.j2", reason="act_now", detail=call)})
             if reason := session.stop_reason():
                 raise PlayStopped(reason)
@@ -170,9 +161,8 @@ class AgentPolicy:
                 self.ctx.add_all([{"role": "tool", "tool_call_id": t.id, "content": c.message}
                                   for t in reply.tool_calls] or [{"role": "user", "content": c.message}])
                 continue
-            for k, (call_id, code, replay) in enumerate(calls):
-                r = kernel.run(code, info={"turn": turn, "call": call, "seed": reply.seed},
-                               **(replay if a.trace_replay else {}))
+            for k, (call_id, code) in enumerate(calls):
+                r = kernel.run(code, info={"turn": turn, "call": call, "seed": reply.seed})
                 self.ctx.add({"role": "tool", "tool_call_id": call_id,
                               "content": r.text if a.animation_summaries else without_animation(r.message)})
                 self.notes.from_kernel(kernel.notes)
@@ -180,7 +170,7 @@ class AgentPolicy:
                     session.event("timeout", f"kernel call {r.kind} (turn {turn}, call {call})",
                                   {"restarted": r.restarted})
                 if r.actions:
-                    for skipped_id, _, _ in calls[k + 1:]:
+                    for skipped_id, _ in calls[k + 1:]:
                         self.ctx.add({"role": "tool", "tool_call_id": skipped_id,
                                       "content": render("correct.j2", reason="skipped", detail="")})
                     last = outcome(r, session, self.ctx.current.level - 1, a.animation_summaries)
@@ -200,7 +190,7 @@ class AgentPolicy:
         except ContextOverflow:
             self.ctx.budget = int(self.ctx.budget * 0.8)  # the server knows better: shrink and retry
             raise
-        self.ctx.add(reply.message(self.cfg.agent.reasoning_history_chars))
+        self.ctx.add(reply.message())
         self.ctx.observe(len(messages), reply.prompt_tokens, reply.completion_tokens)
         self.notes.from_reply(reply.content, reply.reasoning)
         session.event("model", f"turn {turn} call {call}",
@@ -208,8 +198,3 @@ class AgentPolicy:
         if reply.cut == "timeout":
             session.event("timeout", f"model reply cut at {self.client.timeout_s:.0f} s (kept what arrived)")
         return reply
-
-
-def _default_kernel(session: Session, cfg: Config) -> Any:
-    from duck.sandbox.host import Kernel
-    return Kernel(session, cfg.kernel, compat=cfg.agent.kernel_compat, fresh=cfg.agent.kernel_fresh)

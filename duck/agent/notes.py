@@ -13,8 +13,9 @@ Rules (the Duck's notes were empty in 84% of its calls and wiped at every GAME_O
 level change): a section changes only when a source gives it new non-empty text; GAME_OVER
 changes nothing; a new level keeps every section and marks Goal model and Plan as carried
 from the previous level, to be rechecked quickly (the mark goes when they are rewritten).
-`clear()` is the Duck's wipe, for the A/B baseline (agent.keep_notes_on_game_over and
-agent.carry_notes_across_levels set to false).
+`after_turn` applies those rules once per turn; with `carry_across_levels` /
+`keep_on_game_over` off it wipes instead, as the Duck did (the A/B baseline:
+agent.carry_notes_across_levels / agent.keep_notes_on_game_over set to false).
 Each section is capped (head and tail kept) so the notes cannot eat the context.
 """
 
@@ -98,6 +99,8 @@ def cap(text: str, limit: int) -> str:
 @dataclass
 class Notes:
     limit: int = 900
+    carry_across_levels: bool = True
+    keep_on_game_over: bool = True
     sections: dict[str, str] = field(default_factory=dict)
     extra: dict[str, str] = field(default_factory=dict)  # other keys of the kernel's dict
     carried_from: dict[str, int] = field(default_factory=dict)  # section → level it was written on
@@ -145,8 +148,17 @@ class Notes:
                 self.carried_from.setdefault(section, self.level)
         self.level = level
 
-    def game_over(self) -> None:
-        """GAME_OVER restarts the level, not the knowledge: nothing changes."""
+    def after_turn(self, levels_completed: int, state: str) -> None:
+        """Apply what a turn ended with: a new level (carry, or the Duck's wipe) and GAME_OVER
+        (nothing changes: it restarts the level, not the knowledge; or the Duck's wipe)."""
+        if levels_completed + 1 > self.level:
+            if self.carry_across_levels:
+                self.new_level(levels_completed + 1)
+            else:
+                self.clear()
+                self.level = levels_completed + 1
+        if state == "GAME_OVER" and not self.keep_on_game_over:
+            self.clear()
 
     def clear(self, keep: tuple[str, ...] = ("Cross-level notes",)) -> None:
         """The Duck's rule (A/B baseline): everything but `keep` is wiped."""

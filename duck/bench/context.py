@@ -53,14 +53,15 @@ def run(traces: Path, games: Path, game: str, pass_: int, budget: int, preserve_
     from duck.play.session import play_game
     from duck.play.record import read_record
     from duck.testing.stub.server import StubServer
-    from duck.testing.stub.models import TraceModel
+    from duck.lab.replay_loop import ReplayKernel
+    from duck.testing.stub.models import TraceModel, trace_caps
     from duck.testing.stub.traces import load_trace, recorded_actions
 
     turns = load_trace(traces, game, pass_)[:turns_limit]
     run_info = next(json.loads(line) for line in open(traces / "runs.jsonl")
                     if json.loads(line)["game_id"] == game and json.loads(line)["pass"] == pass_)
     expected = recorded_actions(turns, run_info if turns_limit is None else None)
-    cfg = load_config(overrides=[f"agent.context_tokens={budget}", "agent.fallback=null", "agent.trace_replay=true", "model.retries=0",
+    cfg = load_config(overrides=[f"agent.context_tokens={budget}", "agent.fallback=null", "model.retries=0",
                                  "agent.failures_before_fallback=1", *overrides])
     cfg.model.preserve_thinking = preserve_thinking
     timings: list[dict[str, float]] = []
@@ -110,7 +111,9 @@ def run(traces: Path, games: Path, game: str, pass_: int, budget: int, preserve_
     agent_module.turn_message = timed_turn_message  # the turn's user message, PNG included
     try:
         with server as url:
-            policy = Timed(seed=0, model_url=url, config=cfg, pass_=pass_)
+            caps = trace_caps(turns)
+            policy = Timed(0, cfg, model_url=url, pass_=pass_,
+                           kernel_factory=lambda session, kcfg: ReplayKernel(session, kcfg, caps, compat=False))
             result = play_game(source, game, policy, max_actions=len(expected) if expected else 10_000,
                                record_path=record_path, pass_=pass_)
     finally:

@@ -43,8 +43,8 @@ import numpy as np
 
 from duck.explorer.graph import (DEAD, LEVEL, SAME, TIER_COST, Cand, LevelGraph, Node, Stats, Transition, action_of, coarse, distinct)
 from duck.explorer.vision import HudTracker, Target, click_targets
-from duck.play.session import Session
-from duck.policies import game_seed
+
+from duck.play.session import Session, game_seed
 
 log = logging.getLogger(__name__)
 
@@ -56,14 +56,13 @@ class Explorer:
     doubling of a click's / key's tries on this level; `key_dud` rank cost per try of a key
     that never changed anything (clicks: 4); `test_bonus` rank bonus of a "test" action;
     `known_penalty` rank cost of an action predicted to lead to a known state; `trace`
-    keeps the reason of each action in the record's `info`. Unknown options are ignored."""
+    keeps the reason of each action in the record's `info`."""
 
     name = "explorer"
 
     def __init__(self, seed: int = 0, level_cap: int | None = None, max_clicks: int = 64,
                  novelty: float = 1.0, key_novelty: float = 0.0, key_dud: float = 2.0,
-                 test_bonus: float = 1.5, known_penalty: float = 2.5, trace: bool = False,
-                 **_: Any) -> None:
+                 test_bonus: float = 1.5, known_penalty: float = 2.5, trace: bool = False) -> None:
         self.key_novelty = key_novelty
         self.key_dud = key_dud
         self.test_bonus = test_bonus

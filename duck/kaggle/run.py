@@ -50,7 +50,8 @@ from typing import Any, Callable, Iterator
 from duck.kaggle.inputs import (find_competition_dir, find_dataset_dir, find_model_dir, install_vllm, is_rerun)
 from duck.kaggle.outputs import Step, Summary, write_placeholder_submission
 from duck.kaggle.play import run_pool, run_scheduler, wait_for_gateway
-from duck.llm.health import FallbackPolicy, ModelHealth, probe_model
+from duck.llm.health import ModelHealth, probe_model
+from duck.policies import make_policy
 
 
 log = logging.getLogger("duck.kaggle.run")
@@ -270,12 +271,11 @@ class KaggleRun:
 
     def policy_for(self, game_id: str) -> Any:
         """The policy a game starts with: model-driven while the server is up, else the explorer."""
-        from duck.policies import make_policy
         seed = self.cfg.play.seed
         if self.model_url is None:
-            return make_policy("explorer", seed)
-        return FallbackPolicy(lambda: make_policy("llm", seed, model_url=self.model_url, config=self.cfg),
-                              lambda: make_policy("explorer", seed), self.health)
+            return make_policy("explorer", seed, config=self.cfg)
+        # The agent inside its fallback (agent.fallback: the explorer), watching the health flag.
+        return make_policy("llm", seed, config=self.cfg, model_url=self.model_url, health=self.health)
 
     def play(self) -> dict[str, dict[str, Any]]:
         """Every listed game through the scheduler's runner, ending by the deadline."""

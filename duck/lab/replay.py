@@ -257,6 +257,13 @@ def run_replay(traces_dir: str, games_dir: str, out_dir: str, *, workers: int = 
 
 
 def _main(args: argparse.Namespace) -> int:
+    if args.through_agent:
+        from duck.lab.replay_loop import replay_check  # (it starts the agent stack: only when asked)
+        res = replay_check(args.traces_dir, args.games, args.out, args.only, compat=args.kernel_mode == "compat")
+        print(json.dumps({k: v for k, v in res.items() if k != "games"} |
+                         {"games": {g: {k: v[k] for k in ("pass", "recorded", "played", "known_share", "identical")}
+                                    for g, v in res["games"].items()}}, indent=1))
+        return 0 if res["identical"] == res["runs"] else 1
     doc = run_replay(args.traces_dir, args.games, args.out, workers=args.workers, only=args.only,
                      passes=args.passes, timeout_s=args.timeout)
     print(json.dumps(doc["overall"], indent=1))
@@ -264,10 +271,16 @@ def _main(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: Any) -> None:
-    p = subparsers.add_parser("replay", help="replay Duck traces through the kernel (replay.json)")
+    p = subparsers.add_parser("replay", help="replay Duck traces through the kernel (replay.json), or "
+                              "with --through-agent through the whole agent loop (replay_loop.json)")
     p.add_argument("traces_dir", help="a duck-traces folder (runs.jsonl, turns/)")
     p.add_argument("--games", default="environment_files", help="environments folder with the games")
     p.add_argument("--out", required=True, help="run folder: replay.json and records/")
+    p.add_argument("--through-agent", action="store_true",
+                   help="the longest run of each game through the agent against a trace model (stub "
+                        "server); compares the actions with the record; exit 1 unless all identical")
+    p.add_argument("--kernel-mode", choices=["compat", "ours"], default="compat",
+                   help="--through-agent: the Duck's sandbox rules, or our agent's own kernel mode")
     p.add_argument("--workers", type=int, default=2, help="game-runs replayed in parallel")
     p.add_argument("--only", nargs="*", default=None, help="game ids or prefixes")
     p.add_argument("--passes", nargs="*", type=int, default=None)

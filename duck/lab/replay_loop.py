@@ -1,5 +1,10 @@
-"""`duck stub-server --replay-check`: replay the Duck's longest run of each public game
-through the full agent loop against a trace model, and compare the actions with the record."""
+"""`duck replay --through-agent`: replay the Duck's longest run of each public game through the
+full agent loop against a trace model (the stub server), and compare the actions with the record.
+
+The Duck's slow sandbox cut many action loops at 30 s; each recorded call's action count says
+where. A live model must never be able to cap its own calls, so the caps are not in the tool
+calls: `ReplayKernel` applies them, matching each snippet it runs to the recorded calls in order.
+"""
 
 from __future__ import annotations
 
@@ -9,10 +14,36 @@ import time
 from pathlib import Path
 from typing import Any
 
-from duck.testing.stub.models import TraceModel
+from duck.config import KernelConfig, load_config
+from duck.game.source import GameSource
+from duck.play.record import read_record
+from duck.play.session import Session, play_game
+from duck.policies import make_policy
+from duck.sandbox.host import CallResult, Kernel
+from duck.testing.stub.models import TraceModel, trace_caps
+from duck.testing.stub.server import StubServer
 from duck.testing.stub.traces import load_trace, recorded_actions, same_actions
 
-log = logging.getLogger("duck.testing.stub.server")  # (the name its log lines always had)
+log = logging.getLogger(__name__)
+
+
+class ReplayKernel(Kernel):
+    """A kernel that gives each snippet the action cap recorded for it. `caps` holds (code,
+    max_actions, on_cap) per recorded call in order; a snippet takes the first entry with its
+    code (entries before it were never run: a call skipped after an acting one)."""
+
+    def __init__(self, session: Session, config: KernelConfig, caps: list[tuple[str, int, str]],
+                 compat: bool) -> None:
+        super().__init__(session, config, compat=compat, fresh=compat)
+        self.caps = list(caps)
+
+    def run(self, code: str, **kw: Any) -> CallResult:
+        for i, (recorded, cap, on_cap) in enumerate(self.caps):
+            if recorded.rstrip() == code.rstrip():
+                del self.caps[:i + 1]
+                kw.update(max_actions=cap, on_cap=on_cap)
+                break
+        return super().run(code, **kw)
 
 
 def replay_check(traces: str | Path, games_dir: str | Path, out: str | Path,
@@ -24,12 +55,7 @@ def replay_check(traces: str | Path, games_dir: str | Path, out: str | Path,
     file), the unknown positions match anything and `known_share` says how much was checked.
     `compat`: the kernel in the Duck's mode (fresh namespace per call, its builtins and result
     format); False runs the recorded code in our own mode, as the agent plays."""
-    from duck.game.source import GameSource
-    from duck.play.session import play_game
-    from duck.policies import make_policy
-    from duck.play.record import read_record
-    from duck.testing.stub.server import StubServer  # (here: duck.testing.stub.server imports this module)
-
+    cfg = load_config(overrides=["agent.fallback=null"])
     source = GameSource.offline(games_dir)
     have = {g.game_id for g in source.games()}
     all_runs = [json.loads(line) for line in open(Path(traces, "runs.jsonl"))]
@@ -45,9 +71,10 @@ def replay_check(traces: str | Path, games_dir: str | Path, out: str | Path,
         record_path.parent.mkdir(parents=True, exist_ok=True)
         if record_path.exists():
             record_path.unlink()
+        caps = trace_caps(turns)
         with StubServer(TraceModel(turns)) as url:
-            policy = make_policy("llm", 0, model_url=url, fallback=None, pass_=run["pass"],
-                                 kernel_compat=compat, kernel_fresh=compat, trace_replay=True)
+            policy = make_policy("llm", 0, config=cfg, model_url=url, pass_=run["pass"],
+                                 kernel_factory=lambda session, kcfg: ReplayKernel(session, kcfg, caps, compat))
             play_game(source, game_id, policy, max_actions=len(expected), record_path=record_path,
                       pass_=run["pass"])
         record = read_record(record_path)

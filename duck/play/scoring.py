@@ -12,10 +12,12 @@ The same arithmetic as `arc_agi.scorecard` (checked against it in tests):
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Iterable
 
-from duck.play.record import Record
+from duck.play.record import Record, read_records
 
 LEVEL_CAP = 115.0
 
@@ -92,3 +94,20 @@ def overall(scores: Iterable[GameScore]) -> float:
 def score_json(scores: list[GameScore]) -> dict:
     """The `score.json` document of a run folder."""
     return {"score": overall(scores), "games": {s.game_id: s.to_json() for s in scores}}
+
+
+def write_score(run_dir: str | Path) -> dict:
+    """Recompute `score.json` from the records of a run folder."""
+    run_dir = Path(run_dir)
+    records = read_records(run_dir)
+    doc = score_json([score_record(r) for r in records])
+    toolkit = {}
+    for r in records:
+        ev = next((e for e in r.events if e["kind"] == "scorecard"), None)
+        if ev:
+            toolkit[r.game_id] = ev["data"]["score"]
+    if toolkit and len(toolkit) == len(records):
+        # The toolkit's own per-game scores, kept beside ours so anyone can compare them.
+        doc["toolkit_score"] = sum(toolkit.values()) / len(toolkit)
+    (run_dir / "score.json").write_text(json.dumps(doc, indent=1))
+    return doc

@@ -14,6 +14,7 @@ import logging
 import threading
 import time
 import traceback
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Protocol
@@ -23,6 +24,11 @@ from duck.game.source import Game, GameError, GameSource, Observation
 from duck.play.record import RecordWriter
 
 log = logging.getLogger(__name__)
+
+
+def game_seed(seed: int, game_id: str, pass_: int = 0) -> int:
+    """A seed per (run seed, game, pass) that is stable across processes and Pythons."""
+    return zlib.crc32(f"{seed}:{game_id}:{pass_}".encode())
 
 
 class PlayStopped(Exception):

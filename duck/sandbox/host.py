@@ -144,7 +144,7 @@ class Kernel:
         w2h_r, w2h_w = os.pipe()
         cfg = {"memory_mb": self.cfg.memory_mb, "file_mb": self.cfg.file_mb,
                "open_files": self.cfg.open_files, "deny_read": self.deny_read,
-               "notes_chars": self.cfg.notes_chars, "recursion_limit": 1000 if self.compat else 10000}
+               "notes_chars": self.cfg.notes_dict_chars, "recursion_limit": 1000 if self.compat else 10000}
         env = {"PATH": "/usr/bin:/bin", "HOME": self.workdir, "TMPDIR": self.workdir,
                "LANG": "C.UTF-8", "PYTHONPATH": str(_IMPORT_ROOT), "PYTHONHASHSEED": "0",
                "PYTHONDONTWRITEBYTECODE": "1", "PYTHONIOENCODING": "utf-8", "PYTHONBREAKPOINT": "0",

@@ -1,18 +1,14 @@
 """The two arms of an A/B experiment (duck.lab.ab.run): each arm's config from files and overrides,
-the fields where two configs differ, and the options a policy gets for one unit (model
-endpoints, which one to start on, the pass), given only to a policy whose constructor names
-them."""
+the fields where two configs differ, and the options a policy gets for one unit (its config,
+which model endpoint to start on, the pass)."""
 
 from __future__ import annotations
 
-import inspect
 from typing import Any
 
 from duck.config import Config, load_config
 
 ARMS = ("a", "b")
-_POLICY_CLASSES = {"random": ("duck.policies", "RandomPolicy"), "explorer": ("duck.explorer.policy", "Explorer"),
-                   "llm": ("duck.agent.loop", "AgentPolicy")}
 
 
 def load_arm(files: list[str], overrides: list[str] | None = None) -> Config:
@@ -32,25 +28,8 @@ def config_diff(a: Config, b: Config) -> list[dict[str, Any]]:
     return out
 
 
-def _ctor_params(policy: str) -> set[str]:
-    mod, cls = _POLICY_CLASSES.get(policy, (None, None))
-    if mod is None:
-        return set()
-    try:
-        import importlib
-        ctor = getattr(importlib.import_module(mod), cls)
-        return {n for n, p in inspect.signature(ctor).parameters.items()
-                if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)}
-    except Exception:  # a policy module still being written: give it nothing extra
-        return set()
-
-
 def policy_options(cfg: Config, *, unit_index: int = 0, pass_: int = 0) -> dict[str, Any]:
-    """Options for `make_policy`, given only to a policy whose constructor names them: the
-    config (`config`, a Config), the model endpoints (`model_url`, the arm's `model.urls`),
-    which endpoint this unit starts on (`url_index`: the same for both arms of a pair, round
-    robin over units) and the pass (`pass_`)."""
-    params = _ctor_params(cfg.play.policy)
-    offered = {"config": cfg, "model_url": list(cfg.model.urls) or None, "url_index": unit_index,
-               "pass_": pass_}
-    return {k: v for k, v in offered.items() if k in params and v is not None}
+    """Keyword arguments of `make_policy` for one unit: the arm's config, which endpoint the
+    unit starts on (`url_index`: the same for both arms of a pair, round robin over units) and
+    the pass (`pass_`, which seeds the model's sampling)."""
+    return {"config": cfg, "url_index": unit_index, "pass_": pass_}

@@ -162,7 +162,6 @@ def _stats_args(p: argparse.ArgumentParser) -> None:
 
 
 def register(sub: Any) -> None:
-    from duck.run import BUNDLED_GAMES
     p = sub.add_parser("ab", help="paired A/B experiment of two configs on the same games and seeds")
     p.add_argument("--a", nargs="+", required=True, metavar="TOML",
                    help="config files of arm A (the baseline), applied in order")
@@ -170,7 +169,8 @@ def register(sub: Any) -> None:
                    help="config files of arm B (the variant), e.g. the baseline then one change")
     p.add_argument("--set-a", action="append", default=None, metavar="KEY=VALUE", help="override for A")
     p.add_argument("--set-b", action="append", default=None, metavar="KEY=VALUE", help="override for B")
-    p.add_argument("--games", default=str(BUNDLED_GAMES), help="environments folder")
+    p.add_argument("--games", default="environment_files",
+                   help="environments folder (default: the public games; the bundled ones: tests/games)")
     p.add_argument("--passes", type=int, default=3, help="passes per game (pass p uses seed p)")
     p.add_argument("--max-passes", type=int, default=None,
                    help="adaptive: more passes for games within noise, up to this many")

@@ -8,8 +8,8 @@
 * `TraceModel(turns)`: replays one Duck run from ../shared/duck-traces (turns as
   duck.stub_traces.load_trace gives them): each recorded model response in order, its
   visible text as content, reasoning of the recorded length (the text itself was not
-  recorded), and its Python snippet as the tool call, with `max_actions` set to the number
-  of actions the snippet executed in the record.
+  recorded), and its Python snippet as the tool call; `trace_caps` gives the number of
+  actions each snippet executed in the record, for the replay's kernel.
 * `SolutionModel(games_dir)`: plays the bundled games' solution.json, one conversation per game.
 """
 
@@ -49,8 +49,20 @@ def _filler(n: int, seed: int) -> str:
     return (base * (n // len(base) + 1))[:n]
 
 
+def _cap(turn: dict[str, Any], call: dict[str, Any]) -> tuple[int, str]:
+    """The recorded cap of one Duck call: how many actions it executed, and what reaching that
+    number means (as duck.lab.replay does): the run's time was up -> terminal results from then
+    on ("stop"); killed at 30 s -> end at the next action() ("kill"); else end at the next
+    action() that would execute something ("cap")."""
+    time_up = (turn.get("end") == "yield_stop_requested"
+               or "terminal or stopping" in (call.get("result") or ""))
+    on_cap = "stop" if time_up else "kill" if call.get("timed_out") else "cap"
+    return call.get("n_actions", len(call.get("actions") or [])), on_cap
+
+
 def trace_replies(turns: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One reply per recorded model response of a Duck run, in order."""
+    """One reply per recorded model response of a Duck run, in order. The tool calls carry only
+    what the model wrote; the recorded caps are the replay kernel's (`trace_caps`)."""
     out: list[dict[str, Any]] = []
     for t in turns:
         content = t.get("content") or ""
@@ -62,21 +74,20 @@ def trace_replies(turns: list[dict[str, Any]]) -> list[dict[str, Any]]:
             calls = [c for c in t.get("calls", []) if c.get("response_index", 0) == ri]
             tool_calls = []
             for c in calls:
-                if c.get("code_missing"):
-                    args = dict(c.get("other_arguments") or {})
-                else:
-                    args = {"code": c["code"], **(c.get("other_arguments") or {})}
-                    args["max_actions"] = c.get("n_actions", len(c.get("actions") or []))
-                    # How the Duck's call ended decides what the cap does (as duck.lab.replay does):
-                    # time up -> terminal results; killed at 30 s -> stop at the next action().
-                    time_up = (t.get("end") == "yield_stop_requested"
-                               or "terminal or stopping" in (c.get("result") or ""))
-                    args["on_cap"] = "stop" if time_up else "kill" if c.get("timed_out") else "cap"
+                args = dict(c.get("other_arguments") or {})
+                if not c.get("code_missing"):
+                    args = {"code": c["code"], **args}
                 tool_calls.append({"name": "python", "arguments": json.dumps(args)})
             finish = r.get("finish_reason") or ("tool_calls" if tool_calls else "stop")
             out.append({"content": text, "tool_calls": tool_calls, "finish_reason": finish,
                         "reasoning": _filler(r.get("reasoning_chars") or 0, len(out))})
     return out
+
+
+def trace_caps(turns: list[dict[str, Any]]) -> list[tuple[str, int, str]]:
+    """(code, max_actions, on_cap) of every recorded call with code, in the order the trace
+    model sends them (duck.lab.replay_loop.ReplayKernel applies them)."""
+    return [(c["code"], *_cap(t, c)) for t in turns for c in t.get("calls", []) if not c.get("code_missing")]
 
 
 class TraceModel(FixedModel):

@@ -8,20 +8,13 @@ per image) to count tokens, and emulates the prefix cache so that what the agent
 be measured: `stats()` gives, per conversation, the share of each prompt that is a prefix of
 the previous one.
 
-The parts live in their own modules and are re-exported here:
+The scripted models are in duck.testing.stub.models (`FixedModel`, `TraceModel`,
+`SolutionModel`), the prompt rendering in duck.testing.stub.render, the Duck traces'
+reading in duck.testing.stub.traces.
 
-* duck.testing.stub.render: `render`, `approx_tokens`, `common_prefix`.
-* duck.testing.stub.models: the scripted models (`reply(request) -> dict`): `FixedModel(replies)`
-  (the given replies in order, then 410 Gone or a loop; test knobs `status`, `delay_s`,
-  `stall_s`), `TraceModel(turns)` (replays one Duck run from ../shared/duck-traces, with
-  `max_actions` set to the number of actions each snippet executed in the record: the
-  Duck's slow sandbox cut many action loops at 30 s; the cap says where), `SolutionModel`.
-* duck.testing.stub.traces: `load_trace`, `recorded_actions`, `display_to_json`, `same_actions`.
-* duck.lab.replay_loop: `replay_check`.
-
-`duck stub-server --port P --traces DIR --game G --pass N` serves a trace model;
-`duck stub-server --replay-check --traces DIR --games DIR` plays the longest run of each
-game through the full agent loop against it and compares the actions with the record.
+`duck stub-server --port P --replies FILE` serves fixed replies (a JSON list of
+`{"content", "reasoning", "code"}` or `tool_calls`); `--traces DIR --game G --pass N` replays a
+Duck run; `--solutions DIR` plays the bundled games' solutions.
 """
 
 from __future__ import annotations
@@ -37,7 +30,6 @@ from typing import Any
 
 from duck.testing.stub.models import FixedModel, SolutionModel, TraceModel
 from duck.testing.stub.render import IMAGE_TOKENS, approx_tokens, common_prefix, render
-from duck.lab.replay_loop import replay_check
 from duck.testing.stub.traces import load_trace
 
 
@@ -232,12 +224,6 @@ def _pieces(text: str, size: int) -> list[str]:
 # Command line
 
 def _main(args: argparse.Namespace) -> int:
-    if args.replay_check:
-        res = replay_check(args.traces, args.games, args.out, args.only, compat=args.kernel_mode == "compat")
-        print(json.dumps({k: v for k, v in res.items() if k != "games"} |
-                         {"games": {g: {k: v[k] for k in ("pass", "recorded", "played", "known_share", "identical")}
-                                    for g, v in res["games"].items()}}, indent=1))
-        return 0 if res["identical"] == res["runs"] else 1
     if args.traces:
         if not args.game:
             raise SystemExit("--traces needs --game (and --pass)")
@@ -272,11 +258,4 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--loop", action="store_true", help="repeat the fixed replies forever")
     p.add_argument("--solutions", default=None,
                    help="a games folder with solution.json files: play them (one conversation per game)")
-    p.add_argument("--replay-check", action="store_true",
-                   help="play the longest run of each game through the agent and compare actions")
-    p.add_argument("--games", default="environment_files", help="environments folder (--replay-check)")
-    p.add_argument("--kernel-mode", choices=["compat", "ours"], default="compat",
-                   help="--replay-check: the Duck's sandbox rules, or our agent's own kernel mode")
-    p.add_argument("--only", nargs="*", default=None)
-    p.add_argument("--out", default="runs/replay_loop")
     p.set_defaults(func=_main)
