@@ -32,6 +32,15 @@ def config_diff(a: Config, b: Config) -> list[dict[str, Any]]:
     return out
 
 
+def same_experiment(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Whether two dumped configs of one arm define the same experiment: everything but
+    `model.urls`, which says where this machine's servers listen (shards on other nodes, or
+    a shard resumed on another node, have other endpoints running the same model)."""
+    def strip(c: dict[str, Any]) -> dict[str, Any]:
+        return c | {"model": {k: v for k, v in c.get("model", {}).items() if k != "urls"}}
+    return strip(a) == strip(b)
+
+
 def _ctor_params(policy: str) -> set[str]:
     mod, cls = _POLICY_CLASSES.get(policy, (None, None))
     if mod is None:
