@@ -102,6 +102,33 @@ def test_shards_merge_to_the_unsharded_result(ab_run: Path, configs, tmp_path: P
         {g: (s["a"], s["b"]) for g, s in want["games"].items()}
 
 
+def test_shards_on_other_nodes_use_all_their_endpoints_and_merge(ab_run: Path, configs, tmp_path: Path):
+    """Each node has its own servers: other URLs per shard (and on a resume elsewhere) are
+    the same experiment, and a shard spreads its units over all of its node's servers."""
+    def on(node: str) -> list[str]:
+        urls = json.dumps([f"http://{node}:8000/v1", f"http://{node}:8001/v1"])
+        return ["--set-a", f"model.urls={urls}", "--set-b", f"model.urls={urls}"]
+    s1, s2, merged = tmp_path / "s1", tmp_path / "s2", tmp_path / "merged"
+    ab(s1, *configs, "--shard", "1/2", *on("node1"))
+    ab(s2, *configs, "--shard", "2/2", *on("node2"))
+    for shard, node in ((s1, "node1"), (s2, "node2")):
+        used = {}
+        for f in sorted(shard.rglob("records/*.jsonl")):
+            h = read_record(f).header
+            used.setdefault((h["game_id"], h["pass"]), set()).add(h["config"]["url"])
+        assert all(len(u) == 1 for u in used.values())  # both arms of a pair on one server
+        assert set().union(*used.values()) == {f"http://{node}:8000/v1", f"http://{node}:8001/v1"}
+    before = {f: f.stat().st_mtime_ns for f in s1.rglob("records/*.jsonl")}
+    ab(s1, *configs, "--shard", "1/2", *on("node3"))  # resumed on another node: nothing replayed
+    assert {f: f.stat().st_mtime_ns for f in s1.rglob("records/*.jsonl")} == before
+    assert main(["ab-merge", str(s1), str(s2), "--out", str(merged), "--boot", "500"]) == 0
+    got = json.loads((merged / "ab.json").read_text())
+    want = json.loads((ab_run / "ab.json").read_text())
+    assert got["n_pairs"] == 6 and got["delta"] == pytest.approx(want["delta"])
+    assert {g: (s["a"], s["b"]) for g, s in got["games"].items()} == \
+        {g: (s["a"], s["b"]) for g, s in want["games"].items()}
+
+
 def test_adaptive_passes_go_to_noisy_games(configs, tmp_path: Path):
     doc = ab(tmp_path / "adaptive", *configs, "--max-passes", "4")
     assert doc["max_passes"] == 4

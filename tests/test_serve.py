@@ -2,11 +2,12 @@
 
 The stand-in accepts vLLM's command line, prints it to its log, waits a little as if loading
 weights, and serves an OpenAI-compatible endpoint; FAKE_VLLM_MODE makes it fail to start,
-crash later, fail the smoke chat, or ignore SIGTERM."""
+crash later, fail the smoke chat, ignore SIGTERM, or take a minute to load."""
 
 from __future__ import annotations
 
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -39,7 +40,8 @@ print("sampler", os.environ.get("VLLM_USE_FLASHINFER_SAMPLER"), "gpu", os.enviro
 if mode == "fail_start":
     print("torch.OutOfMemoryError: CUDA out of memory", flush=True)
     sys.exit(3)
-time.sleep(0.3)  # loading weights
+print("pid", os.getpid(), flush=True)
+time.sleep(60 if mode == "slow_start" else 0.3)  # loading weights
 def reply(body):
     if mode == "crash_later":  # dies a moment after its first chat (the smoke test) was answered
         threading.Timer(0.3, lambda: (print("engine core died", flush=True), os._exit(7))).start()
@@ -165,3 +167,36 @@ def test_duck_serve_command_line(cfg, tmp_path, capsys):
     assert "stopped cleanly" in (tmp_path / "vllm_0.log").read_text()
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", s.port), timeout=1).close()
+
+
+def test_duck_serve_stops_when_told_while_the_model_still_loads(cfg, tmp_path):
+    """A job's cleanup (experiments/slurm/ab-shard.sbatch) sends SIGTERM during vLLM's
+    minutes of loading: duck serve stops the server it started instead of waiting for it."""
+    s = cfg.model.serve
+    proc = subprocess.Popen([sys.executable, "-m", "duck.cli", "serve", "--executable", s.executable,
+                             "--port", str(s.port), "--log-dir", str(tmp_path)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                            env=dict(os.environ, FAKE_VLLM_MODE="slow_start"))
+    log, pid = tmp_path / "vllm_0.log", None
+    try:
+        deadline = time.monotonic() + 20
+        while pid is None and time.monotonic() < deadline:
+            lines = log.read_text().splitlines() if log.exists() else []
+            pid = next((int(x.split()[1]) for x in lines if x.startswith("pid ")), None)
+            time.sleep(0.1)
+        assert pid is not None, "the stand-in did not start"
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=15) == 128 + signal.SIGTERM and time.monotonic() - t0 < 15
+        assert json.loads(proc.stdout.readline()) == {"ready": False,
+                                                     "error": f"stopped by signal {int(signal.SIGTERM)} while starting"}
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        if pid is not None:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass

@@ -218,10 +218,16 @@ def _main(args: argparse.Namespace) -> int:
             argv, env = command(cfg.model.serve, cfg.model.name, cfg.model.serve.port + i)
             print(" ".join(f"{k}={v}" for k, v in env.items()), " ".join(_quote(a) for a in argv))
         return 0
-    stopping = {"sig": None}
+    stopping: dict[str, Any] = {"sig": None, "up": False}
 
     def on_signal(sig: int, _frame: Any) -> None:
+        first = stopping["sig"] is None
         stopping["sig"] = sig
+        if first and not stopping["up"]:
+            # Still starting (vLLM loads for minutes): stop now, not once it is ready;
+            # start_servers stops the servers it started (each in its own session, which
+            # a signal to our process group would not reach).
+            raise _Stopped(sig)
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     try:
@@ -229,6 +235,10 @@ def _main(args: argparse.Namespace) -> int:
     except ServeError as e:
         print(json.dumps({"ready": False, "error": str(e)}), flush=True)
         return 1
+    except _Stopped as e:
+        print(json.dumps({"ready": False, "error": f"stopped by signal {e.args[0]} while starting"}), flush=True)
+        return 128 + e.args[0]
+    stopping["up"] = True
     print(json.dumps({"ready": True, "urls": [s.url for s in servers],
                       "ready_s": [round(s.ready_s or 0, 1) for s in servers]}), flush=True)
     code = 0
@@ -245,6 +255,10 @@ def _main(args: argparse.Namespace) -> int:
         for s in servers:
             s.stop()
     return code
+
+
+class _Stopped(BaseException):
+    """SIGTERM or SIGINT while the servers were starting."""
 
 
 def _quote(a: str) -> str:

@@ -28,6 +28,15 @@ def config_diff(a: Config, b: Config) -> list[dict[str, Any]]:
     return out
 
 
+def same_experiment(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Whether two dumped configs of one arm define the same experiment: everything but
+    `model.urls`, which says where this machine's servers listen (shards on other nodes, or
+    a shard resumed on another node, have other endpoints running the same model)."""
+    def strip(c: dict[str, Any]) -> dict[str, Any]:
+        return c | {"model": {k: v for k, v in c.get("model", {}).items() if k != "urls"}}
+    return strip(a) == strip(b)
+
+
 def policy_options(cfg: Config, *, unit_index: int = 0, pass_: int = 0) -> dict[str, Any]:
     """Keyword arguments of `make_policy` for one unit: the arm's config, which endpoint the
     unit starts on (`url_index`: the same for both arms of a pair, round robin over units) and

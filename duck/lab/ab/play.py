@@ -65,11 +65,17 @@ def unit_index(games: list[str], game_id: str, pass_: int) -> int:
 
 
 def run_units(units: list[tuple[str, int]], *, out: Path, games_dir: Path, configs: dict[str, Config],
-              games: list[str], workers: int = 1, game_seconds: float | None = None) -> list[dict]:
-    """Play both arms of each (game, pass) unit, A and B next to each other in the queue."""
+              games: list[str], workers: int = 1, game_seconds: float | None = None,
+              shards: int = 1) -> list[dict]:
+    """Play both arms of each (game, pass) unit, A and B next to each other in the queue.
+
+    With `shards` n, this machine holds the units k ≡ i-1 (mod n): the endpoint round robin
+    runs over k // n, the unit's place in this shard, so that every one of this machine's
+    servers gets work (k itself would pin a shard to one server when n and the number of
+    URLs share a factor, e.g. 4 nodes of 4 GPUs)."""
     tasks = []
     for game_id, p in units:
-        k = unit_index(games, game_id, p)
+        k = unit_index(games, game_id, p) // shards
         for arm in _first_arm(game_id, p):
             path = record_path(out, arm, p, game_id)
             if _complete(path):

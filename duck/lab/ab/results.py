@@ -10,7 +10,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from duck.lab.ab.config import ARMS, config_diff
+from duck.lab.ab.config import ARMS, config_diff, same_experiment
 from duck.lab.ab.play import _complete
 from duck.lab.ab.scores import (_record_files, arm_scores, filter_passes, load_scores, pair_by_order, parse_passes)
 from duck.config import Config
@@ -49,7 +49,7 @@ def merge(out: Path, shards: list[Path], *, n_boot: int = 10000, n_perm: int = 2
     base = plans[0]
     for s, p in zip(shards[1:], plans[1:]):
         for arm in ARMS:
-            if p[arm]["config"] != base[arm]["config"]:
+            if not same_experiment(p[arm]["config"], base[arm]["config"]):
                 raise SystemExit(f"{s}: arm {arm} has another config than {shards[0]}")
     out.mkdir(parents=True, exist_ok=True)
     copied = 0

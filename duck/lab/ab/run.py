@@ -4,10 +4,11 @@
 N times with each config. Pass p uses seed p in both arms; the two runs of one (game, pass)
 are queued next to each other (who goes first alternates), so with W workers they run at
 the same time, starting on the same model endpoint (`model.urls[k % len]`, k the unit's
-index; the LLM policy fails over to the others), under the same load. The results are paired per game and pass and compared with duck.lab.stats
-(B − A; bootstrap interval over games; paired sign-flip p-value; per-game wins/losses).
-With `--max-passes M > N`, games whose difference is still within noise get one more pass
-per round, up to M, while `--budget-s` lasts.
+place in its shard; the LLM policy fails over to the others), under the same load. The
+results are paired per game and pass and compared with duck.lab.stats (B − A; bootstrap
+interval over games; paired sign-flip p-value; per-game wins/losses). With `--max-passes
+M > N`, games whose difference is still within noise get one more pass per round, up to M,
+while `--budget-s` lasts.
 
 Folder layout (each `OUT/<arm>/pNNN` is an ordinary run folder: `duck report` works on it):
 
@@ -20,6 +21,8 @@ A finished (game, pass, arm) is never replayed: rerunning the same command resum
 rerun with a larger `--max-passes` adds adaptive passes. `--shard i/n` (1-based) plays the
 units k with k % n == i-1 of the fixed passes, for one machine of n; `duck ab-merge --out
 OUT SHARD_DIR...` gathers the shards (then `duck ab` on OUT may add adaptive passes).
+`model.urls` is not part of an experiment's identity: shards (and resumes) on other nodes
+may have other endpoints. experiments/slurm/ runs the shards and the merge on Slurm.
 
 `duck ab-stats A B` computes the same JSON from existing results: run folders (any folder
 with records/ below it; runs are paired by their header's pass, or by seed when passes
@@ -42,7 +45,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from duck.lab.ab.config import ARMS, config_diff, load_arm
+from duck.lab.ab.config import ARMS, config_diff, load_arm, same_experiment
 from duck.lab.ab.play import parse_shard, run_units, select_games
 from duck.lab.ab.results import ab_document, merge, stats_from_paths, write_outputs
 from duck.lab.ab.scores import (arm_scores)
@@ -70,7 +73,7 @@ def _check_plan(out: Path, plan: dict[str, Any]) -> None:
     if path.exists():
         old = json.loads(path.read_text())
         for arm in ARMS:
-            if old[arm]["config"] != plan[arm]["config"]:
+            if not same_experiment(old[arm]["config"], plan[arm]["config"]):
                 diff = config_diff(Config.model_validate(old[arm]["config"]),
                                    Config.model_validate(plan[arm]["config"]))
                 raise SystemExit(f"{out} holds another experiment (arm {arm} differs: {diff}); "
@@ -94,7 +97,7 @@ def run_ab(args: argparse.Namespace) -> dict[str, Any]:
         i, n = shard
         units = [u for k, u in enumerate(units) if k % n == i - 1]
     run_units(units, out=out, games_dir=games_dir, configs=configs, games=games, workers=workers,
-              game_seconds=args.game_seconds)
+              game_seconds=args.game_seconds, shards=shard[1] if shard else 1)
     rounds = 0
     if not shard and plan["max_passes"] > args.passes:
         while args.budget_s is None or time.monotonic() - t0 < args.budget_s:
