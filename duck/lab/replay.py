@@ -287,7 +287,3 @@ def register(subparsers: Any) -> None:
     p.add_argument("--timeout", type=float, default=30.0, help="per-call limit (the Duck's 30 s)")
     p.set_defaults(func=_main)
 
-
-if __name__ == "__main__":
-    from duck.cli import main
-    sys.exit(main(["replay", *sys.argv[1:]]))
