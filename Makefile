@@ -6,7 +6,7 @@ setup:
 
 # The main job on the embedded default: the bundled demo games, the non-LLM explorer.
 demo: setup
-	.venv/bin/duck play --out runs/demo --overwrite
+	.venv/bin/duck play --games tests/games --out runs/demo --overwrite
 
 # The test command (CI runs exactly this from a clean clone).
 test:
