@@ -47,8 +47,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from duck.kaggle_inputs import (COMPETITION, DATASET_MARKER, RERUN_ENV, find_competition_dir, find_dataset_dir,
-                                find_model_dir, install_vllm, is_rerun)
+from duck.kaggle_inputs import (COMPETITION, DATASET_MARKER, RERUN_ENV, check_driver, find_competition_dir,
+                                find_dataset_dir, find_model_dir, install_vllm, is_rerun)
 from duck.kaggle_notebook import ROOT, notebook_json, notebook_main
 from duck.kaggle_outputs import PLACEHOLDER_COLUMNS, Step, Summary, write_placeholder_submission
 from duck.kaggle_play import run_pool, run_scheduler, wait_for_gateway
@@ -178,6 +178,19 @@ class KaggleRun:
             log.warning(m["status"])
             return False
         self.cfg.model.serve.model_path = m["model_path"] = str(self.model_dir)
+        lock = self.dataset_dir / "vllm.lock" if self.dataset_dir is not None else None
+        if lock is not None and lock.is_file():
+            with self.step("gpu_driver") as s:
+                ok, m["driver"] = check_driver(lock, self.env)
+                log.info("GPU driver: %s", m["driver"])
+                if not ok:  # a server that can never come up: play with the explorer at once
+                    s.ok = False
+                    m["status"] = f"not started ({m['driver']}): the explorer plays"
+                    log.warning(m["status"])
+                    return False
+            template = self.dataset_dir / "qwen3.6" / "chat_template.jinja"
+            if template.is_file():  # the copy served when the model's template lacks preserve_thinking
+                self.cfg.model.serve.fallback_chat_template = str(template)
         with self.step("install_vllm"):
             if self.dataset_dir is not None:
                 exe = install_vllm(self.dataset_dir, Path(self.cfg.kaggle.vllm_env_dir))
@@ -208,6 +221,7 @@ class KaggleRun:
             self.server.stop()
             return False
         self.model_url = self.server.url
+        self.summary.model["chat_template"] = getattr(self.server, "chat_template_choice", None)
         self.health.mark_up()
         self.summary.model["url"] = self.model_url
         self.summary.model["ready_s"] = round(ready_s, 1)

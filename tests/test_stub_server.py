@@ -89,7 +89,8 @@ def test_render_is_the_real_template_and_refuses_what_vllm_refuses():
                            {"role": "user", "content": [{"type": "text", "text": "é"}, img]}], tools)
     assert text.startswith("<|im_start|>system\n# Tools\n\nYou have access to the following functions")
     assert '"description": "Run <code> & see"' in text  # tojson keeps <, & and non-ASCII as they are
-    assert "<|im_start|>user\né<|vision_start|><|image_pad|><|vision_end|><|im_end|>" in text and images == 1
+    # vLLM 0.19 flattens a content list for this template: image placeholders first, then the text
+    assert "<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>\né<|im_end|>" in text and images == 1
     bad = {"role": "assistant", "content": "", "tool_calls": [{"id": "c", "type": "function",
                                                                "function": {"name": "python",
                                                                             "arguments": '{"code": "s = \''}}]}
