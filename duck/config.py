@@ -45,7 +45,15 @@ class ServeConfig(Section):
     max_num_batched_tokens: int = 8192  # what the field found stable on the RTX Pro 6000
     kv_cache_dtype: str = "auto"  # "fp8" doubles the cache (an A/B question)
     cudagraph_mode: str = "PIECEWISE"  # piecewise CUDA graphs: stable where full graphs wedged
-    linear_backend: str = "cutlass"  # CUTLASS FP8 GEMM (`--linear-backend`, vLLM >= 0.2x)
+    # `--linear-backend` (CUTLASS FP8 GEMM) exists from vLLM 0.2x on; the pinned 0.19 refuses
+    # the flag and exits, so it stays empty ("" = not passed) until the pin moves.
+    linear_backend: str = ""
+    # `--chat-template`: "" = the model folder's own, unless it lacks the `preserve_thinking`
+    # branch the agent's prefix cache relies on; then `fallback_chat_template` is served.
+    chat_template: str = ""
+    # The Qwen3.6 template copy: "" = ../shared/qwen3.6/chat_template.jinja beside the
+    # checkout; the notebook sets the copy shipped in the wheel dataset (qwen3.6/).
+    fallback_chat_template: str = ""
     flashinfer_sampler: bool = False  # the FlashInfer top-k kernel livelocked (vLLM #43885)
     images_per_prompt: int = 64  # one frame per turn stays in the history
     extra_args: list[str] = []

@@ -37,7 +37,7 @@ def _action(a: Any) -> Action:
 
 
 class FakeKernel:
-    """The surface of duck.kernel.Kernel the agent uses: run, notes, act, new_turn, close."""
+    """The surface of duck.sandbox.host.Kernel the agent uses: run, notes, act, new_turn, close."""
 
     def __init__(self, session: Any, cfg: Any = None) -> None:
         self.session = session
@@ -157,11 +157,14 @@ def test_corrective_messages_for_broken_replies(tmp_path):
     last = seen[-1]["messages"]
     corrections = [_texts(m) for m in last if m["role"] in ("user", "tool") and isinstance(m["content"], str)]
     assert len(corrections) == 5
-    # A broken call is answered as its own tool result; a reply without a call by a user message.
+    # A readable but wrong call is answered as its own tool result; a reply without a call, or
+    # whose only call was unreadable (and so dropped by the client), by a user message.
     assert [m["role"] for m in last if isinstance(m.get("content"), str) and m["role"] != "system"
-            and m["role"] != "assistant"] == ["user", "tool", "tool", "tool", "user"]
+            and m["role"] != "assistant"] == ["user", "user", "tool", "tool", "user"]
     assert "no tool call" in corrections[0]
-    assert "could not be read" in corrections[1] and "JSON" in corrections[1]
+    assert "could not be read" in corrections[1] and "</parameter>" in corrections[1]
+    assert all(json.loads(c["function"]["arguments"]) is not None
+               for m in last for c in m.get("tool_calls") or [])  # no unreadable call in the history
     assert "had no code" in corrections[2]
     assert "no tool named `bash`" in corrections[3]
     assert "output limit" in corrections[4]

@@ -17,7 +17,7 @@ from duck.game.source import GameSource
 from duck.llm.health import ModelHealth
 from duck.policies import FallbackPolicy
 from duck.kaggle.run import KaggleRun
-from duck.kaggle.inputs import COMPETITION, DATASET_MARKER, find_competition_dir, find_dataset_dir, find_model_dir, is_rerun
+from duck.kaggle.inputs import (COMPETITION, DATASET_MARKER, find_competition_dir, find_dataset_dir, find_model_dir, is_rerun)
 from duck.kaggle.play import wait_for_gateway
 from duck.kaggle.outputs import PLACEHOLDER_COLUMNS, write_placeholder_submission
 from duck.play.session import PlayStopped, play_game
@@ -256,3 +256,75 @@ def test_a_bad_config_variable_is_dropped_not_fatal(tmp_path, monkeypatch):
     assert run.cfg.kaggle.working_dir == str(tmp_path / "working")  # the good ones are kept
     assert run.cfg.play.max_actions == 1000
     assert len(run.summary.errors) == 2 and all("ignored" in e for e in run.summary.errors)
+
+
+NEEDS_128 = "# needs: CUDA 12.8, NVIDIA driver >= 570.26 (from nvidia-cuda-runtime-cu12==12.8.90)\nvllm==0.19.0\n"
+
+
+def _nvidia_smi(bin_dir: Path, script: str) -> dict[str, str]:
+    """A stand-in `nvidia-smi` first on PATH; returns the environment that finds it."""
+    import os
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    exe = bin_dir / "nvidia-smi"
+    exe.write_text("#!/bin/sh\n" + script)
+    exe.chmod(0o755)
+    return {"PATH": f"{bin_dir}:{os.environ.get('PATH', '')}"}
+
+
+@pytest.mark.parametrize("script, ok, words", [
+    ('echo "580.95.05, NVIDIA RTX PRO 6000 Blackwell Server Edition"', True, "runs CUDA 12.8"),
+    ('echo "570.26, NVIDIA RTX PRO 6000"', True, "needs >= 570.26"),
+    ('echo "565.57.01, NVIDIA RTX PRO 6000"', False, "older than 570.26"),
+    ('echo "NVIDIA-SMI has failed because it could not communicate with the NVIDIA driver." >&2; exit 9', False,
+     "found no GPU"),
+])
+def test_driver_check_against_the_lock(tmp_path, script, ok, words):
+    from duck.kaggle.inputs import check_driver
+    lock = tmp_path / "vllm.lock"
+    lock.write_text(NEEDS_128)
+    got, text = check_driver(lock, _nvidia_smi(tmp_path / "bin", script))
+    assert got is ok and words in text, text
+
+
+def test_no_nvidia_smi_means_no_vllm(tmp_path):
+    from duck.kaggle.inputs import check_driver
+    lock = tmp_path / "vllm.lock"
+    lock.write_text(NEEDS_128)
+    got, text = check_driver(lock, {"PATH": str(tmp_path / "nothing-here")})
+    assert got is False and "no nvidia-smi" in text
+
+
+def test_an_old_driver_sends_the_notebook_to_the_explorer_without_starting_vllm(tmp_path, monkeypatch):
+    """The notebook reads the lock's requirement, asks nvidia-smi, and plays with the
+    explorer at once: no vLLM install, no server, no waiting."""
+    dataset = tmp_path / "input" / "datasets" / "someone" / "duck-arc3-wheels"
+    model = tmp_path / "input" / "models" / "qwen-lm" / "qwen3.6-27b-fp8" / "transformers" / "default" / "1"
+    for d in (dataset / "wheels", model):
+        d.mkdir(parents=True)
+    (dataset / DATASET_MARKER).write_text("{}")
+    (dataset / "vllm.lock").write_text(NEEDS_128)
+    (model / "config.json").write_text("{}")
+    (model / "model.safetensors").write_bytes(b"")
+    smi = _nvidia_smi(tmp_path / "bin", 'echo "550.54.15, Tesla T4"')
+    run = _interactive(tmp_path, monkeypatch, DUCK_KAGGLE__INPUT_DIR=str(tmp_path / "input"), **smi,
+                       DUCK_MODEL__NAME="Qwen3.6-27B-FP8", DUCK_MODEL__SERVE__EXECUTABLE=str(tmp_path / "no-vllm"))
+    t = time.monotonic()
+    assert run.prepare_model() is False
+    assert time.monotonic() - t < 5 and run.server is None
+    m = json.loads((tmp_path / "working" / "duck" / "summary.json").read_text())["model"]
+    assert "550.54.15" in m["driver"] and "older than 570.26" in m["status"] and "explorer" in m["status"]
+    assert [s["name"] for s in json.loads((tmp_path / "working" / "duck" / "summary.json").read_text())["steps"]
+            ][-1] == "gpu_driver"
+
+
+def test_the_vllm_lock_is_the_stack_proven_on_kaggle():
+    """vLLM 0.19.0, torch 2.10.0 built for CUDA 12.8, flashinfer 0.6.6 (DESIGN §1c), and
+    the driver line the notebook checks, consistent with the lock's CUDA runtime."""
+    from duck.kaggle.inputs import lock_driver_requirement
+    lock = Path(__file__).resolve().parent.parent / "kaggle-dataset" / "vllm.lock"
+    pins = dict(line.split("  #")[0].split("==") for line in lock.read_text().splitlines()
+                if line and not line.startswith("#"))
+    assert (pins["vllm"], pins["torch"], pins["flashinfer-python"]) == ("0.19.0", "2.10.0", "0.6.6")
+    assert pins["nvidia-cuda-runtime-cu12"].startswith("12.8.")
+    assert lock_driver_requirement(lock) == ("12.8", "570.26")
+    assert "vllm==0.19.0" in (lock.parent.parent / "pyproject.toml").read_text()

@@ -82,9 +82,11 @@ def test_command_has_the_flags_the_field_found_stable(cfg):
     assert argv[1:3] == ["serve", "Qwen/Qwen3.6-27B-FP8"]
     for flag in ("--tool-call-parser qwen3_coder", "--reasoning-parser qwen3", "--enable-prefix-caching",
                  "--enable-auto-tool-choice", "--max-model-len 40960", "--gpu-memory-utilization 0.9",
-                 "--max-num-batched-tokens 8192", "--linear-backend cutlass", "--served-model-name Qwen3.6-27B-FP8",
+                 "--max-num-batched-tokens 8192", "--served-model-name Qwen3.6-27B-FP8",
                  "--enable-prompt-tokens-details"):
         assert flag in line, flag
+    assert "--linear-backend" not in argv and "--chat-template" not in argv  # (vLLM 0.19 has no such flag)
+    assert command(cfg.model.serve, "m", chat_template="/t.jinja")[0][-2:] == ["--chat-template", "/t.jinja"]
     assert json.loads(argv[argv.index("--compilation-config") + 1]) == {"cudagraph_mode": "PIECEWISE"}
     assert json.loads(argv[argv.index("--limit-mm-per-prompt") + 1])["image"] >= 32
     assert env == {"VLLM_USE_FLASHINFER_SAMPLER": "0"}
@@ -200,3 +202,47 @@ def test_duck_serve_stops_when_told_while_the_model_still_loads(cfg, tmp_path):
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+QWEN36 = "{%- if preserve_thinking is defined and preserve_thinking is true %}keep{% endif %}"
+QWEN35 = "{%- if loop.index0 > ns.last_query_index %}think{% endif %}"
+
+
+def test_chat_template_is_the_models_own_only_when_it_has_preserve_thinking(tmp_path, caplog):
+    from duck.llm.serve import pick_chat_template
+    model, copy = tmp_path / "model", tmp_path / "copy.jinja"
+    model.mkdir()
+    copy.write_text(QWEN36)
+    serve = load_config(overrides=[f"model.serve.model_path={model}",
+                                   f"model.serve.fallback_chat_template={copy}"]).model.serve
+    (model / "chat_template.jinja").write_text(QWEN36)
+    assert pick_chat_template(serve)[0] is None  # the model's own
+    (model / "chat_template.jinja").write_text(QWEN35)
+    path, why = pick_chat_template(serve)
+    assert path == str(copy) and "without preserve_thinking" in why
+    (model / "chat_template.jinja").unlink()
+    (model / "tokenizer_config.json").write_text(json.dumps({"chat_template": QWEN36}))
+    assert pick_chat_template(serve)[0] is None  # tokenizer_config.json's template counts too
+    (model / "tokenizer_config.json").write_text(json.dumps({"chat_template": [{"name": "default",
+                                                                                "template": QWEN35}]}))
+    assert pick_chat_template(serve)[0] == str(copy)
+    copy.unlink()
+    path, why = pick_chat_template(serve)
+    assert path is None and "prefix-cache misses" in why  # no copy: say so, serve the model's
+
+
+def test_the_server_is_started_with_the_template_copy_when_the_model_lacks_it(cfg, tmp_path):
+    model, copy = tmp_path / "model", tmp_path / "qwen3.6" / "chat_template.jinja"
+    model.mkdir()
+    copy.parent.mkdir()
+    (model / "chat_template.jinja").write_text(QWEN35)
+    copy.write_text(QWEN36)
+    cfg.model.serve.model_path, cfg.model.serve.fallback_chat_template = str(model), str(copy)
+    server = VLLMServer(cfg.model).start()
+    try:
+        server.wait_ready(poll_s=0.1)
+    finally:
+        server.stop()
+    argv = json.loads(next(line for line in server.log_tail(50).splitlines() if line.startswith("argv "))[5:])
+    assert argv[argv.index("--chat-template") + 1] == str(copy)
+    assert "without preserve_thinking" in server.chat_template_choice

@@ -66,16 +66,41 @@ def test_trace_model_over_http_then_gone():
 
 def test_render_drops_or_keeps_past_thinking_like_the_template():
     msgs = [{"role": "system", "content": "S"}, {"role": "user", "content": "U1"},
-            {"role": "assistant", "content": "A1", "reasoning_content": "R1",
+            {"role": "assistant", "content": "A1", "reasoning": "R1",
              "tool_calls": [{"function": {"name": "python", "arguments": '{"code": "x"}'}}]},
             {"role": "tool", "content": "T1"}, {"role": "user", "content": "U2"},
-            {"role": "assistant", "content": "A2", "reasoning_content": "R2"}, {"role": "tool", "content": "T2"}]
+            {"role": "assistant", "content": "A2", "reasoning": "R2"}, {"role": "tool", "content": "T2"}]
     dropped, _ = render(msgs, preserve_thinking=False)
     kept, _ = render(msgs, preserve_thinking=True)
     assert "R1" not in dropped and "R2" in dropped  # only after the last user query
     assert "R1" in kept and "<tool_response>\nT1\n</tool_response>" in kept
     assert "<parameter=code>\nx\n</parameter>" in kept
     assert kept.endswith("<|im_start|>assistant\n<think>\n")
+    # vLLM 0.19 reads a past reply's reasoning from `reasoning` only: `reasoning_content` alone is lost.
+    only_rc = [dict(m, reasoning_content=m.pop("reasoning")) if "reasoning" in m else m for m in map(dict, msgs)]
+    assert "R1" not in render(only_rc, preserve_thinking=True)[0]
+
+
+def test_render_is_the_real_template_and_refuses_what_vllm_refuses():
+    from duck.testing.stub.render import HistoryError, default_template
+    if not default_template().real:
+        pytest.skip("../shared/qwen3.6/chat_template.jinja not present")
+    tools = [{"type": "function", "function": {"name": "python", "description": "Run <code> & see",
+                                               "parameters": {"type": "object"}}}]
+    img = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
+    text, images = render([{"role": "system", "content": "S"},
+                           {"role": "user", "content": [{"type": "text", "text": "é"}, img]}], tools)
+    assert text.startswith("<|im_start|>system\n# Tools\n\nYou have access to the following functions")
+    assert '"description": "Run <code> & see"' in text  # tojson keeps <, & and non-ASCII as they are
+    # vLLM 0.19 flattens a content list for this template: image placeholders first, then the text
+    assert "<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>\né<|im_end|>" in text and images == 1
+    bad = {"role": "assistant", "content": "", "tool_calls": [{"id": "c", "type": "function",
+                                                               "function": {"name": "python",
+                                                                            "arguments": '{"code": "s = \''}}]}
+    with pytest.raises(HistoryError, match="JSON"):
+        render([{"role": "user", "content": "u"}, bad, {"role": "tool", "content": "t"}])
+    with pytest.raises(HistoryError, match="No user query"):
+        render([{"role": "system", "content": "S"}])
 
 
 def test_prefix_statistics_per_conversation():
@@ -85,7 +110,7 @@ def test_prefix_statistics_per_conversation():
         b = ModelClient(url, Sampling(model="stub"), session="g2:0")
         msgs = [{"role": "system", "content": "S" * 1000}, {"role": "user", "content": "U"}]
         a.chat(msgs)
-        b.chat([{"role": "system", "content": "other"}])
+        b.chat([{"role": "system", "content": "other"}, {"role": "user", "content": "U"}])
         r = a.chat(msgs + [{"role": "assistant", "content": "a"}, {"role": "user", "content": "more"}])
     shares = [q["prefix_share"] for q in server.requests]
     assert shares[0] is None and shares[1] is None and shares[2] > 0.9

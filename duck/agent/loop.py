@@ -46,6 +46,8 @@ class ModelDown(Exception):
 
 def tool_calls(reply: Any) -> list[tuple[str, str]]:
     """(call id, code) per tool call of a reply; raises Correction."""
+    if getattr(reply, "dropped", None):  # the client dropped an unreadable call: say why, run none
+        raise Correction("dropped_call", reply.dropped[0]["why"])
     if not reply.tool_calls:
         raise Correction(f"cut_{reply.cut}" if reply.cut else "no_tool_call")
     out = []

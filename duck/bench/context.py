@@ -6,7 +6,8 @@ length, its Python), the real kernel runs the code on the real game, and the con
 kept under `--budget` tokens (default 32K). Prints, as JSON:
 
 * `prefix_share_mean`: the mean, over requests after the first, of the share of each
-  request's rendered prompt (Qwen3.6 template layout, see duck.stub_server.render) that is
+  request's rendered prompt (the real Qwen3.6 chat template as vLLM 0.19 applies it,
+  duck.testing.stub.render; `chat_template` in the output says which file) that is
   a prefix of the previous request's prompt, i.e. what a prefix cache can reuse;
 * `cache_share_mean`: the same against the previous prompt plus the reply generated for
   it, which is what vLLM's prefix cache holds (its generated tokens are cached too);
@@ -129,6 +130,7 @@ def run(traces: Path, games: Path, game: str, pass_: int, budget: int, preserve_
     got = [a["action"] for a in read_record(record_path).actions]
     return {
         "game": game, "pass": pass_, "budget_tokens": budget, "preserve_thinking": preserve_thinking,
+        "chat_template": str(server.template.path) if server.template.real else "approximation (template absent)",
         "requests": len(server.requests), "turns": len(timings), "evictions": policy.ctx.evictions,
         "prompt_tokens_max": max(r["prompt_tokens"] for r in server.requests),
         "prompt_tokens_mean": round(statistics.mean(r["prompt_tokens"] for r in server.requests)),

@@ -89,6 +89,47 @@ def find_model_dir(input_dir: str | Path, name: str, explicit: str = "") -> Path
 
 
 # ---------------------------------------------------------------------------------------
+# The GPU driver against what vllm.lock needs
+
+def lock_driver_requirement(lock: Path) -> tuple[str, str] | None:
+    """(CUDA version, minimum driver) from vllm.lock's `# needs:` line (kaggle-dataset/build.py)."""
+    try:
+        m = re.search(r"^# needs: CUDA (\S+), NVIDIA driver >= ([\d.]+)", lock.read_text(), re.M)
+    except OSError:
+        return None
+    return (m.group(1), m.group(2)) if m else None
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in re.findall(r"\d+", text))
+
+
+def check_driver(lock: Path, env: dict[str, str] | None = None, timeout_s: float = 30.0) -> tuple[bool, str]:
+    """Whether this machine's NVIDIA driver (nvidia-smi) can run the CUDA build vllm.lock
+    pins, and a sentence saying so. No nvidia-smi, or no GPU: False."""
+    need = lock_driver_requirement(lock)
+    try:
+        r = subprocess.run(["nvidia-smi", "--query-gpu=driver_version,name", "--format=csv,noheader"],
+                           capture_output=True, text=True, timeout=timeout_s, env=env)
+    except FileNotFoundError:
+        return False, "no nvidia-smi on this machine (no GPU driver): vLLM cannot run"
+    except (OSError, subprocess.SubprocessError) as e:
+        return False, f"nvidia-smi failed ({type(e).__name__}: {e}): vLLM cannot run"
+    lines = [line.strip() for line in r.stdout.splitlines() if line.strip()]
+    if r.returncode != 0 or not lines:
+        return False, f"nvidia-smi found no GPU (exit {r.returncode}: {(r.stderr or r.stdout).strip()[:200]})"
+    driver, _, gpu = lines[0].partition(",")
+    driver, gpu = driver.strip(), gpu.strip()
+    if need is None:
+        return True, f"driver {driver} on {gpu}; vllm.lock states no CUDA requirement"
+    cuda, minimum = need
+    if _version(driver) < _version(minimum):
+        return False, (f"NVIDIA driver {driver} on {gpu} is older than {minimum}, which the CUDA {cuda} build "
+                       f"in vllm.lock needs: vLLM cannot start")
+    return True, f"NVIDIA driver {driver} on {gpu} runs CUDA {cuda} (needs >= {minimum})"
+
+
+# ---------------------------------------------------------------------------------------
 # Offline installs
 
 def install_vllm(dataset_dir: Path, env_dir: Path, timeout_s: float = 1800.0) -> Path | None:

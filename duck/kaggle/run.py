@@ -47,7 +47,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from duck.kaggle.inputs import (find_competition_dir, find_dataset_dir, find_model_dir, install_vllm, is_rerun)
+from duck.kaggle.inputs import (check_driver, find_competition_dir, find_dataset_dir, find_model_dir, install_vllm, is_rerun)
 from duck.kaggle.outputs import Step, Summary, write_placeholder_submission
 from duck.kaggle.play import run_pool, run_scheduler, wait_for_gateway
 from duck.llm.health import ModelHealth, probe_model
@@ -173,6 +173,19 @@ class KaggleRun:
             log.warning(m["status"])
             return False
         self.cfg.model.serve.model_path = m["model_path"] = str(self.model_dir)
+        lock = self.dataset_dir / "vllm.lock" if self.dataset_dir is not None else None
+        if lock is not None and lock.is_file():
+            with self.step("gpu_driver") as s:
+                ok, m["driver"] = check_driver(lock, self.env)
+                log.info("GPU driver: %s", m["driver"])
+                if not ok:  # a server that can never come up: play with the explorer at once
+                    s.ok = False
+                    m["status"] = f"not started ({m['driver']}): the explorer plays"
+                    log.warning(m["status"])
+                    return False
+            template = self.dataset_dir / "qwen3.6" / "chat_template.jinja"
+            if template.is_file():  # the copy served when the model's template lacks preserve_thinking
+                self.cfg.model.serve.fallback_chat_template = str(template)
         with self.step("install_vllm"):
             if self.dataset_dir is not None:
                 exe = install_vllm(self.dataset_dir, Path(self.cfg.kaggle.vllm_env_dir))
@@ -203,6 +216,7 @@ class KaggleRun:
             self.server.stop()
             return False
         self.model_url = self.server.url
+        self.summary.model["chat_template"] = getattr(self.server, "chat_template_choice", None)
         self.health.mark_up()
         self.summary.model["url"] = self.model_url
         self.summary.model["ready_s"] = round(ready_s, 1)
@@ -301,13 +315,13 @@ class KaggleRun:
 
     def _run_scheduler(self) -> dict[str, dict[str, Any]]:
         """scheduler.runner.Runner in a thread of its own, joined by the deadline plus the
-        stop grace (duck.kaggle_play.run_scheduler); the summary names its setup."""
+        stop grace (duck.kaggle.play.run_scheduler); the summary names its setup."""
         return run_scheduler(self.cfg, self.source, self.game_ids, self.policy_for, self.out / "records",
                              self.deadline, lambda text: setattr(self.summary, "runner", text))
 
     def _run_pool(self, game_ids: list[str]) -> dict[str, dict[str, Any]]:
         """A plain pool: `scheduler.slots` games at a time, an equal share of what is left
-        each, all stopped at the deadline (duck.kaggle_play.run_pool)."""
+        each, all stopped at the deadline (duck.kaggle.play.run_pool)."""
         return run_pool(self.cfg, self.source, game_ids, self.policy_for, self._record_path,
                         self.deadline, self.summary.mode)
 

@@ -17,6 +17,14 @@ timings). What it guarantees, because the Duck lost turns and time to each of th
   incoming assistant messages, copies `reasoning` onto `reasoning_content`, the variable
   the Qwen3/3.6/3.8 chat templates render inside `<think>`. `Reply.message()` sends both
   names, so old and new servers render it alike.
+* No tool call whose arguments are not a complete JSON object ever leaves the client:
+  vLLM 0.19 `json.loads` every past call of the history and answers HTTP 400 to the whole
+  request when one fails, so one broken call would end the model's game. Such a call (the
+  reply was cut inside it, or the code held a tag of the qwen3_coder format such as
+  `</parameter>` and the parser cut it there) is dropped from `Reply.tool_calls` and named
+  in `Reply.dropped` with why (`length`, `timeout` or `invalid`), so the agent can tell the
+  model what happened. vLLM 0.19 reports `finish_reason: "tool_calls"` even when the output
+  cap cut the call, so a reply is also `cut="length"` when it used the whole cap.
 """
 
 from __future__ import annotations
@@ -85,6 +93,10 @@ class Reply:
     attempts: int = 1
     seed: int | None = None
     cut: str | None = None  # "timeout" (the wall-clock limit) or "length" (the token cap)
+    # Calls the client did not keep (arguments not a complete JSON object), and why:
+    # "length" (cut at the output cap), "timeout" (cut at the time limit), "invalid"
+    # (complete reply, unreadable arguments: code holding a tag of the tool-call format).
+    dropped: list[dict[str, str]] = field(default_factory=list)
 
     def message(self, keep_reasoning: int | None = None) -> dict[str, Any]:
         """The assistant message to append to the history, as generated; with
@@ -97,10 +109,11 @@ class Reply:
         if reasoning:
             msg["reasoning"] = reasoning  # what vLLM reads (and copies for the template)
             msg["reasoning_content"] = reasoning  # what the template reads (older servers)
-        if self.tool_calls:
+        calls = [c for c in self.tool_calls if json_object(c.arguments) or c.arguments == ""]  # (never one vLLM refuses)
+        if calls:
             msg["tool_calls"] = [{"id": c.id, "type": "function",
                                   "function": {"name": c.name, "arguments": c.arguments}}
-                                 for c in self.tool_calls]
+                                 for c in calls]
         return msg
 
     def stats(self) -> dict[str, Any]:
@@ -110,7 +123,8 @@ class Reply:
                 "first_token_s": None if self.first_token_s is None else round(self.first_token_s, 3),
                 "finish_reason": self.finish_reason, "cut": self.cut, "url": self.url,
                 "attempts": self.attempts, "reasoning_chars": len(self.reasoning),
-                "content_chars": len(self.content), "tool_calls": len(self.tool_calls)}
+                "content_chars": len(self.content), "tool_calls": len(self.tool_calls),
+                "dropped_calls": [d["why"] for d in self.dropped]}
 
 
 @dataclass
@@ -239,13 +253,18 @@ class ModelClient:
         reply.latency_s = time.monotonic() - t0
         reply.content = "".join(parts["content"])
         reply.reasoning = "".join(parts["reasoning"])
-        reply.tool_calls = [ToolCall(c["id"] or f"call_{k}", c["name"], "".join(c["args"]))
-                            for k, c in sorted(calls.items())]
-        if reply.cut == "timeout":
-            # A tool call whose arguments were still streaming is not a call.
-            reply.tool_calls = [c for c in reply.tool_calls if _complete_json(c.arguments)]
-        elif reply.finish_reason == "length":
-            reply.cut = "length"
+        if reply.cut is None and (reply.finish_reason == "length" or (
+                reply.completion_tokens is not None and reply.completion_tokens >= kwargs["max_tokens"])):
+            reply.cut = "length"  # (vLLM 0.19 says "tool_calls" when the cap cut a call)
+        every = [ToolCall(c["id"] or f"call_{k}", c["name"], "".join(c["args"])) for k, c in sorted(calls.items())]
+        # ("" is `{}` to vLLM: kept when the reply ended normally, and the agent says the code is missing)
+        keep = [json_object(c.arguments) or (c.arguments == "" and reply.cut is None) for c in every]
+        reply.tool_calls = [c for c, k in zip(every, keep) if k]
+        reply.dropped = [{"name": c.name, "why": reply.cut or "invalid", "arguments": c.arguments[:200]}
+                         for c, k in zip(every, keep) if not k]
+        if reply.dropped:
+            log.warning("dropped %d tool call(s) with unreadable arguments (%s)", len(reply.dropped),
+                        reply.dropped[0]["why"])
         return reply
 
 
@@ -282,10 +301,11 @@ def _usage(reply: Reply, usage: Any) -> None:
         reply.cached_tokens = details.cached_tokens
 
 
-def _complete_json(text: str) -> bool:
+def json_object(text: str | None) -> bool:
+    """True when `text` is a complete JSON object: the only tool-call arguments a server
+    accepts back in the history (vLLM 0.19 answers 400 to anything else)."""
     try:
-        json.loads(text)
-        return True
+        return isinstance(json.loads(text or ""), dict)
     except ValueError:
         return False
 

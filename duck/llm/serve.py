@@ -13,10 +13,18 @@ vLLM's engine arguments:
 * what the field found stable on the RTX Pro 6000 (runs wedged or crashed after 8-42 min
   otherwise): `--max-num-batched-tokens 8192`, piecewise CUDA graphs
   (`--compilation-config '{"cudagraph_mode": "PIECEWISE"}'`), the CUTLASS FP8 GEMM
-  (`--linear-backend cutlass`), and the PyTorch top-k/top-p sampler instead of FlashInfer's
+  (`--linear-backend cutlass`, vLLM >= 0.2x only: not passed on the pinned 0.19, which
+  picks its FP8 kernel itself), and the PyTorch top-k/top-p sampler instead of FlashInfer's
   (`VLLM_USE_FLASHINFER_SAMPLER=0`: FlashInfer's multi-CTA top-k kernel livelocked Qwen3.6
   under prefill bursts, vLLM issues #43885 and #49203; it became vLLM's default in 0.21);
-* `--limit-mm-per-prompt '{"image": N, "video": 0}'`: one board image per turn in history.
+* `--limit-mm-per-prompt '{"image": N, "video": 0}'`: one board image per turn in history;
+* `--chat-template`: only when the model folder's template lacks the `preserve_thinking`
+  branch (`pick_chat_template`): without it past thinking is dropped at every new user
+  message and every turn misses the prefix cache; the Qwen3.6 copy is served instead.
+
+The pinned vLLM is 0.19.0 (torch 2.10, CUDA 12.8), the stack proven on Kaggle's RTX Pro
+6000; it has no `--linear-backend` (ServeConfig.linear_backend stays empty). Every flag
+here is parsed by that version's own argument parser in tests/conformance (pytest -m vllm).
 
 `VLLMServer` starts it in its own process group with its output in a log file, is ready
 when `/v1/models` lists the model and a smoke chat succeeds, notices a crash (the process
@@ -39,6 +47,8 @@ from typing import Any
 
 from duck.config import ModelConfig, ServeConfig, load_config
 
+from duck.paths import SHARED
+
 log = logging.getLogger(__name__)
 
 
@@ -46,8 +56,48 @@ class ServeError(RuntimeError):
     """The server did not start, did not become ready, or died."""
 
 
-def command(serve: ServeConfig, model_name: str, port: int | None = None) -> tuple[list[str], dict[str, str]]:
-    """The vLLM command line and the environment variables it needs."""
+# In a checkout: the team's copy beside it (on Kaggle the dataset's copy is configured instead).
+SHARED_TEMPLATE = SHARED / "qwen3.6" / "chat_template.jinja"
+
+
+def model_chat_template(model_path: str | Path) -> str | None:
+    """The chat template a model folder carries (what vLLM would use without
+    `--chat-template`): chat_template.jinja, chat_template.json, or tokenizer_config.json's."""
+    d = Path(model_path)
+    try:
+        if (d / "chat_template.jinja").is_file():
+            return (d / "chat_template.jinja").read_text()
+        for name in ("chat_template.json", "tokenizer_config.json"):
+            if (d / name).is_file():
+                t = json.loads((d / name).read_text()).get("chat_template")
+                if isinstance(t, list):  # named templates: the default one
+                    t = next((x.get("template") for x in t if x.get("name") == "default"), None)
+                if isinstance(t, str):
+                    return t
+    except (OSError, ValueError) as e:
+        log.warning("could not read the chat template of %s: %s", d, e)
+    return None
+
+
+def pick_chat_template(serve: ServeConfig) -> tuple[str | None, str]:
+    """The `--chat-template` to pass (None: the model's own) and a sentence saying why."""
+    if serve.chat_template:
+        return serve.chat_template, f"chat template {serve.chat_template} (set in the config)"
+    own = model_chat_template(serve.model_path)
+    if own is not None and "preserve_thinking" in own:
+        return None, f"the model folder's chat template (it has the preserve_thinking branch)"
+    fallback = Path(serve.fallback_chat_template or SHARED_TEMPLATE)
+    what = "has no chat template" if own is None else "has a chat template without preserve_thinking"
+    if fallback.is_file():
+        return str(fallback), f"chat template {fallback}: the model folder {what}"
+    return None, (f"the model folder's chat template, although it {what.split(' ', 1)[1]}, and no copy at "
+                  f"{fallback}: past thinking is dropped at each new turn (prefix-cache misses)")
+
+
+def command(serve: ServeConfig, model_name: str, port: int | None = None,
+            chat_template: str | None = None) -> tuple[list[str], dict[str, str]]:
+    """The vLLM command line and the environment variables it needs (`chat_template`: the
+    `--chat-template` to pass, from pick_chat_template)."""
     argv = [serve.executable, "serve", serve.model_path,
             "--served-model-name", model_name,
             "--host", serve.host, "--port", str(port or serve.port),
@@ -66,6 +116,8 @@ def command(serve: ServeConfig, model_name: str, port: int | None = None) -> tup
         argv += ["--linear-backend", serve.linear_backend]
     if serve.kv_cache_dtype and serve.kv_cache_dtype != "auto":
         argv += ["--kv-cache-dtype", serve.kv_cache_dtype]
+    if chat_template:
+        argv += ["--chat-template", chat_template]
     argv += list(serve.extra_args)
     env = {"VLLM_USE_FLASHINFER_SAMPLER": "1" if serve.flashinfer_sampler else "0"}
     return argv, env
@@ -90,7 +142,10 @@ class VLLMServer:
         return f"http://{host}:{self.port}"
 
     def start(self) -> "VLLMServer":
-        argv, extra_env = command(self.serve, self.model.name, self.port)
+        self.chat_template, why = pick_chat_template(self.serve)
+        (log.info if self.chat_template or "preserve_thinking branch" in why else log.warning)("serving with %s", why)
+        self.chat_template_choice = why
+        argv, extra_env = command(self.serve, self.model.name, self.port, self.chat_template)
         env = dict(os.environ, **extra_env)
         if self.gpu is not None:
             env["CUDA_VISIBLE_DEVICES"] = self.gpu
@@ -214,8 +269,10 @@ def _main(args: argparse.Namespace) -> int:
         cfg.model.serve.model_path = args.model_path
     gpus = [g for g in (args.gpus or "").split(",") if g]
     if args.dry_run:
+        template, why = pick_chat_template(cfg.model.serve)
+        print(f"# {why}", file=sys.stderr)
         for i in range(max(1, len(gpus))):
-            argv, env = command(cfg.model.serve, cfg.model.name, cfg.model.serve.port + i)
+            argv, env = command(cfg.model.serve, cfg.model.name, cfg.model.serve.port + i, template)
             print(" ".join(f"{k}={v}" for k, v in env.items()), " ".join(_quote(a) for a in argv))
         return 0
     stopping: dict[str, Any] = {"sig": None, "up": False}

@@ -1,6 +1,6 @@
 """The kernel's worker process: runs model code in a persistent namespace.
 
-Started by `duck.kernel.Kernel` as `python -s -m duck.sandbox.worker RFD WFD CONFIG_JSON` in
+Started by `duck.sandbox.host.Kernel` as `python -s -m duck.sandbox.worker RFD WFD CONFIG_JSON` in
 a fresh process group, a temporary working directory and a scrubbed environment. It keeps
 the game variables (frames, history, transitions, ...) as Python objects and receives only
 *new* observations from the host, so an `action()` call costs the same at step 1,000 as at

@@ -1,4 +1,4 @@
-"""The results of an A/B experiment (duck.lab.ab.run): the ab.json document (duck.stats.compare of the
+"""The results of an A/B experiment (duck.lab.ab.run): the ab.json document (duck.lab.stats.compare of the
 two arms, with labels, the config difference and the plan) and report.html of an OUT folder;
 `duck ab-merge` (gather the shard folders of one experiment and score them) and `duck
 ab-stats` (the same document from any two sets of runs, or from one OUT folder)."""

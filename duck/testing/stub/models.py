@@ -6,7 +6,7 @@
   HTTP error), `delay_s` (before the first byte), `stall_s` (mid-stream, after the
   reasoning), or a callable `request -> dict`.
 * `TraceModel(turns)`: replays one Duck run from ../shared/duck-traces (turns as
-  duck.stub_traces.load_trace gives them): each recorded model response in order, its
+  duck.testing.stub.traces.load_trace gives them): each recorded model response in order, its
   visible text as content, reasoning of the recorded length (the text itself was not
   recorded), and its Python snippet as the tool call; `trace_caps` gives the number of
   actions each snippet executed in the record, for the replay's kernel.

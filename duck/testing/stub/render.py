@@ -1,31 +1,200 @@
-"""Prompt rendering for the stub server: the Qwen3.6 chat template's layout (the parts
-that decide tokens and prefixes), an approximate token count, and common-prefix length.
+"""Prompt rendering for the stub server: the model's real chat template, as vLLM applies it.
 
-`render` lays a request out as the template would (thinking kept or dropped per
-`preserve_thinking`, tool results wrapped in `<tool_response>`, one placeholder per image),
-so that duck.testing.stub.server can count prompt tokens and emulate the prefix cache.
+`render(messages, tools, preserve_thinking, thinking)` gives the prompt text vLLM 0.19 would
+feed the model, and its image count, so that duck.testing.stub.server counts prompt tokens and
+emulates the prefix cache on the real layout:
+
+* the template is the Qwen3.6 one, read at run time from `../shared/qwen3.6/chat_template.jinja`
+  (`DUCK_SHARED_DIR` moves ../shared; `DUCK_CHAT_TEMPLATE` or a path given to `ChatTemplate`
+  names the file); it is never copied into the
+  repository. When it is absent, a logged warning and the old approximation of its layout
+  (`render_approx`) stand in, so a checkout without ../shared still runs;
+* it is compiled as transformers' `apply_chat_template` does (a sandboxed jinja2
+  environment with `trim_blocks`, `lstrip_blocks`, loop controls, `raise_exception`,
+  `strftime_now` and a `tojson` that keeps non-ASCII and does not escape HTML);
+* the messages go through what vLLM 0.19 does before the template (entrypoints/chat_utils):
+  a content list becomes one string, image placeholders first (`string_content`); past
+  tool-call arguments are `json.loads`ed (a failure is the HTTP 400 vLLM answers:
+  `HistoryError`), and a past reply's reasoning is read from `reasoning` (0.19 ignores
+  `reasoning_content` on the way in) and handed to the template as `reasoning_content`;
+* the kwargs are the request's `chat_template_kwargs` with `add_generation_prompt=True`.
+
+Every image renders as the same `<|vision_start|><|image_pad|><|vision_end|>`; vLLM's prefix
+cache tells images apart by their content hash, so `keyed` returns the text with each
+image's hash after its pad, which is what prefix comparisons use.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import math
+import os
+from datetime import datetime
+from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
+from duck.paths import SHARED
+
+log = logging.getLogger(__name__)
+
 CHARS_PER_TOKEN = 3.6
-IMAGE_TOKENS = 66
+IMAGE_TOKENS = 66  # a 256x256 board on Qwen3.6: 64 merged patches + the two vision markers
+IMAGE_PAD = "<|image_pad|>"
+DEFAULT_TEMPLATE = SHARED / "qwen3.6" / "chat_template.jinja"
+
+
+class HistoryError(ValueError):
+    """A request vLLM 0.19 refuses with HTTP 400 before rendering (or the template raised)."""
 
 
 def approx_tokens(text: str) -> int:
     return math.ceil(len(text) / CHARS_PER_TOKEN)
 
 
+def prompt_tokens(text: str, images: int) -> int:
+    """Tokens of a rendered prompt: its text, each image's pad expanded to IMAGE_TOKENS."""
+    return approx_tokens(text.replace(f"<|vision_start|>{IMAGE_PAD}<|vision_end|>", "")) + images * IMAGE_TOKENS
+
+
+def template_path() -> Path:
+    return Path(os.environ.get("DUCK_CHAT_TEMPLATE") or DEFAULT_TEMPLATE)
+
+
+@lru_cache(maxsize=4)
+def _compile(source: str) -> Any:
+    """The template compiled as transformers' apply_chat_template compiles it."""
+    import jinja2
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    def raise_exception(message: str) -> None:
+        raise jinja2.exceptions.TemplateError(message)
+
+    def tojson(x: Any, ensure_ascii: bool = False, indent: Any = None, separators: Any = None,
+               sort_keys: bool = False) -> str:
+        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
+    env.filters["tojson"] = tojson
+    env.globals["raise_exception"] = raise_exception
+    env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
+    return env.from_string(source)
+
+
+class ChatTemplate:
+    """The real chat template (None: the approximation, with a warning)."""
+
+    def __init__(self, path: str | Path | None = None) -> None:
+        self.path = Path(path) if path else template_path()
+        self.source = self.path.read_text() if self.path.is_file() else None
+        if self.source is None:
+            log.warning("no chat template at %s: the stub server renders an approximation of Qwen3.6's layout",
+                        self.path)
+
+    @property
+    def real(self) -> bool:
+        return self.source is not None
+
+    def render(self, messages: list[dict[str, Any]], tools: list[dict] | None = None,
+               preserve_thinking: bool | None = None, thinking: bool = True,
+               add_generation_prompt: bool = True) -> tuple[str, int]:
+        """The prompt text and its image count; raises HistoryError where vLLM answers 400."""
+        msgs = vllm_messages(messages)
+        if self.source is None:
+            return render_approx(msgs, tools, preserve_thinking, thinking, add_generation_prompt)
+        import jinja2
+        kwargs: dict[str, Any] = {"enable_thinking": thinking}
+        if preserve_thinking is not None:
+            kwargs["preserve_thinking"] = preserve_thinking
+        try:
+            text = _compile(self.source).render(messages=msgs, tools=tools or None,
+                                                add_generation_prompt=add_generation_prompt, **kwargs)
+        except jinja2.exceptions.TemplateError as e:
+            raise HistoryError(f"chat template error: {e}") from e
+        return text, text.count(IMAGE_PAD)
+
+
+def vllm_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The messages as vLLM 0.19 hands them to the template (see the module docstring)."""
+    out = []
+    for i, m in enumerate(messages):
+        m = dict(m)
+        if isinstance(m.get("content"), list):
+            m["content"] = string_content(m["content"])
+        if m.get("role") == "assistant":
+            reasoning = m.pop("reasoning", None)
+            m.pop("reasoning_content", None)  # (0.19 does not read it)
+            if isinstance(reasoning, str):
+                m["reasoning_content"] = reasoning
+            calls = []
+            for c in m.get("tool_calls") or []:
+                f = dict(c.get("function") or {})
+                try:
+                    f["arguments"] = json.loads(f.get("arguments") or "{}")  # ("" is {} to vLLM)
+                except ValueError as e:
+                    raise HistoryError(f"messages[{i}]: tool call arguments are not valid JSON "
+                                       f"(JSONDecodeError: {e})") from e
+                calls.append(dict(c, function=f))
+            if calls:
+                m["tool_calls"] = calls
+        out.append(m)
+    return out
+
+
+def string_content(parts: list[dict[str, Any]]) -> str:
+    """A content list as vLLM 0.19 flattens it for this template (it detects the template's
+    content format as "string": the loop over parts is inside a macro): the texts joined by
+    newlines, each image's placeholder in front (vllm/entrypoints/chat_utils.py,
+    `_get_full_multimodal_text_prompt`)."""
+    texts = [p.get("text", "") for p in parts if p.get("type") == "text"]
+    images = [f"<|vision_start|>{IMAGE_PAD}<|vision_end|>" for p in parts if p.get("type") in ("image_url", "image")]
+    text = "\n".join(texts)
+    return "\n".join(images + [text]) if text else "\n".join(images)
+
+
+_DEFAULT: dict[str, ChatTemplate] = {}
+
+
+def default_template() -> ChatTemplate:
+    """One ChatTemplate per template path (read once)."""
+    key = str(template_path())
+    if key not in _DEFAULT:
+        _DEFAULT[key] = ChatTemplate()
+    return _DEFAULT[key]
+
+
+def render(messages: list[dict[str, Any]], tools: list[dict] | None = None,
+           preserve_thinking: bool | None = None, thinking: bool = True) -> tuple[str, int]:
+    """The prompt as vLLM renders it with the default template (see ChatTemplate.render)."""
+    return default_template().render(messages, tools, preserve_thinking, thinking)
+
+
+def image_hashes(messages: list[dict[str, Any]]) -> list[str]:
+    """The content hash of every image part, in prompt order."""
+    out = []
+    for m in messages:
+        content = m.get("content")
+        for part in content if isinstance(content, list) else []:
+            if isinstance(part, dict) and part.get("type") in ("image_url", "image"):
+                url = (part.get("image_url") or {}).get("url", "") if isinstance(part.get("image_url"), dict) else ""
+                out.append(hashlib.sha1(url.encode()).hexdigest()[:12])
+    return out
+
+
+def keyed(text: str, hashes: list[str]) -> str:
+    """`text` with each image's hash after its pad: equal prefixes then mean equal KV."""
+    parts = text.split(IMAGE_PAD)
+    if len(parts) - 1 != len(hashes):
+        return text
+    return parts[0] + "".join(f"{IMAGE_PAD}{h}{p}" for h, p in zip(hashes, parts[1:]))
+
+
 # ---------------------------------------------------------------------------------------
-# Rendering like the Qwen3.6 chat template (the parts that decide tokens and prefixes)
+# The approximation (only when the real template is absent)
 
 def _text_of(content: Any) -> tuple[str, int]:
-    """Rendered text of a message's content, and the number of images in it."""
     if content is None:
         return "", 0
     if isinstance(content, str):
@@ -35,19 +204,19 @@ def _text_of(content: Any) -> tuple[str, int]:
         if part.get("type") == "text":
             out.append(part.get("text", ""))
         elif part.get("type") in ("image_url", "image"):
-            url = (part.get("image_url") or {}).get("url", "") if isinstance(part.get("image_url"), dict) else ""
-            out.append(f"<|vision_start|><img {hashlib.sha1(url.encode()).hexdigest()[:12]}><|vision_end|>")
+            out.append(f"<|vision_start|>{IMAGE_PAD}<|vision_end|>")
             images += 1
     return "".join(out), images
 
 
-def render(messages: list[dict[str, Any]], tools: list[dict] | None = None,
-           preserve_thinking: bool | None = None, thinking: bool = True) -> tuple[str, int]:
-    """The prompt text and its image count, as the Qwen3.6 template lays it out."""
+def render_approx(messages: list[dict[str, Any]], tools: list[dict] | None = None,
+                  preserve_thinking: bool | None = None, thinking: bool = True,
+                  add_generation_prompt: bool = True) -> tuple[str, int]:
+    """The Qwen3.6 template's layout, approximately (tools listed, thinking kept or dropped
+    per `preserve_thinking`, tool results wrapped in `<tool_response>`)."""
     last_query = len(messages) - 1
     for i in range(len(messages) - 1, -1, -1):
-        m = messages[i]
-        if m.get("role") == "user":
+        if messages[i].get("role") == "user":
             last_query = i
             break
     out, images = [], 0
@@ -63,18 +232,13 @@ def render(messages: list[dict[str, Any]], tools: list[dict] | None = None,
         elif role == "user":
             out.append(f"<|im_start|>user\n{text}<|im_end|>\n")
         elif role == "assistant":
-            reasoning = m.get("reasoning_content") or m.get("reasoning") or ""
             keep = bool(preserve_thinking) or i > last_query
-            body = f"<think>\n{reasoning.strip()}\n</think>\n\n" if keep else ""
+            body = f"<think>\n{(m.get('reasoning_content') or '').strip()}\n</think>\n\n" if keep else ""
             body += text.strip()
             for c in m.get("tool_calls") or []:
                 f = c.get("function", {})
-                try:
-                    args = json.loads(f.get("arguments") or "{}")
-                except ValueError:
-                    args = {"_raw": f.get("arguments")}
-                params = "".join(f"<parameter={k}>\n{v}\n</parameter>\n" for k, v in
-                                 (args.items() if isinstance(args, dict) else []))
+                args = f.get("arguments") if isinstance(f.get("arguments"), dict) else {}
+                params = "".join(f"<parameter={k}>\n{v}\n</parameter>\n" for k, v in args.items())
                 body += f"\n\n<tool_call>\n<function={f.get('name')}>\n{params}</function>\n</tool_call>"
             out.append(f"<|im_start|>assistant\n{body}<|im_end|>\n")
         elif role == "tool":
@@ -82,7 +246,8 @@ def render(messages: list[dict[str, Any]], tools: list[dict] | None = None,
             last = i + 1 == len(messages) or messages[i + 1].get("role") != "tool"
             out.append(("<|im_start|>user" if first else "") + f"\n<tool_response>\n{text}\n</tool_response>"
                        + ("<|im_end|>\n" if last else ""))
-    out.append("<|im_start|>assistant\n" + ("<think>\n" if thinking else "<think>\n\n</think>\n\n"))
+    if add_generation_prompt:
+        out.append("<|im_start|>assistant\n" + ("<think>\n" if thinking else "<think>\n\n</think>\n\n"))
     return "".join(out), images
 
 

@@ -2,11 +2,13 @@
 
 It speaks the part of vLLM's API the agent uses (`GET /v1/models`, `POST
 /v1/chat/completions`, streamed or not, with `usage` and `prompt_tokens_details`), renders
-each prompt the way the Qwen3.6 chat template would (duck.testing.stub.render: thinking kept or
-dropped per `preserve_thinking`, tool results wrapped in `<tool_response>`, one placeholder
-per image) to count tokens, and emulates the prefix cache so that what the agent sends can
-be measured: `stats()` gives, per conversation, the share of each prompt that is a prefix of
-the previous one.
+each prompt with the model's real chat template as vLLM 0.19 applies it (duck.testing.stub.render:
+../shared/qwen3.6/chat_template.jinja, read at run time) to count tokens, and emulates the
+prefix cache so that what the agent sends can be measured: `stats()` gives, per
+conversation, the share of each prompt that is a prefix of the previous one. It refuses
+what vLLM 0.19 refuses with HTTP 400 before generating: a history holding a tool call whose
+arguments are not valid JSON, a request the template raises on, and (with `max_model_len`)
+a prompt plus `max_tokens` longer than the context.
 
 The scripted models are in duck.testing.stub.models (`FixedModel`, `TraceModel`,
 `SolutionModel`), the prompt rendering in duck.testing.stub.render, the Duck traces'
@@ -29,7 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from duck.testing.stub.models import FixedModel, SolutionModel, TraceModel
-from duck.testing.stub.render import IMAGE_TOKENS, approx_tokens, common_prefix, render
+from duck.testing.stub.render import (ChatTemplate, HistoryError, approx_tokens, common_prefix,
+                                      default_template, image_hashes, keyed, prompt_tokens)
 from duck.testing.stub.traces import load_trace
 
 
@@ -43,9 +46,15 @@ class StubServer:
     """`with StubServer(model) as url:` serves on 127.0.0.1 (a free port by default)."""
 
     def __init__(self, model: Any, port: int = 0, host: str = "127.0.0.1",
-                 model_name: str = "stub") -> None:
+                 model_name: str = "stub", template: ChatTemplate | str | Path | None = None,
+                 max_model_len: int | None = None, keep_prompts: bool = False) -> None:
         self.model = model
         self.model_name = model_name
+        self.template = template if isinstance(template, ChatTemplate) else (
+            ChatTemplate(template) if template else default_template())
+        self.max_model_len = max_model_len
+        self.keep_prompts = keep_prompts  # keep every request's messages and prompt (tests)
+        self.prompts: list[dict[str, Any]] = []
         self.lock = threading.Lock()
         self.requests: list[dict[str, Any]] = []  # per request: conversation, tokens, shares
         self._last: dict[str, str] = {}  # conversation → previous rendered prompt
@@ -75,16 +84,36 @@ class StubServer:
     def __exit__(self, *exc: Any) -> None:
         self.stop()
 
-    def account(self, conversation: str, body: dict[str, Any]) -> tuple[int, int]:
+    def prompt(self, body: dict[str, Any], extra: list[dict[str, Any]] = (),
+               generation: bool = True) -> tuple[str, int]:
+        """The request's prompt as vLLM renders it (raises HistoryError where vLLM says 400),
+        keyed with each image's hash (duck.testing.stub.render.keyed), and its token count."""
+        kwargs = body.get("chat_template_kwargs") or {}
+        messages = list(body.get("messages") or []) + list(extra)
+        text, images = self.template.render(messages, body.get("tools"), kwargs.get("preserve_thinking"),
+                                            kwargs.get("enable_thinking", True), generation)
+        return keyed(text, image_hashes(messages)), prompt_tokens(text, images)
+
+    def check(self, body: dict[str, Any]) -> tuple[str, int]:
+        """What vLLM 0.19 checks before generating; the prompt and its tokens."""
+        text, tokens = self.prompt(body)
+        if self.max_model_len and tokens + int(body.get("max_tokens") or 0) > self.max_model_len:
+            raise HistoryError(f"This model's maximum context length is {self.max_model_len} tokens. However, "
+                               f"you requested {int(body.get('max_tokens') or 0)} output tokens and your prompt "
+                               f"contains at least {tokens} input tokens.")
+        return text, tokens
+
+    def account(self, conversation: str, body: dict[str, Any], prompt: tuple[str, int] | None = None
+                ) -> tuple[int, int]:
         """Prompt tokens and cached tokens of one request; keeps the prefix statistics:
         `prefix_share`, the share of the prompt that is a prefix of the previous request's
         prompt, and `cache_share`, the share that is a prefix of the previous prompt plus
         the reply generated for it (what vLLM's prefix cache holds after that request)."""
-        kwargs = body.get("chat_template_kwargs") or {}
-        text, images = render(body.get("messages", []), body.get("tools"),
-                              kwargs.get("preserve_thinking"), kwargs.get("enable_thinking", True))
-        tokens = approx_tokens(text) + images * IMAGE_TOKENS
+        text, tokens = prompt or self.prompt(body)
         with self.lock:
+            if self.keep_prompts:
+                self.prompts.append({"conversation": conversation, "messages": body.get("messages") or [],
+                                     "prompt": text})
             prev, prev_full = self._last.get(conversation), self._full.get(conversation)
             share = common_prefix(prev, text) / len(text) if prev and text else 0.0
             cache = common_prefix(prev_full, text) / len(text) if prev_full and text else share
@@ -95,11 +124,12 @@ class StubServer:
 
     def generated(self, conversation: str, body: dict[str, Any], message: dict[str, Any]) -> None:
         """Remember the prompt plus the reply as the cache would hold it."""
-        kwargs = body.get("chat_template_kwargs") or {}
-        full, _ = render(body.get("messages", []) + [message], body.get("tools"),
-                         kwargs.get("preserve_thinking"), kwargs.get("enable_thinking", True))
+        try:
+            full, _ = self.prompt(body, [message], generation=False)
+        except HistoryError:  # a scripted reply vLLM could not take back: the cache keeps the prompt
+            return
         with self.lock:
-            self._full[conversation] = full[:full.rindex("<|im_start|>assistant\n")]
+            self._full[conversation] = full
 
     def stats(self) -> dict[str, Any]:
         shares = [r["prefix_share"] for r in self.requests if r["prefix_share"] is not None]
@@ -143,6 +173,12 @@ def _handler(server: StubServer) -> type[BaseHTTPRequestHandler]:
             except ValueError as e:
                 self._json(400, {"error": {"message": f"bad JSON: {e}"}})
                 return
+            try:
+                prompt = server.check(body)
+            except HistoryError as e:  # what vLLM 0.19 answers before any generation
+                self._json(400, {"error": {"message": str(e), "type": "BadRequestError", "param": None,
+                                           "code": 400}})
+                return
             r = server.model.reply(dict(body, _session=self.headers.get("X-Duck-Session") or "default"))
             if r.get("delay_s"):
                 time.sleep(r["delay_s"])
@@ -151,11 +187,12 @@ def _handler(server: StubServer) -> type[BaseHTTPRequestHandler]:
                                                    "type": "stub", "code": r["status"]}})
                 return
             conversation = self.headers.get("X-Duck-Session") or "default"
-            prompt_tokens, cached = server.account(conversation, body)
+            prompt_tokens, cached = server.account(conversation, body, prompt)
             calls = r.get("tool_calls") or ([{"name": "python", "arguments": json.dumps({"code": r["code"]})}]
                                             if r.get("code") is not None else [])
             content, reasoning = r.get("content") or "", r.get("reasoning") or ""
-            completion = approx_tokens(content + reasoning + "".join(c["arguments"] for c in calls))
+            completion = r.get("completion_tokens") or approx_tokens(
+                content + reasoning + "".join(c["arguments"] for c in calls))
             usage = {"prompt_tokens": prompt_tokens, "completion_tokens": completion,
                      "total_tokens": prompt_tokens + completion,
                      "prompt_tokens_details": {"cached_tokens": cached}}
@@ -163,8 +200,8 @@ def _handler(server: StubServer) -> type[BaseHTTPRequestHandler]:
             tool_calls = [{"index": k, "id": f"call_{abs(hash((content, k, time.time_ns()))) % 10**10}",
                            "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
                           for k, c in enumerate(calls)]
-            server.generated(conversation, body, {"role": "assistant", "content": content,
-                                                  "reasoning_content": reasoning, "tool_calls": tool_calls})
+            server.generated(conversation, body, {"role": "assistant", "content": content, "reasoning": reasoning,
+                                                  "tool_calls": tool_calls})
             if body.get("stream"):
                 self._stream(body, content, reasoning, tool_calls, finish, usage, r.get("stall_s"))
             else:

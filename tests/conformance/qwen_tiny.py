@@ -1,0 +1,83 @@
+"""A tiny stand-in for the Qwen3.6 model folder, for vLLM's own serving code on a CPU.
+
+Written at run time into a temporary folder (nothing of it is committed): a byte-level BPE
+tokenizer with no merges (every byte one token) whose added tokens are Qwen's, with Qwen's
+split into special (`<|im_start|>`, `<|image_pad|>`, ... : dropped from detokenized text)
+and not special (`<think>`, `<tool_call>`, ... : kept in text, as the parsers need); a
+`Qwen3_5ForConditionalGeneration` config (the architecture of Qwen3.6-27B) with tiny
+dimensions and the vision token ids of this tokenizer; the Qwen3-VL image processor's
+config with Qwen3.x's patch 16, merge 2 and pixel bounds; and, optionally, a chat template.
+No weights: vLLM's render path never loads them.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>", "<|object_ref_end|>",
+           "<|box_start|>", "<|box_end|>", "<|quad_start|>", "<|quad_end|>", "<|vision_start|>",
+           "<|vision_end|>", "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>"]
+NOT_SPECIAL = ["<tool_call>", "</tool_call>", "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>",
+               "<|repo_name|>", "<|file_sep|>", "<tool_response>", "</tool_response>", "<think>", "</think>"]
+
+
+def _byte_vocab() -> dict[str, int]:
+    """GPT-2's byte-to-unicode map: 256 printable symbols, one per byte."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {chr(c): i for i, c in enumerate(cs)}
+
+
+def write_model_dir(path: Path, chat_template: str | None = None) -> dict[str, int]:
+    """Write the folder; returns the added tokens' ids."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    path.mkdir(parents=True, exist_ok=True)
+    tok = Tokenizer(models.BPE(vocab=_byte_vocab(), merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIAL])
+    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in NOT_SPECIAL])
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
+                                   model_max_length=262144)
+    fast.save_pretrained(str(path))
+    ids = {t: tok.token_to_id(t) for t in SPECIAL + NOT_SPECIAL}
+    cfg = json.loads((path / "tokenizer_config.json").read_text())
+    cfg.pop("chat_template", None)
+    cfg["tokenizer_class"] = "Qwen2TokenizerFast"  # what Qwen's folders name (the VL processor insists)
+    if chat_template is not None:
+        (path / "chat_template.jinja").write_text(chat_template)
+    (path / "tokenizer_config.json").write_text(json.dumps(cfg, indent=1))
+    vocab = tok.get_vocab_size()
+    (path / "config.json").write_text(json.dumps({
+        "architectures": ["Qwen3_5ForConditionalGeneration"], "model_type": "qwen3_5",
+        "image_token_id": ids["<|image_pad|>"], "video_token_id": ids["<|video_pad|>"],
+        "vision_start_token_id": ids["<|vision_start|>"], "vision_end_token_id": ids["<|vision_end|>"],
+        "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+        "text_config": {"vocab_size": vocab, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 4,
+                        "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 32,
+                        "max_position_embeddings": 262144, "eos_token_id": ids["<|im_end|>"]},
+        "vision_config": {"depth": 1, "hidden_size": 64, "intermediate_size": 128, "num_heads": 2,
+                          "out_hidden_size": 64, "patch_size": 16, "spatial_merge_size": 2,
+                          "temporal_patch_size": 2, "in_channels": 3, "num_position_embeddings": 2304},
+    }, indent=1))
+    (path / "generation_config.json").write_text(json.dumps({"eos_token_id": [ids["<|im_end|>"]]}))
+    image = {"processor_class": "Qwen3VLProcessor", "image_processor_type": "Qwen2VLImageProcessorFast",
+             "patch_size": 16, "temporal_patch_size": 2, "merge_size": 2,
+             "size": {"shortest_edge": 65536, "longest_edge": 16777216},
+             "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5], "do_rescale": True,
+             "rescale_factor": 1 / 255, "do_normalize": True, "do_resize": True, "do_convert_rgb": True}
+    (path / "preprocessor_config.json").write_text(json.dumps(image, indent=1))
+    video = dict(image, video_processor_type="Qwen3VLVideoProcessor", fps=2, min_frames=4, max_frames=768,
+                 size={"shortest_edge": 4096, "longest_edge": 25165824})
+    video.pop("image_processor_type")
+    (path / "video_preprocessor_config.json").write_text(json.dumps(video, indent=1))
+    return ids

@@ -1,0 +1,179 @@
+"""A vLLM server without a GPU: the pinned vLLM's own OpenAI layer over a scripted "engine".
+
+Run by the vLLM venv's python (scripts/vllm-venv.sh), never by ours:
+
+    python tests/conformance/vllm_standin.py --port P --model-dir DIR [vllm serve flags ...]
+
+Everything between the HTTP request and the engine is vLLM's own code, built the way
+`vllm serve` builds it (vllm.entrypoints.openai.api_server: `build_app`, `init_app_state`):
+the argument parser (`make_arg_parser`, so the flags are `duck serve`'s), the model config
+from the model folder, the renderer (request validation, `parse_chat_messages`, the chat
+template with the request's kwargs, the Qwen3-VL image processor), the FastAPI routes and
+error handlers, `OpenAIServingChat` with the `qwen3_coder` tool parser and the `qwen3`
+reasoning parser, and its streaming generator. Only the engine is a stand-in
+(`ScriptedEngine`): it tokenizes the next scripted output with the model folder's
+tokenizer (tests/conformance/qwen_tiny.py: Qwen's added tokens) and yields it token by
+token, cut at the request's `max_tokens` (finish reason `length`) as a real engine would.
+
+Two extra routes drive it: `POST /script` with `{"outputs": [text, ...]}` queues the model's
+next outputs (each output is what the model writes after `<think>\\n`, tags included);
+`GET /log` returns, per request since the last /script, the prompt vLLM rendered (decoded
+from its token ids, special tokens kept), its token count, max_tokens and the output sent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from fastapi import Request  # (module level: FastAPI resolves the routes' annotations here)
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+
+class ScriptedEngine:
+    """The part of vLLM's EngineClient that the OpenAI layer uses, with scripted outputs."""
+
+    def __init__(self, vllm_config: Any, tokenizer_dir: Path) -> None:
+        from transformers import AutoTokenizer
+        from vllm.plugins.io_processors import get_io_processor
+        from vllm.renderers import renderer_from_config
+
+        self.vllm_config = vllm_config
+        self.model_config = vllm_config.model_config
+        self.renderer = renderer_from_config(vllm_config)
+        self.io_processor = get_io_processor(vllm_config, self.renderer, self.model_config.io_processor_plugin)
+        self.input_processor = None
+        self.errored = False
+        self.dead_error = RuntimeError("engine dead")
+        self.is_running = True
+        self.tok = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+        self.outputs: list[str] = []
+        self.log: list[dict[str, Any]] = []
+
+    # -- what the serving layer calls ---------------------------------------------------
+    async def generate(self, prompt: Any, sampling_params: Any, request_id: str, **_: Any):
+        from vllm.outputs import CompletionOutput, RequestOutput
+        from vllm.sampling_params import RequestOutputKind
+
+        ids = list(prompt.get("prompt_token_ids") or []) if isinstance(prompt, dict) else []
+        text = self.outputs.pop(0) if self.outputs else "(the script is used up)"
+        out_ids = self.tok.encode(text, add_special_tokens=False)
+        cap = sampling_params.max_tokens
+        finish = "length" if cap is not None and len(out_ids) > cap else "stop"
+        out_ids = out_ids[:cap] if cap is not None else out_ids
+        self.log.append({"request_id": request_id, "prompt": self.tok.decode(ids, skip_special_tokens=False),
+                         "prompt_tokens": len(ids), "max_tokens": cap, "output": text,
+                         "output_tokens": len(out_ids), "finish": finish})
+        delta = sampling_params.output_kind == RequestOutputKind.DELTA
+        steps = _steps(self.tok, out_ids) if delta else [(out_ids, self.tok.decode(out_ids))]
+        for k, (tids, piece) in enumerate(steps):
+            last = k == len(steps) - 1
+            await asyncio.sleep(0)
+            yield RequestOutput(request_id=request_id, prompt=None, prompt_token_ids=ids, prompt_logprobs=None,
+                                outputs=[CompletionOutput(index=0, text=piece, token_ids=tids, cumulative_logprob=None,
+                                                          logprobs=None, finish_reason=finish if last else None)],
+                                finished=last, num_cached_tokens=0)
+
+    async def abort(self, *_: Any, **__: Any) -> None:
+        pass
+
+    async def is_tracing_enabled(self) -> bool:
+        return False
+
+    async def check_health(self) -> None:
+        pass
+
+    async def do_log_stats(self, *_: Any, **__: Any) -> None:
+        pass
+
+    async def get_supported_tasks(self) -> tuple[str, ...]:
+        return ("generate",)
+
+    def __getattr__(self, name: str) -> Any:  # anything else the app touches at start-up
+        raise AttributeError(f"ScriptedEngine has no {name!r}")
+
+
+def _steps(tok: Any, ids: list[int]) -> list[tuple[list[int], str]]:
+    """Token-by-token deltas as an incremental detokenizer gives them: a token that ends
+    inside a UTF-8 character waits for the rest of it; special tokens give no text."""
+    steps, held, prev = [], [], ""
+    for i in range(len(ids)):
+        held.append(ids[i])
+        text = tok.decode(ids[:i + 1], skip_special_tokens=True)
+        if text.endswith("\ufffd") and i + 1 < len(ids):
+            continue
+        steps.append((held, text[len(prev):]))
+        held, prev = [], text
+    return steps or [([], "")]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ours = argparse.ArgumentParser(add_help=False)
+    ours.add_argument("--model-dir", default=None, help="write the tiny model folder here (default: a temp dir)")
+    ours.add_argument("--model-template", default=None,
+                      help="a chat template to put in the model folder (default: none there)")
+    known, rest = ours.parse_known_args(argv)
+
+    from qwen_tiny import write_model_dir
+    model_dir = Path(known.model_dir or tempfile.mkdtemp(prefix="qwen-tiny-"))
+    write_model_dir(model_dir, Path(known.model_template).read_text() if known.model_template else None)
+
+    # No GPU here and a CUDA build of vLLM: take vLLM's CPU platform, as a CPU build would
+    # (its device inference fails otherwise; the render path needs no device).
+    import vllm.platforms
+    from vllm.platforms.cpu import CpuPlatform
+    vllm.platforms._current_platform = CpuPlatform()
+    from vllm.entrypoints.openai.cli_args import make_arg_parser, validate_parsed_serve_args
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+    parser = make_arg_parser(FlexibleArgumentParser(prog="vllm-standin"))
+    args = parser.parse_args(["--model", str(model_dir), *rest])
+    validate_parsed_serve_args(args)
+    asyncio.run(_serve(args, model_dir))
+    return 0
+
+
+async def _serve(args: argparse.Namespace, model_dir: Path) -> None:
+    import uvicorn
+    from vllm.config import VllmConfig
+    from vllm.engine.arg_utils import AsyncEngineArgs
+    from vllm.entrypoints.openai.api_server import build_app, init_app_state
+
+    engine_args = AsyncEngineArgs.from_cli_args(args)
+    model_config = engine_args.create_model_config()
+    model_config.quantization = None  # no kernels here
+    # What EngineArgs.create_engine_config does on the way (vllm serve calls it; we build no
+    # engine): the reasoning parser reaches the serving layer through this config.
+    if engine_args.reasoning_parser:
+        args.structured_outputs_config.reasoning_parser = engine_args.reasoning_parser
+    engine = ScriptedEngine(VllmConfig(model_config=model_config), model_dir)
+    app = build_app(args, ("generate",))
+    await init_app_state(engine, app.state, args, supported_tasks=("generate",))
+
+    @app.post("/script")
+    async def script(request: Request) -> dict[str, Any]:
+        body = await request.json()
+        engine.outputs = list(body.get("outputs") or [])
+        engine.log = []
+        return {"queued": len(engine.outputs)}
+
+    @app.get("/log")
+    async def log() -> dict[str, Any]:
+        return {"requests": engine.log, "left": len(engine.outputs)}
+
+    config = uvicorn.Config(app, host=args.host or "127.0.0.1", port=args.port, log_level="warning")
+    server = uvicorn.Server(config)
+    print(json.dumps({"ready": True, "port": args.port, "model_dir": str(model_dir),
+                      "started": time.time()}), flush=True)
+    await server.serve()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
