@@ -17,7 +17,7 @@ import pytest
 
 from duck.agent.loop import AgentPolicy
 from duck.config import load_config
-from duck.game.actions import Action
+from duck.game.actions import OUR_DIALECT_NAMES, Action, display
 from duck.game.source import GameSource
 from duck.play.session import play_game
 from duck.policies import make_policy
@@ -27,13 +27,10 @@ from duck.testing.stub.server import StubServer
 
 BUNDLED = Path(__file__).resolve().parent / "games"
 
-NAMES = {"UP": 1, "DOWN": 2, "LEFT": 3, "RIGHT": 4, "SPACE": 5, "UNDO": 7, "RESET": 0}
-
-
 def _action(a: Any) -> Action:
     if isinstance(a, dict):
-        return Action.click(int(a["col"]), int(a["row"]))
-    return Action(NAMES[a.upper()])
+        return Action.at(a["row"], a["col"])
+    return Action(OUR_DIALECT_NAMES.id(a))
 
 
 class FakeKernel:
@@ -59,7 +56,7 @@ class FakeKernel:
                     break
                 before = session.obs
                 obs = session.step(_action(a), info)
-                executed.append(str(_action(a)))
+                executed.append(display(_action(a)))
                 if obs.levels_completed != before.levels_completed or obs.state != "NOT_FINISHED":
                     break
             res = {"executed": bool(executed), "state": session.obs.state,

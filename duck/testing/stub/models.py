@@ -20,6 +20,7 @@ import threading
 from pathlib import Path
 from typing import Any, Callable
 
+from duck.game.actions import OUR_DIALECT_NAMES, Action
 
 class FixedModel:
     """The given replies in order; then `loop` them, or answer 410 Gone."""
@@ -97,9 +98,7 @@ class TraceModel(FixedModel):
 
 def action_code(actions: list[list[int]]) -> str:
     """Python that plays recorded actions ([id] or [6, x, y]) through the kernel's action()."""
-    names = {0: "RESET", 1: "UP", 2: "DOWN", 3: "LEFT", 4: "RIGHT", 5: "SPACE", 7: "UNDO"}
-    items = [repr({"action": "MOUSE", "row": a[2], "col": a[1]}) if a[0] == 6 else repr(names[a[0]])
-             for a in actions]
+    items = [repr(OUR_DIALECT_NAMES.item(Action.from_json(a))) for a in actions]
     return f"result = action([{', '.join(items)}])"
 
 
