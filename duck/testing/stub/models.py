@@ -6,10 +6,10 @@
   HTTP error), `delay_s` (before the first byte), `stall_s` (mid-stream, after the
   reasoning), or a callable `request -> dict`.
 * `TraceModel(turns)`: replays one Duck run from ../shared/duck-traces (turns as
-  duck.stub_traces.load_trace gives them): each recorded model response in order, its
+  duck.testing.stub.traces.load_trace gives them): each recorded model response in order, its
   visible text as content, reasoning of the recorded length (the text itself was not
-  recorded), and its Python snippet as the tool call; `trace_caps` gives the number of
-  actions each snippet executed in the record, for the replay's kernel.
+  recorded), and its Python snippet as the tool call (the number of actions each snippet
+  executed in the record is the replay kernel's business: duck.lab.replay_caps).
 * `SolutionModel(games_dir)`: plays the bundled games' solution.json, one conversation per game.
 """
 
@@ -50,20 +50,9 @@ def _filler(n: int, seed: int) -> str:
     return (base * (n // len(base) + 1))[:n]
 
 
-def _cap(turn: dict[str, Any], call: dict[str, Any]) -> tuple[int, str]:
-    """The recorded cap of one Duck call: how many actions it executed, and what reaching that
-    number means (as duck.lab.replay does): the run's time was up -> terminal results from then
-    on ("stop"); killed at 30 s -> end at the next action() ("kill"); else end at the next
-    action() that would execute something ("cap")."""
-    time_up = (turn.get("end") == "yield_stop_requested"
-               or "terminal or stopping" in (call.get("result") or ""))
-    on_cap = "stop" if time_up else "kill" if call.get("timed_out") else "cap"
-    return call.get("n_actions", len(call.get("actions") or [])), on_cap
-
-
 def trace_replies(turns: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One reply per recorded model response of a Duck run, in order. The tool calls carry only
-    what the model wrote; the recorded caps are the replay kernel's (`trace_caps`)."""
+    what the model wrote; the recorded caps are the replay kernel's (duck.lab.replay_caps)."""
     out: list[dict[str, Any]] = []
     for t in turns:
         content = t.get("content") or ""
@@ -83,12 +72,6 @@ def trace_replies(turns: list[dict[str, Any]]) -> list[dict[str, Any]]:
             out.append({"content": text, "tool_calls": tool_calls, "finish_reason": finish,
                         "reasoning": _filler(r.get("reasoning_chars") or 0, len(out))})
     return out
-
-
-def trace_caps(turns: list[dict[str, Any]]) -> list[tuple[str, int, str]]:
-    """(code, max_actions, on_cap) of every recorded call with code, in the order the trace
-    model sends them (duck.lab.replay_loop.ReplayKernel applies them)."""
-    return [(c["code"], *_cap(t, c)) for t in turns for c in t.get("calls", []) if not c.get("code_missing")]
 
 
 class TraceModel(FixedModel):
