@@ -281,7 +281,8 @@ def register(subparsers: Any) -> None:
                    help="the longest run of each game through the agent against a trace model (stub "
                         "server); compares the actions with the record; exit 1 unless all identical")
     p.add_argument("--kernel-mode", choices=["compat", "ours"], default="compat",
-                   help="--through-agent: the Duck's sandbox rules, or our agent's own kernel mode")
+                   help="--through-agent: the kernel's dialect: the Duck's (compat) or our agent's own "
+                        "(duck.sandbox.dialect)")
     p.add_argument("--workers", type=int, default=2, help="game-runs replayed in parallel")
     p.add_argument("--only", nargs="*", default=None, help="game ids or prefixes")
     p.add_argument("--passes", nargs="*", type=int, default=None)
