@@ -17,7 +17,7 @@ import pytest
 
 from duck.agent.loop import AgentPolicy
 from duck.config import load_config
-from duck.game.actions import Action
+from duck.game.actions import OUR_DIALECT_NAMES, Action, display
 from duck.game.source import GameSource
 from duck.play.session import play_game
 from duck.policies import make_policy
@@ -27,13 +27,10 @@ from duck.testing.stub.server import StubServer
 
 BUNDLED = Path(__file__).resolve().parent / "games"
 
-NAMES = {"UP": 1, "DOWN": 2, "LEFT": 3, "RIGHT": 4, "SPACE": 5, "UNDO": 7, "RESET": 0}
-
-
 def _action(a: Any) -> Action:
     if isinstance(a, dict):
-        return Action.click(int(a["col"]), int(a["row"]))
-    return Action(NAMES[a.upper()])
+        return Action.at(a["row"], a["col"])
+    return Action(OUR_DIALECT_NAMES.id(a))
 
 
 class FakeKernel:
@@ -46,8 +43,7 @@ class FakeKernel:
         self.closed = 0
         self.calls: list[dict[str, Any]] = []
 
-    def run(self, code: str, *, timeout_s: float | None = None, max_actions: int | None = None,
-            on_cap: str = "cap", info: dict | None = None) -> SimpleNamespace:
+    def run(self, code: str, **kw: Any) -> SimpleNamespace:
         executed: list[str] = []
         results: list[dict] = []
         session = self.session
@@ -55,11 +51,9 @@ class FakeKernel:
         def action(actions: Any) -> dict:
             before_grid = session.obs.grid
             for a in actions if isinstance(actions, list) else [actions]:
-                if max_actions is not None and len(executed) >= max_actions:
-                    break
                 before = session.obs
-                obs = session.step(_action(a), info)
-                executed.append(str(_action(a)))
+                obs = session.step(_action(a), kw.get("info"))
+                executed.append(display(_action(a)))
                 if obs.levels_completed != before.levels_completed or obs.state != "NOT_FINISHED":
                     break
             res = {"executed": bool(executed), "state": session.obs.state,
@@ -77,8 +71,7 @@ class FakeKernel:
                 exec(code, self.ns)
             except Exception as e:  # noqa: BLE001 - shown to the model like a traceback
                 print(f"error: {type(e).__name__}: {e}")
-        self.calls.append({"code": code, "max_actions": max_actions, "on_cap": on_cap, "info": info,
-                           "actions": executed})
+        self.calls.append({"code": code, "kw": kw, "actions": executed})
         self.notes = dict(self.ns["notes"])
         return SimpleNamespace(kind="ok", text=buf.getvalue() or "(no output)", actions=executed,
                                action_results=results, restarted=False)
@@ -324,8 +317,9 @@ def test_the_duck_baseline_switches(tmp_path):
 
 
 def test_a_live_models_extra_arguments_cannot_cap_its_calls(tmp_path):
-    """Trace replays cap calls at the recorded action counts (duck.lab.replay_loop.ReplayKernel);
-    a live model sending the same arguments is not obeyed: its call runs uncapped."""
+    """Trace replays cap calls at the recorded action counts (duck.lab.replay_loop.ReplayKernel
+    gives each call a gate); a live model sending such arguments is not obeyed: its call runs
+    with no gate and plays every action it asked for."""
     kernels: list[FakeKernel] = []
 
     def kernel(session, cfg):
@@ -336,7 +330,7 @@ def test_a_live_models_extra_arguments_cannot_cap_its_calls(tmp_path):
     model = FixedModel([{"tool_calls": [{"name": "python", "arguments": args}]}], loop=True)
     res, _ = _play(tmp_path, "zs01", model, max_actions=2, kernel=kernel)
     call = kernels[0].calls[0]
-    assert (call["max_actions"], call["on_cap"]) == (None, "cap") and len(call["actions"]) == 2
+    assert set(call["kw"]) == {"info"} and len(call["actions"]) == 2
 
 
 def test_a_fresh_start_begins_a_new_conversation_and_keeps_the_notes(tmp_path):

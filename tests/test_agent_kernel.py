@@ -10,10 +10,11 @@ import pytest
 from duck.agent.loop import AgentPolicy
 from duck.config import load_config
 from duck.game.source import GameSource
+from duck.lab.replay_caps import trace_caps
 from duck.lab.replay_loop import ReplayKernel
 from duck.play.record import read_record
 from duck.play.session import play_game
-from duck.testing.stub.models import SolutionModel, TraceModel, trace_caps
+from duck.testing.stub.models import SolutionModel, TraceModel
 from duck.testing.stub.server import StubServer
 from duck.testing.stub.traces import load_trace, recorded_actions
 
@@ -52,7 +53,7 @@ def test_the_start_of_a_duck_run_replays_through_the_loop(public, tmp_path):
     caps = trace_caps(turns)  # the recorded caps, which the replay's kernel applies
     with StubServer(TraceModel(turns)) as url:
         agent = AgentPolicy(0, cfg, model_url=url,
-                            kernel_factory=lambda session, kcfg: ReplayKernel(session, kcfg, caps, compat=False))
+                            kernel_factory=lambda session, kcfg: ReplayKernel(session, kcfg, caps))
         play_game(source, game_id, agent,
                   max_actions=len(expected), record_path=path)
     assert [a["action"] for a in read_record(path).actions] == expected

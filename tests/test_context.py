@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from duck.agent.context import (Context, ContextFull, compress_actions, estimate_tokens, frame_png, render, summary_text)
+from duck.agent.context import (Context, ContextFull, compress_actions, estimate_tokens, render, summary_text)
 
 
 def _turn(ctx: Context, i: int, size: int = 2000, actions=("UP",), level: int = 1) -> None:
@@ -98,17 +98,6 @@ def test_estimates_count_text_reasoning_calls_and_images():
     img = {"role": "user", "content": [{"type": "text", "text": "x" * 340},
                                        {"type": "image_url", "image_url": {"url": "data:"}}]}
     assert estimate_tokens(img) > base + 50
-
-
-def test_frame_png_is_a_4x_upscaled_palette_image():
-    from io import BytesIO
-
-    from PIL import Image
-    grid = np.zeros((64, 64), dtype=np.int8)
-    grid[0, 0] = 8
-    im = Image.open(BytesIO(frame_png(grid, 4)))
-    assert im.size == (256, 256)
-    assert im.getpixel((1, 1)) == (0xF9, 0x3C, 0x31) and im.getpixel((5, 5)) == (255, 255, 255)
 
 
 def test_prompt_templates_are_strict():

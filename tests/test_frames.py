@@ -1,4 +1,4 @@
-"""duck.game.frames: the Duck-exact segmentation, the letters, Frame, and animation summaries.
+"""duck.game.frames: the Duck-exact segmentation, the letters, Frame, animation summaries, the PNG.
 
 `_reference` below is a deliberately slow, literal implementation of the algorithm as the
 traces README states it (flood fill per region for containment, a set of cells for the
@@ -7,11 +7,12 @@ contour); the fast implementation must agree with it on every board."""
 from __future__ import annotations
 
 import hashlib
+import io
 import time
 
 import numpy as np
 
-from duck.game.frames import LETTERS, Frame, segment, summarize_animation, to_ascii
+from duck.game.frames import LETTERS, PALETTE, Frame, grid_png, segment, summarize_animation, to_ascii
 
 CW = ((-1, -1), (-1, 0), (-1, 1), (0, 1), (1, 1), (1, 0), (1, -1), (0, -1))
 
@@ -196,3 +197,19 @@ def test_summary_reuses_frame_regions():
     fb = Frame(small)
     summarize_animation(a, [fb])
     assert fb._labels is not None  # cached: the next action's summary starts from it
+
+
+def test_the_palette_is_the_toolkits():
+    from arc_agi.rendering import COLOR_MAP
+    assert [f"#{r:02X}{g:02X}{b:02X}FF" for r, g, b in PALETTE.tolist()] == [COLOR_MAP[i] for i in range(16)]
+
+
+def test_grid_png_is_an_upscaled_palette_image():
+    from PIL import Image
+    grid = np.full((64, 64), 8, dtype=np.int8)
+    grid[0, 0] = 9
+    for scale in (2, 4):
+        img = Image.open(io.BytesIO(grid_png(grid, scale)))
+        assert img.size == (64 * scale, 64 * scale)
+        assert img.getpixel((scale - 1, scale - 1)) == (0x1E, 0x93, 0xFF)  # 9 = blue
+        assert img.getpixel((scale, scale)) == (0xF9, 0x3C, 0x31)  # 8 = red

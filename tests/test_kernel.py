@@ -1,12 +1,18 @@
-"""duck.sandbox.host: the game variables, action(), deltas, records, and the Duck-compatible mode."""
+"""duck.sandbox.host: the game variables, action(), deltas, records, gates, and the two dialects."""
 
 from __future__ import annotations
 
+import inspect
 import json
+import re
+from pathlib import Path
 
 from duck.game.actions import Action
 from duck.play.record import read_record
-from conftest import alive
+from duck.sandbox.actions import TERMINAL_ERROR
+from duck.sandbox.dialect import DUCK
+from duck.sandbox.host import Kernel
+from conftest import ROOT, alive
 
 ZS01_LEVEL1 = ["DOWN", "LEFT", "UP", "RIGHT"]
 
@@ -66,7 +72,8 @@ def test_errors_for_bad_actions(make_kernel):
 
 def test_undo_reset_and_animation_summary(make_kernel):
     k = make_kernel()
-    r = k.run("a = action('DOWN')\nb = action('UNDO')\nprint(a['animation'])\nprint(len(last_animation), b['action_display'])")
+    r = k.run("a = action('DOWN')\nb = action('UNDO')\nprint(a['animation'])\n"
+              "print(len(last_animation), b['action_display'])")
     assert r.kind == "ok", r.text
     summary, tail = r.stdout.splitlines()
     assert "frame" in summary and ("moved" in summary or "changed" in summary)
@@ -75,14 +82,15 @@ def test_undo_reset_and_animation_summary(make_kernel):
 
 
 def test_host_actions_reach_the_kernel_as_deltas(make_kernel):
+    """Actions the host takes itself show in the model's variables at its next call, appended
+    to the history the worker already holds: the same objects, not a rebuilt history."""
     k = make_kernel()
-    k.run("pass")
+    k.run("h0 = history[0]\nseg = current_frame.segmentation")
     k.act(Action(2))
     k.act(Action(3))
-    assert k._delta(k.synced)[0]["entries"][0]["a"] == "DOWN"
-    r = k.run("print(len(history), last_action, [h.frame.step for h in history])")
-    assert r.stdout.strip() == "3 LEFT [0, 1, 2]"
-    assert k._delta(k.synced)[0]["entries"] == []
+    r = k.run("print(len(history), last_action, [h.frame.step for h in history], previous_frame.step)\n"
+              "print(history[0] is h0, history[0].frame.segmentation is seg)")
+    assert r.stdout.splitlines() == ["3 LEFT [0, 1, 2] 1", "True True"]
 
 
 def test_message_shapes(make_kernel):
@@ -107,8 +115,18 @@ def test_notes_survive_a_restart(make_kernel):
     assert k.notes == {"goal": "reach the blue tile"}
 
 
-def test_duck_compat_mode(make_kernel):
-    k = make_kernel(compat=True, fresh=True)
+def test_our_tracebacks_show_the_snippet_not_the_sandbox(make_kernel):
+    k = make_kernel()
+    r = k.run("x = 1\naction([])")
+    assert r.kind == "error" and r.error.splitlines() == [
+        "Traceback (most recent call last):", '  File "<cell-1>", line 2, in <module>', "    action([])",
+        "ValueError: action(actions) requires at least one action."]
+    r = k.run("import json\njson.loads('{')")
+    assert 'File "<cell-2>", line 2' in r.error and "json" in r.error.splitlines()[-3]
+
+
+def test_duck_dialect(make_kernel):
+    k = make_kernel(dialect=DUCK)
     assert k.run("print(valid_actions)").stdout.strip() == "['UP', 'DOWN', 'LEFT', 'RIGHT', 'ACTION7']"
     r = k.run("print(action('ACTION7')['error'])")
     assert r.stdout.strip() == "Unknown action at index 1: 'ACTION7'"
@@ -125,13 +143,38 @@ def test_duck_compat_mode(make_kernel):
     assert r.message["stdout"].endswith("\n... [truncated 905 chars]") and r.message["truncated"] is True
 
 
-def test_replay_cap_kills_or_stops(make_kernel):
-    k = make_kernel(compat=True, fresh=True)
-    r = k.run("action('DOWN')\nprint('after')\naction('LEFT')", max_actions=1, on_cap="kill")
-    assert r.kind == "stopped" and r.actions == ["DOWN"]
-    assert r.message == {"tool": "python", "error": "Tool timed out after 5s"}
+def test_the_dialect_survives_a_restart(make_kernel):
+    k = make_kernel(dialect=DUCK)
+    k.restart()  # what a crash or a hung call leads to
+    assert "not allowed in the sandbox" in k.run("import numpy").error
+    assert k.run("print(valid_actions)").stdout.strip() == "['UP', 'DOWN', 'LEFT', 'RIGHT', 'ACTION7']"
+
+
+def test_a_gate_can_end_a_call_or_declare_the_time_up(make_kernel):
+    k = make_kernel()
+    asked = []
+
+    def end_after_one(executed, stage):
+        asked.append((executed, stage))
+        return "end" if executed >= 1 else "go"
+
+    r = k.run("action(['DOWN', 'LEFT'])\nprint('not reached')", gate=end_after_one)
+    assert r.kind == "stopped" and r.actions == ["DOWN"] and r.stdout == ""
+    assert asked == [(0, "request"), (0, "action"), (1, "action")]
+    assert k.run("print(len(history), last_action)").stdout == "2 DOWN\n"  # the next call is not gated
     r = k.run("r = action(['LEFT', 'UP'])\nprint(r['stop_reason'], r['executed_count'])\n"
-              "print(action('UP')['error'])", max_actions=1, on_cap="stop")
-    assert r.stdout.splitlines() == ["stopped 1", "No action was executed because the current game "
-                                     "state is terminal or stopping."]
+              "print(action('UP')['error'])", gate=lambda executed, stage: "stop" if executed >= 1 else "go")
+    assert r.stdout.splitlines() == ["stopped 1", TERMINAL_ERROR]
+    assert k.run("print(action('UP')['error'])").stdout.strip() == TERMINAL_ERROR  # time stays up
     alive(k)
+
+
+def test_the_production_kernel_knows_no_replay_caps(make_kernel):
+    """The trace replay's caps live in duck.lab.replay_caps; the sandbox only offers the gate,
+    and a call without one plays every action it asks for."""
+    assert set(inspect.signature(Kernel.run).parameters) == {"self", "code", "timeout_s", "info", "gate"}
+    for f in Path(ROOT, "duck", "sandbox").glob("*.py"):
+        assert not re.search(r"max_actions|on_cap|RecordedCap|trace_caps", f.read_text()), f
+    k = make_kernel()
+    r = k.run("print(action(['DOWN', 'LEFT', 'UP'])['executed_count'])")
+    assert r.actions == ["DOWN", "LEFT", "UP"] and r.stdout == "3\n"

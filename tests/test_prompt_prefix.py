@@ -13,7 +13,8 @@ from duck.game.source import GameSource
 from duck.play.session import play_game
 from duck.paths import SHARED
 from duck.lab.replay_loop import ReplayKernel
-from duck.testing.stub.models import SolutionModel, TraceModel, trace_caps
+from duck.lab.replay_caps import trace_caps
+from duck.testing.stub.models import SolutionModel, TraceModel
 from duck.testing.stub.server import StubServer
 from duck.testing.stub.render import default_template
 from duck.testing.stub.traces import load_trace, recorded_actions
@@ -73,7 +74,7 @@ def test_every_prompt_extends_the_previous_one_in_a_replayed_duck_game(tmp_path,
     with server as url:
         caps = trace_caps(turns)  # the recorded caps, applied by the replay's kernel
         policy = AgentPolicy(0, cfg, model_url=url, pass_=pass_,
-                             kernel_factory=lambda session, kcfg: ReplayKernel(session, kcfg, caps, compat=False))
+                             kernel_factory=lambda session, kcfg: ReplayKernel(session, kcfg, caps))
         res = play_game(source, game, policy, max_actions=len(recorded_actions(turns)), record_path=tmp_path / "r.jsonl", pass_=pass_)
     assert res.error is None and len(server.prompts) > 100
     checked, evictions, broken = boundaries(server.prompts)

@@ -9,9 +9,13 @@ from pathlib import Path
 import pytest
 
 from duck.cli import build_parser
-from duck.sandbox.render import transcript
-from duck.play.record import read_record
 from duck.lab.replay import normalise, run_replay
+from duck.lab.replay_caps import RecordedCap
+from duck.play.record import read_record
+from duck.sandbox.actions import TERMINAL_ERROR
+from duck.sandbox.dialect import DUCK
+from duck.sandbox.render import transcript
+from conftest import alive
 
 ROOT = Path(__file__).resolve().parent.parent
 BUNDLED = ROOT / "tests" / "games"
@@ -83,6 +87,24 @@ def test_time_up_turns_stop_instead_of_acting(tmp_path):
     traces = _write_traces(tmp_path / "traces", turns, levels=0, actions=0)
     o = run_replay(str(traces), str(BUNDLED), str(tmp_path / "run"), workers=1)["overall"]
     assert o["snippet_match"] == 1.0 and o["run_identical"] == 1.0
+
+
+def test_recorded_caps_kill_cap_or_stop(make_kernel):
+    k = make_kernel(dialect=DUCK)
+    r = k.run("action('DOWN')\nprint('after')\naction('LEFT')", gate=RecordedCap(1, "kill"))
+    assert r.kind == "stopped" and r.actions == ["DOWN"]
+    assert r.message == {"tool": "python", "error": "Tool timed out after 5s"}
+    # Once the count is reached, "cap" still answers a request that executes nothing; the Duck
+    # killed a "kill" call at 30 s, so any next action() ends it.
+    code = "action('LEFT')\nprint(action('JUMP')['error'])\naction('UP')\nprint('not reached')"
+    r = k.run(code, gate=RecordedCap(1, "cap"))
+    assert (r.kind, r.actions, r.stdout) == ("stopped", ["LEFT"], "Unknown action at index 1: 'JUMP'\n")
+    r = k.run(code, gate=RecordedCap(1, "kill"))
+    assert (r.kind, r.actions, r.stdout) == ("stopped", ["LEFT"], "")
+    r = k.run("r = action(['LEFT', 'UP'])\nprint(r['stop_reason'], r['executed_count'])\n"
+              "print(action('UP')['error'])", gate=RecordedCap(1, "stop"))
+    assert r.stdout.splitlines() == ["stopped 1", TERMINAL_ERROR]
+    alive(k)
 
 
 def test_normalise_timers_and_sets():

@@ -7,7 +7,6 @@ import json
 from html.parser import HTMLParser
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from duck.game.actions import Action
@@ -15,7 +14,6 @@ from duck.game.source import GameSource
 from duck.play.session import play_game
 from duck.play.record import read_records
 from duck.lab.report.build import build_report, write_report
-from duck.lab.report.plots import grid_png
 from duck.lab.report.views import model_stats
 from duck.run import play_folder, write_score
 from duck.play.scoring import score_record
@@ -130,17 +128,6 @@ def test_duck_reference_column(bundled_run: Path, tmp_path: Path):
     page = parse(html)
     assert "Duck mean" in page.headers and not page.frames
     assert "12.35" in html and "12.35" in report.markdown()
-
-
-def test_frames_use_the_official_palette():
-    from PIL import Image
-    import io
-    grid = np.full((64, 64), 8, dtype=np.int8)
-    grid[0, 0] = 9
-    img = Image.open(io.BytesIO(grid_png(grid, scale=2)))
-    assert img.size == (128, 128)
-    assert img.getpixel((5, 5)) == (0xF9, 0x3C, 0x31)  # 8 = red
-    assert img.getpixel((0, 0)) == (0x1E, 0x93, 0xFF)  # 9 = blue
 
 
 class TalkativePolicy:

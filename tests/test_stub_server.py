@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from duck.llm.client import ModelClient, Sampling
-from duck.testing.stub.models import trace_caps, FixedModel, SolutionModel, TraceModel, action_code, trace_replies
+from duck.lab.replay_caps import RecordedCap, trace_caps
+from duck.testing.stub.models import FixedModel, SolutionModel, TraceModel, action_code, trace_replies
 from duck.testing.stub.server import StubServer
 from duck.testing.stub.render import common_prefix, render
 from duck.testing.stub.traces import display_to_json, recorded_actions
@@ -47,8 +48,9 @@ def test_trace_replies_follow_the_record():
     assert replies[1]["content"] == "Plan: y"
     # The tool call holds only what the model wrote; the recorded caps are the replay kernel's.
     assert json.loads(replies[1]["tool_calls"][0]["arguments"]) == {"code": "action(['UP','UP'])"}
-    assert trace_caps(SYNTHETIC) == [("print(1)", 0, "cap"), ("action(['UP','UP'])", 2, "cap"),
-                                     ("action({'action': 'MOUSE', 'row': 3, 'col': 9})", 1, "cap")]
+    assert trace_caps(SYNTHETIC) == [("print(1)", RecordedCap(0, "cap")),
+                                     ("action(['UP','UP'])", RecordedCap(2, "cap")),
+                                     ("action({'action': 'MOUSE', 'row': 3, 'col': 9})", RecordedCap(1, "cap"))]
     assert replies[2]["tool_calls"] == [] and replies[2]["finish_reason"] == "stop"  # the Duck's nudge case
     assert json.loads(replies[4]["tool_calls"][0]["arguments"]) == {}  # the malformed call, kept malformed
     assert recorded_actions(SYNTHETIC) == [[1], [1], [0], [6, 9, 3]]

@@ -21,7 +21,6 @@ message with the frame as a PNG (4x upscaled, ARC palette), and what a call's ac
 from __future__ import annotations
 
 import base64
-import io
 import json
 from collections import Counter
 from dataclasses import dataclass, field
@@ -29,30 +28,14 @@ from functools import lru_cache
 from typing import Any, Callable
 
 import jinja2
-import numpy as np
+
+from duck.game.actions import OUR_DIALECT_NAMES, display_name
+from duck.game.frames import grid_png
 
 CHARS_PER_TOKEN = 3.4  # a first guess; replaced by the server's counts as they come
 IMAGE_TOKENS = 68  # a 256x256 image on Qwen3.6's vision encoder: 8x8 merged patches + marks
 MESSAGE_OVERHEAD = 5  # <|im_start|>role\n ... <|im_end|>\n
 SUMMARY_TOKENS = 700  # room kept for the summary of dropped turns (prompts/summary.j2)
-
-# The ARC-AGI-3 palette (arc_agi.rendering.COLOR_MAP), colour index → RGB.
-PALETTE = np.array([
-    (0xFF, 0xFF, 0xFF), (0xCC, 0xCC, 0xCC), (0x99, 0x99, 0x99), (0x66, 0x66, 0x66),
-    (0x33, 0x33, 0x33), (0x00, 0x00, 0x00), (0xE5, 0x3A, 0xA3), (0xFF, 0x7B, 0xCC),
-    (0xF9, 0x3C, 0x31), (0x1E, 0x93, 0xFF), (0x88, 0xD8, 0xF1), (0xFF, 0xDC, 0x00),
-    (0xFF, 0x85, 0x1B), (0x92, 0x12, 0x31), (0x4F, 0xCC, 0x30), (0xA3, 0x56, 0xD6)], dtype=np.uint8)
-
-
-def frame_png(grid: np.ndarray, scale: int = 4) -> bytes:
-    """The board as a PNG, each cell `scale` x `scale` pixels."""
-    from PIL import Image
-    g = np.asarray(grid, dtype=np.int64) & 15
-    rgb = PALETTE[g].repeat(scale, axis=0).repeat(scale, axis=1)
-    buf = io.BytesIO()
-    Image.fromarray(rgb, "RGB").save(buf, format="PNG", optimize=False, compress_level=6)
-    return buf.getvalue()
-
 
 def image_part(png: bytes) -> dict[str, Any]:
     return {"type": "image_url",
@@ -228,7 +211,7 @@ def level_digest(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
                                             "counts": Counter(), "outcomes": Counter()})
         d["turns"] += 1
         d["actions"] += len(it["actions"])
-        d["counts"].update(a.split("(")[0].split(" ")[0] for a in it["actions"])
+        d["counts"].update(display_name(a) for a in it["actions"])
         if it["outcome"]:
             d["outcomes"][it["outcome"]] += 1
     return [levels[k] for k in sorted(levels)]
@@ -266,9 +249,6 @@ def summary_text(dropped: list[Turn], items: list[dict[str, Any]], recent: int =
 # ---------------------------------------------------------------------------------------
 # What the model is told each turn
 
-NAMES = {1: "UP", 2: "DOWN", 3: "LEFT", 4: "RIGHT", 5: "SPACE", 6: "MOUSE", 7: "UNDO"}
-
-
 def turn_message(session: Any, agent: Any, notes: Any, last: dict[str, Any] | None, stalled: int,
                  first: bool, level_start: int) -> dict[str, Any]:
     """The user message that opens a turn (prompts/turn.j2 and the board as a PNG)."""
@@ -277,8 +257,8 @@ def turn_message(session: Any, agent: Any, notes: Any, last: dict[str, Any] | No
                   counts=agent.action_counts_in_prompt, win_levels=game.win_levels,
                   level_actions=game.actions - level_start, total_actions=game.actions,
                   actions_left=session.actions_left, notes=notes.view(),
-                  valid_actions=[NAMES[i] for i in obs.available_actions if i in NAMES])
-    png = frame_png(obs.grid, agent.image_scale)
+                  valid_actions=OUR_DIALECT_NAMES.valid(obs.available_actions))
+    png = grid_png(obs.grid, agent.image_scale)
     return {"role": "user", "content": [{"type": "text", "text": text}, image_part(png)]}
 
 

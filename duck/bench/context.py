@@ -55,7 +55,8 @@ def run(traces: Path, games: Path, game: str, pass_: int, budget: int, preserve_
     from duck.play.record import read_record
     from duck.testing.stub.server import StubServer
     from duck.lab.replay_loop import ReplayKernel
-    from duck.testing.stub.models import TraceModel, trace_caps
+    from duck.lab.replay_caps import trace_caps
+    from duck.testing.stub.models import TraceModel
     from duck.testing.stub.traces import load_trace, recorded_actions
 
     turns = load_trace(traces, game, pass_)[:turns_limit]
@@ -114,7 +115,7 @@ def run(traces: Path, games: Path, game: str, pass_: int, budget: int, preserve_
         with server as url:
             caps = trace_caps(turns)
             policy = Timed(0, cfg, model_url=url, pass_=pass_,
-                           kernel_factory=lambda session, kcfg: ReplayKernel(session, kcfg, caps, compat=False))
+                           kernel_factory=lambda session, kcfg: ReplayKernel(session, kcfg, caps))
             result = play_game(source, game, policy, max_actions=len(expected) if expected else 10_000,
                                record_path=record_path, pass_=pass_)
     finally:

@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 
 from duck.paths import BUNDLED_GAMES, PUBLIC_GAMES
-from duck.game.actions import RESET, Action
+from duck.game.actions import OUR_DIALECT_NAMES, RESET, Action
 from duck.game.source import GameSource
 from duck.sandbox.host import Kernel
 from duck.play.session import Session
@@ -52,12 +52,10 @@ def _cycle(available: list[int]) -> tuple[list[Action], list[object]]:
     """Actions that keep a game busy: two opposite moves if it has them, else clicks."""
     simple = [a for a in (1, 2, 3, 4, 5) if a in available]
     if len(simple) >= 2:
-        ids = simple[:2] if {1, 2} <= set(simple) else simple
-        names = {1: "UP", 2: "DOWN", 3: "LEFT", 4: "RIGHT", 5: "SPACE"}
-        return [Action(i) for i in ids], [names[i] for i in ids]
-    cells = [(10, 10), (50, 50), (32, 32), (20, 40)]
-    return ([Action.click(c, r) for r, c in cells],
-            [{"action": "MOUSE", "row": r, "col": c} for r, c in cells])
+        acts = [Action(i) for i in (simple[:2] if {1, 2} <= set(simple) else simple)]
+    else:
+        acts = [Action.at(r, c) for r, c in [(10, 10), (50, 50), (32, 32), (20, 40)]]
+    return acts, [OUR_DIALECT_NAMES.item(a) for a in acts]
 
 
 WARM_UP = """

@@ -1,18 +1,32 @@
-"""The action vocabulary: ids, names, coordinates, display strings and their parsing.
+"""The action vocabulary: ids, names, click coordinates, display strings and their parsing.
 
-The engine's actions are RESET and ACTION1..ACTION7; ACTION6 is a click at (x, y) with x the
-column and y the row, both in 0..63. Everything else in the project speaks of actions through
-`Action` and the tables here.
+The engine's actions are RESET and ACTION1..ACTION7; ACTION6 is a click. Every spelling of an
+action in the project is defined here and nowhere else:
+
+* `Action(id, x, y)`: x is the column and y the row of a click, both in 0..63. The record
+  stores `to_json()`, `[id]` or `[6, x, y]`; `str(Action)` is our short name (`UP`,
+  `CLICK 12 40`: x then y), read back by `Action.parse`.
+* `ModelNames`: the names model code uses in the sandbox, one set per dialect
+  (`OUR_DIALECT_NAMES`, and `DUCK_DIALECT_NAMES` for the old agent's recorded code): what
+  `valid_actions` lists and what `action()` accepts. A click there is
+  `{"action": "MOUSE", "row": r, "col": c}`, row first (`Action.at(row, col)`).
+* `display(action)`: what the sandbox reports an executed action as (`UP`, `UNDO`, `RESET`,
+  `MOUSE(row=46, col=46)`), byte for byte the Duck's, because recorded Duck code and its
+  traces compare these strings; `parse_display` reads them back.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+from typing import Any, Mapping
 
-# Readable names of the simple actions; the engine's ids are ACTION1..ACTION7.
-NAMES = {0: "RESET", 1: "UP", 2: "DOWN", 3: "LEFT", 4: "RIGHT", 5: "SPACE", 6: "CLICK", 7: "UNDO"}
-IDS = {name: i for i, name in NAMES.items()} | {f"ACTION{i}": i for i in range(1, 8)} | {"MOUSE": 6}
+RESET_ID, CLICK_ID, UNDO_ID = 0, 6, 7
 
+# Our short names of the actions (str(Action), Action.parse); the engine's ids are ACTION1..ACTION7.
+NAMES = {RESET_ID: "RESET", 1: "UP", 2: "DOWN", 3: "LEFT", 4: "RIGHT", 5: "SPACE", CLICK_ID: "CLICK",
+         UNDO_ID: "UNDO"}
+IDS = {name: i for i, name in NAMES.items()} | {f"ACTION{i}": i for i in range(1, 8)} | {"MOUSE": CLICK_ID}
 
 
 @dataclass(frozen=True)
@@ -26,7 +40,7 @@ class Action:
     def __post_init__(self) -> None:
         if self.id not in NAMES:
             raise ValueError(f"unknown action id {self.id!r}")
-        if self.id == 6:
+        if self.id == CLICK_ID:
             if not (isinstance(self.x, int) and isinstance(self.y, int)):
                 raise ValueError("CLICK needs integer x and y")
             if not (0 <= self.x <= 63 and 0 <= self.y <= 63):
@@ -43,31 +57,97 @@ class Action:
         name = parts[0].upper()
         if name not in IDS:
             raise ValueError(f"unknown action {parts[0]!r}; known: {', '.join(sorted(IDS))}")
-        if IDS[name] == 6:
+        if IDS[name] == CLICK_ID:
             if len(parts) != 3:
                 raise ValueError("CLICK needs x and y, e.g. 'CLICK 12 40'")
-            return cls(6, int(parts[1]), int(parts[2]))
+            return cls(CLICK_ID, int(parts[1]), int(parts[2]))
         return cls(IDS[name])
 
     @classmethod
     def click(cls, x: int, y: int) -> "Action":
-        return cls(6, int(x), int(y))
+        return cls(CLICK_ID, int(x), int(y))
+
+    @classmethod
+    def at(cls, row: Any, col: Any) -> "Action":
+        """A click on the cell (row, col) as model code names it: each converted with `int()`
+        and clamped onto the board, as the Duck's API did. Raises TypeError/ValueError."""
+        return cls(CLICK_ID, min(63, max(0, int(col))), min(63, max(0, int(row))))
 
     @property
     def name(self) -> str:
         return NAMES[self.id]
 
     def __str__(self) -> str:
-        return f"CLICK {self.x} {self.y}" if self.id == 6 else self.name
+        return f"CLICK {self.x} {self.y}" if self.id == CLICK_ID else self.name
 
     def to_json(self) -> list[int]:
-        return [self.id] if self.id != 6 else [6, self.x, self.y]
+        return [self.id] if self.id != CLICK_ID else [CLICK_ID, self.x, self.y]
 
     @classmethod
     def from_json(cls, v: list[int]) -> "Action":
         return cls(v[0], *v[1:]) if len(v) > 1 else cls(v[0])
 
 
-RESET = Action(0)
+RESET = Action(RESET_ID)
 
 
+@dataclass(frozen=True)
+class ModelNames:
+    """The action names of one sandbox dialect: `listed` (id -> the name `valid_actions` shows;
+    RESET is never listed) and `accepted` (every name `action()` takes, upper case -> id)."""
+
+    listed: Mapping[int, str]
+    accepted: Mapping[str, int]
+
+    def valid(self, available: list[int]) -> list[str]:
+        """The names of the game's available actions, in the game's order."""
+        return [self.listed[i] for i in available if i in self.listed]
+
+    def id(self, name: Any) -> int | None:
+        """The id of a name as model code wrote it (case and surrounding blanks ignored)."""
+        return self.accepted.get(str(name or "").strip().upper())
+
+    def item(self, action: Action) -> str | dict[str, Any]:
+        """What model code passes to `action()` to play `action`."""
+        if action.id == CLICK_ID:
+            return {"action": "MOUSE", "row": action.y, "col": action.x}
+        return "RESET" if action.id == RESET_ID else self.listed[action.id]
+
+
+_SIMPLE = {1: "UP", 2: "DOWN", 3: "LEFT", 4: "RIGHT", 5: "SPACE", CLICK_ID: "MOUSE"}
+# The old agent's (the Duck's) names: ACTION7 is listed but no name plays it.
+DUCK_DIALECT_NAMES = ModelNames(
+    listed=_SIMPLE | {UNDO_ID: "ACTION7"},
+    accepted={name: i for i, name in _SIMPLE.items()} | {"RESET": RESET_ID}
+    | {f"ACTION{i}": i for i in range(1, 7)})
+# Ours: the Duck's, plus UNDO (= ACTION7) and CLICK (= MOUSE).
+OUR_DIALECT_NAMES = ModelNames(
+    listed=_SIMPLE | {UNDO_ID: "UNDO"},
+    accepted=dict(DUCK_DIALECT_NAMES.accepted) | {"ACTION7": UNDO_ID, "UNDO": UNDO_ID, "CLICK": CLICK_ID})
+
+
+def display(action: Action) -> str:
+    """The display string of an executed action: `UP`, `UNDO`, `RESET`, `MOUSE(row=y, col=x)`."""
+    if action.id == CLICK_ID:
+        return f"MOUSE(row={action.y}, col={action.x})"
+    return "RESET" if action.id == RESET_ID else OUR_DIALECT_NAMES.listed[action.id]
+
+
+_CLICK_DISPLAY = re.compile(r"MOUSE\(row=(-?\d+), col=(-?\d+)\)")
+
+
+def parse_display(text: str) -> Action:
+    """The action of a display string (either dialect's; a click's cell is clamped onto the
+    board). Raises ValueError for anything else."""
+    text = text.strip()
+    if m := _CLICK_DISPLAY.fullmatch(text):
+        return Action.at(m.group(1), m.group(2))
+    aid = OUR_DIALECT_NAMES.id(text)
+    if aid is None or aid == CLICK_ID:
+        raise ValueError(f"not an action display string: {text!r}")
+    return Action(aid)
+
+
+def display_name(text: str) -> str:
+    """The name part of a display string: `MOUSE(row=3, col=4)` -> `MOUSE`, `UP` -> `UP`."""
+    return text.split("(", 1)[0]

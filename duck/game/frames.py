@@ -25,11 +25,14 @@ a virtual "outside" node), which gives the same enclosers in a few milliseconds.
 
 `summarize_animation(before, frames)` turns one action's frames into a few hundred
 characters: what moved where, what appeared or vanished, what was visible only mid-way.
+
+`grid_png(grid)`: a board as a PNG in the ARC palette (the model's image, the report's frames).
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 from typing import Any, Sequence
 
 import numpy as np
@@ -46,6 +49,23 @@ _PAIR = [f"({r}, {c})" for r in range(64) for c in range(64)]
 # neighbour _BACK[j] of the new one.
 _BACK = tuple(_CW.index((_CW[(j + 7) % 8][0] - _CW[j][0], _CW[(j + 7) % 8][1] - _CW[j][1]))
               for j in range(8))
+
+
+# The official ARC-AGI-3 palette, colour index -> RGB: arc_agi.rendering.COLOR_MAP, copied
+# because that module imports matplotlib, too heavy for the kernel's worker (a test compares).
+PALETTE = np.array([[int(h[k:k + 2], 16) for k in (1, 3, 5)] for h in (
+    "#FFFFFF", "#CCCCCC", "#999999", "#666666", "#333333", "#000000", "#E53AA3", "#FF7BCC",
+    "#F93C31", "#1E93FF", "#88D8F1", "#FFDC00", "#FF851B", "#921231", "#4FCC30", "#A356D6")],
+    dtype=np.uint8)
+
+
+def grid_png(grid: np.ndarray, scale: int = 4) -> bytes:
+    """The board as a PNG in the ARC palette, each cell `scale` x `scale` pixels."""
+    from PIL import Image
+    rgb = PALETTE[np.asarray(grid, dtype=np.int64) & 15].repeat(scale, axis=0).repeat(scale, axis=1)
+    buf = io.BytesIO()
+    Image.fromarray(rgb, "RGB").save(buf, format="PNG", optimize=False, compress_level=6)
+    return buf.getvalue()
 
 
 def to_ascii(grid: np.ndarray) -> str:

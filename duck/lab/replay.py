@@ -1,13 +1,13 @@
 """`duck replay TRACES_DIR --games DIR --out RUN_DIR`: the Duck's recorded code, re-run.
 
 Every game-run of a duck-traces folder is started fresh and each recorded snippet is run,
-in order, through our kernel in Duck-compatible mode with a fresh namespace per snippet
-(as the Duck had), following ../shared/duck-traces/README.md, "Replaying this code
-faithfully": each snippet is capped at its recorded number of actions (a snippet the Duck
-killed stops at its next `action()` after that), turns that ended because the run's 2,700 s
-were up switch the host to "stopping" once their recorded actions are done, and the
-automatic RESETs are performed where the record has them. Actions go through `Session`,
-so the replay leaves normal records in RUN_DIR/records/.
+in order, through our kernel in the Duck dialect (duck.sandbox.dialect.DUCK: its builtins,
+a fresh namespace per snippet, its messages), following ../shared/duck-traces/README.md,
+"Replaying this code faithfully": each snippet is capped at its recorded number of actions
+(`duck.lab.replay_caps.RecordedCap`, the call's gate: a snippet the Duck killed stops at its next `action()` after
+that), turns that ended because the run's 2,700 s were up switch the host to "stopping" once
+their recorded actions are done, and the automatic RESETs are performed where the record has
+them. Actions go through `Session`, so the replay leaves normal records in RUN_DIR/records/.
 
 RUN_DIR/replay.json, per run and overall:
 * `snippet_match`: snippets (with complete recorded action lists) whose executed actions
@@ -37,6 +37,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from duck.lab.replay_caps import RecordedCap
 
 _TIMER = re.compile(r"((?:run_elapsed_seconds|time_remaining_seconds)['\"]?\s*[:=]\s*)-?[0-9][0-9.e+-]*")
 _SET = re.compile(r"\{([^{}:]*)\}")
@@ -80,9 +82,10 @@ def replay_run(meta: dict[str, Any], turns: list[dict[str, Any]], games_dir: str
     """Replay one game-run; returns its statistics (JSON-safe)."""
     from duck.config import KernelConfig
     from duck.game.actions import RESET
-    from duck.sandbox.host import Kernel
-    from duck.play.session import Session
     from duck.play.record import RecordWriter
+    from duck.play.session import Session
+    from duck.sandbox.dialect import DUCK
+    from duck.sandbox.host import Kernel
     game_id, pass_ = meta["game_id"], meta["pass"]
     src = _source(games_dir)
     game = src.make(game_id)
@@ -93,9 +96,8 @@ def replay_run(meta: dict[str, Any], turns: list[dict[str, Any]], games_dir: str
     writer.header(game_id=game_id, title=game.title, baselines=game.baselines, obs=game.obs,
                   policy="duck-replay", seed=None, config={"traces": True}, pass_=pass_)
     session = Session(game, writer, max_actions=10**9)
-    kernel = Kernel(session, KernelConfig(call_timeout_s=timeout_s), compat=True, fresh=True,
-                    time_limit_s=meta.get("time_limit_seconds", 2700.0),
-                    deny_read=[games_dir])
+    kernel = Kernel(session, KernelConfig(call_timeout_s=timeout_s), dialect=DUCK,
+                    time_limit_s=meta.get("time_limit_seconds", 2700.0), deny_read=[games_dir])
     st: dict[str, Any] = {"game_id": game_id, "pass": pass_, "snippets": 0, "counted": 0,
                           "matched": 0, "stdout_compared": 0, "stdout_matched": 0,
                           "kinds": Counter(), "error_kinds": Counter(), "call_ms": [],
@@ -124,16 +126,14 @@ def replay_run(meta: dict[str, Any], turns: list[dict[str, Any]], games_dir: str
 def _replay_call(kernel: Any, turn: dict[str, Any], call: dict[str, Any], st: dict[str, Any],
                  timeout_s: float) -> None:
     rec = call.get("actions") or []
-    n_rec = int(call.get("n_actions", len(rec)))
+    cap = RecordedCap.of(turn, call)
     complete = call.get("actions_complete", True) is not False
     st["snippets"] += 1
     st["recorded_timeouts"] += bool(call.get("timed_out"))
     st["complete"] = st["complete"] and complete
-    time_up = turn.get("end") == "yield_stop_requested" or "terminal or stopping" in call["result"]
     code = "" if call.get("code_missing") else call["code"]
-    on_cap = "stop" if time_up else "kill" if call.get("timed_out") else "cap"
-    res = kernel.run(code, timeout_s=timeout_s, max_actions=n_rec, on_cap=on_cap,
-                     info={"turn": turn["turn_index"], "call": call["call_index"]})
+    res = kernel.run(code, timeout_s=timeout_s, info={"turn": turn["turn_index"], "call": call["call_index"]},
+                     gate=cap)
     st["call_ms"].append(round(res.wall_ms, 2))
     st["kinds"][res.kind] += 1
     if res.kind == "error" and res.error:
@@ -146,7 +146,7 @@ def _replay_call(kernel: Any, turn: dict[str, Any], call: dict[str, Any], st: di
         elif len(st["mismatches"]) < 20:
             st["mismatches"].append(where | {"recorded": rec[:12], "ours": res.actions[:12],
                                              "kind": res.kind})
-    if n_rec == 0 and not call.get("timed_out") and not call.get("code_missing") and "print" in code:
+    if cap.actions == 0 and not call.get("timed_out") and not call.get("code_missing") and "print" in code:
         from duck.sandbox.render import transcript
         a, b = normalise(transcript(res.message)), normalise(call["result"])
         if call.get("result_cut"):  # the record keeps 2,000 characters (timer digits differ)
@@ -258,7 +258,9 @@ def run_replay(traces_dir: str, games_dir: str, out_dir: str, *, workers: int = 
 def _main(args: argparse.Namespace) -> int:
     if args.through_agent:
         from duck.lab.replay_loop import replay_check  # (it starts the agent stack: only when asked)
-        res = replay_check(args.traces_dir, args.games, args.out, args.only, compat=args.kernel_mode == "compat")
+        from duck.sandbox.dialect import DUCK, OURS
+        res = replay_check(args.traces_dir, args.games, args.out, args.only,
+                           dialect=DUCK if args.kernel_mode == "compat" else OURS)
         print(json.dumps({k: v for k, v in res.items() if k != "games"} |
                          {"games": {g: {k: v[k] for k in ("pass", "recorded", "played", "known_share", "identical")}
                                     for g, v in res["games"].items()}}, indent=1))
@@ -279,7 +281,8 @@ def register(subparsers: Any) -> None:
                    help="the longest run of each game through the agent against a trace model (stub "
                         "server); compares the actions with the record; exit 1 unless all identical")
     p.add_argument("--kernel-mode", choices=["compat", "ours"], default="compat",
-                   help="--through-agent: the Duck's sandbox rules, or our agent's own kernel mode")
+                   help="--through-agent: the kernel's dialect: the Duck's (compat) or our agent's own "
+                        "(duck.sandbox.dialect)")
     p.add_argument("--workers", type=int, default=2, help="game-runs replayed in parallel")
     p.add_argument("--only", nargs="*", default=None, help="game ids or prefixes")
     p.add_argument("--passes", nargs="*", type=int, default=None)

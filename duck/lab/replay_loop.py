@@ -3,7 +3,8 @@ full agent loop against a trace model (the stub server), and compare the actions
 
 The Duck's slow sandbox cut many action loops at 30 s; each recorded call's action count says
 where. A live model must never be able to cap its own calls, so the caps are not in the tool
-calls: `ReplayKernel` applies them, matching each snippet it runs to the recorded calls in order.
+calls: `ReplayKernel` gives each snippet it runs the gate of its recorded call
+(duck.lab.replay_caps.RecordedCap), matching snippets to the recorded calls in order.
 """
 
 from __future__ import annotations
@@ -16,11 +17,13 @@ from typing import Any
 
 from duck.config import KernelConfig, load_config
 from duck.game.source import GameSource
+from duck.lab.replay_caps import RecordedCap, trace_caps
 from duck.play.record import read_record
 from duck.play.session import Session, play_game
 from duck.policies import make_policy
+from duck.sandbox.dialect import DUCK, OURS, Dialect
 from duck.sandbox.host import CallResult, Kernel
-from duck.testing.stub.models import TraceModel, trace_caps
+from duck.testing.stub.models import TraceModel
 from duck.testing.stub.server import StubServer
 from duck.testing.stub.traces import load_trace, recorded_actions, same_actions
 
@@ -28,33 +31,33 @@ log = logging.getLogger(__name__)
 
 
 class ReplayKernel(Kernel):
-    """A kernel that gives each snippet the action cap recorded for it. `caps` holds (code,
-    max_actions, on_cap) per recorded call in order; a snippet takes the first entry with its
-    code (entries before it were never run: a call skipped after an acting one)."""
+    """A kernel that gives each snippet the cap recorded for it as its gate. `caps` holds
+    (code, cap) per recorded call in order (`trace_caps`); a snippet takes the first entry
+    with its code (entries before it were never run: a call skipped after an acting one)."""
 
-    def __init__(self, session: Session, config: KernelConfig, caps: list[tuple[str, int, str]],
-                 compat: bool) -> None:
-        super().__init__(session, config, compat=compat, fresh=compat)
+    def __init__(self, session: Session, config: KernelConfig, caps: list[tuple[str, RecordedCap]],
+                 dialect: Dialect = OURS) -> None:
+        super().__init__(session, config, dialect=dialect)
         self.caps = list(caps)
 
     def run(self, code: str, **kw: Any) -> CallResult:
-        for i, (recorded, cap, on_cap) in enumerate(self.caps):
+        for i, (recorded, cap) in enumerate(self.caps):
             if recorded.rstrip() == code.rstrip():
                 del self.caps[:i + 1]
-                kw.update(max_actions=cap, on_cap=on_cap)
+                kw["gate"] = cap
                 break
         return super().run(code, **kw)
 
 
 def replay_check(traces: str | Path, games_dir: str | Path, out: str | Path,
-                 only: list[str] | None = None, compat: bool = True) -> dict[str, Any]:
+                 only: list[str] | None = None, dialect: Dialect = DUCK) -> dict[str, Any]:
     """Play the longest Duck run of each game (most actions) through the agent against a
     trace model and compare the actions with the record; writes `out/replay_loop.json`.
 
     Where the record lists only the first names of a call's actions (runs without an events
     file), the unknown positions match anything and `known_share` says how much was checked.
-    `compat`: the kernel in the Duck's mode (fresh namespace per call, its builtins and result
-    format); False runs the recorded code in our own mode, as the agent plays."""
+    `dialect`: the kernel's (duck.sandbox.dialect): DUCK, as the code was recorded, or OURS, as
+    our agent plays."""
     cfg = load_config(overrides=["agent.fallback=null"])
     source = GameSource.offline(games_dir)
     have = {g.game_id for g in source.games()}
@@ -74,7 +77,7 @@ def replay_check(traces: str | Path, games_dir: str | Path, out: str | Path,
         caps = trace_caps(turns)
         with StubServer(TraceModel(turns)) as url:
             policy = make_policy("llm", 0, config=cfg, model_url=url, pass_=run["pass"],
-                                 kernel_factory=lambda session, kcfg: ReplayKernel(session, kcfg, caps, compat))
+                                 kernel_factory=lambda session, kcfg: ReplayKernel(session, kcfg, caps, dialect))
             play_game(source, game_id, policy, max_actions=len(expected), record_path=record_path,
                       pass_=run["pass"])
         record = read_record(record_path)
@@ -89,7 +92,7 @@ def replay_check(traces: str | Path, games_dir: str | Path, out: str | Path,
                                     "seconds": round(time.monotonic() - t0, 1)}
         log.info("%s pass %d: %s", game_id, run["pass"], result["games"][game_id])
     g = result["games"]
-    result["kernel_mode"] = "compat" if compat else "ours"
+    result["kernel_mode"] = "compat" if dialect is DUCK else "ours"
     result["runs"] = len(g)
     result["identical"] = sum(v["identical"] for v in g.values())
     result["levels_equal"] = sum(v["levels"] == v["recorded_levels"] for v in g.values())

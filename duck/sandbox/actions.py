@@ -1,5 +1,5 @@
-"""The host half of `action(...)`: parse the names the model wrote, step the game through
-the `Session` (which records every action), and answer in the Duck's result format.
+"""The host half of `action(...)`: read the names the model wrote, step the game through the
+`Session` (which records every action), and answer in the Duck's result format.
 
 The result dicts follow ../shared/duck-traces/README.md ("Sandbox API", `action(actions)`)
 key for key, because recorded Duck code prints them and our replay compares that output.
@@ -9,29 +9,30 @@ The rules that matter for play:
   later action the game does not allow now (`invalid_action`), and when time is up
   (`stopped`); after such a result further calls in the same snippet do nothing
   (`previous_<reason>`), so code cannot act blind on a board it has not looked at;
-* the host owns the clock: `stopping` (time up) and the replay's action cap are applied
-  here, between two actions, never by killing the worker mid-step.
+* the host owns the clock: `stopping` (time up) is applied here, between two actions, never
+  by killing the worker mid-step;
+* a call may carry a `Gate`, asked when an `action()` request arrives and before each action:
+  it may end the snippet there or declare the run's time up. Our agent's calls have none; the
+  replay of the Duck's traces enforces the recorded action counts with one
+  (duck.lab.replay_caps).
 
-Our own names on top of the Duck's: UNDO (= ACTION7), CLICK (= MOUSE) and RESET.
+Which names are accepted (ours add UNDO and CLICK) and what GAME_OVER allows is the kernel's
+dialect (duck.sandbox.dialect).
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, Protocol
 
 import numpy as np
 
-from duck.game.actions import Action
+from duck.game.actions import CLICK_ID, RESET, RESET_ID, Action, ModelNames, display
 from duck.game.source import GameError
 from duck.play.session import PlayStopped, Session
+from duck.sandbox.dialect import Dialect
 
-DUCK_NAMES = {1: "UP", 2: "DOWN", 3: "LEFT", 4: "RIGHT", 5: "SPACE", 6: "MOUSE", 7: "ACTION7"}
-OUR_NAMES = DUCK_NAMES | {7: "UNDO"}
-_DUCK_IDS = {"UP": 1, "DOWN": 2, "LEFT": 3, "RIGHT": 4, "SPACE": 5, "MOUSE": 6, "RESET": 0} | {
-    f"ACTION{i}": i for i in range(1, 7)}
-_OUR_IDS = _DUCK_IDS | {"ACTION7": 7, "UNDO": 7, "CLICK": 6}
 TERMINAL_ERROR = "No action was executed because the current game state is terminal or stopping."
 STOP_DETAIL = {
     "run_complete": "No further actions were executed because the run is already complete.",
@@ -43,33 +44,19 @@ STOP_DETAIL = {
 }
 
 
-def display(action: Action) -> str:
-    if action.id == 6:
-        return f"MOUSE(row={action.y}, col={action.x})"
-    return "RESET" if action.id == 0 else OUR_NAMES[action.id]
-
-
-def valid_names(available: list[int], compat: bool) -> list[str]:
-    names = DUCK_NAMES if compat else OUR_NAMES
-    return [names[i] for i in available if i in names]
-
-
-def parse(items: list[dict[str, Any]], compat: bool) -> tuple[list[Action], str | None]:
+def parse(items: list[dict[str, Any]], names: ModelNames) -> tuple[list[Action], str | None]:
     """Model items -> Actions, or the Duck's error message (1-based index)."""
-    ids = _DUCK_IDS if compat else _OUR_IDS
     out = []
     for i, item in enumerate(items, start=1):
         raw = item.get("action")
-        aid = ids.get(str(raw or "").strip().upper())
+        aid = names.id(raw)
         if aid is None:
             return [], f"Unknown action at index {i}: {raw!r}"
-        if aid == 6:
+        if aid == CLICK_ID:
             try:
-                row = max(0, min(63, int(item["row"])))
-                col = max(0, min(63, int(item["col"])))
+                out.append(Action.at(item["row"], item["col"]))
             except (KeyError, TypeError, ValueError):
                 return [], f"MOUSE action at index {i} requires integer row and col arguments."
-            out.append(Action(6, col, row))
         else:
             out.append(Action(aid))
     return out, None
@@ -82,29 +69,41 @@ def terminal_reason(result: dict[str, Any]) -> str | None:
     return None
 
 
+Verdict = Literal["go", "end", "stop"]
+GateStage = Literal["request", "action"]
+
+
+class Gate(Protocol):
+    """A check the host makes for one call: when an `action()` request arrives ("request",
+    before its names are read) and before each of its actions ("action"), given how many
+    actions the call has executed so far. "go" carries on; "end" ends the snippet there (the
+    worker raises StopSnippet: CallResult kind "stopped"); "stop" declares the run's time up
+    (this action and every later one get the terminal result)."""
+
+    def __call__(self, executed: int, stage: GateStage) -> Verdict: ...
+
+
 @dataclass
 class CallActions:
-    """Per-snippet action state: what ran, the cap, and the terminal result if any."""
+    """Per-snippet action state: the call's gate, what ran, and the terminal result if any."""
 
-    cap: int | None = None  # replay: the recorded number of actions of this call
-    # Once the cap is reached: "kill" ends the snippet at its next action() whatever it
-    # asks (the Duck killed it at 30 s); "cap" ends it at the next action() that would
-    # execute something; "stop" means the run's time is up (terminal results from then on).
-    on_cap: str = "cap"
-    executed: list[str] = field(default_factory=list)
+    gate: Gate | None = None
+    executed: list[str] = field(default_factory=list)  # display strings
     terminal: dict[str, Any] | None = None
+
+    def ask(self, stage: GateStage) -> Verdict:
+        return "go" if self.gate is None else self.gate(len(self.executed), stage)
 
 
 class ActionHost:
     """Executes action batches on one Session in the Duck's semantics."""
 
-    def __init__(self, session: Session, *, compat: bool, time_limit_s: float | None,
-                 t0: float | None = None) -> None:
+    def __init__(self, session: Session, dialect: Dialect, time_limit_s: float | None) -> None:
         self.session = session
-        self.compat = compat
+        self.dialect = dialect
         self.time_limit_s = time_limit_s
-        self.t0 = time.monotonic() if t0 is None else t0
-        self.stopping = False  # the run's time is up (set by the replay or the deadline)
+        self.t0 = time.monotonic()
+        self.stopping = False  # the run's time is up (a gate said so)
 
     @property
     def game(self):
@@ -116,7 +115,7 @@ class ActionHost:
         return n if obs.state == "WIN" else max(1, min(n, obs.levels_completed + 1))
 
     def names(self) -> list[str]:
-        return valid_names(self.session.obs.available_actions, self.compat)
+        return self.dialect.names.valid(self.session.obs.available_actions)
 
     def timers(self) -> dict[str, float | None]:
         elapsed = max(0.0, time.monotonic() - self.t0)
@@ -155,44 +154,41 @@ class ActionHost:
                 "stop_detail": STOP_DETAIL.get(reason, "No further actions were executed because "
                                                "the previous action reached a terminal state.")}
 
-    def run_batch(self, items: list[dict[str, Any]], call: CallActions,
-                  info: dict[str, Any] | None = None) -> tuple[dict[str, Any], list[tuple[str, Any, int, int]], bool]:
+    def run_batch(self, items: list[dict[str, Any]], call: CallActions, info: dict[str, Any] | None = None,
+                  ) -> tuple[dict[str, Any], list[tuple[str, Any, int, int]], bool]:
         """Execute one `action(...)` request. Returns (result, [(display, observation, step,
-        level)] of the executed actions, stop) where stop asks the worker to end the snippet
-        (the replay's cap)."""
-        capped = call.cap is not None and len(call.executed) >= call.cap
-        if capped and call.on_cap == "kill":
+        level)] of the executed actions, end) where `end` asks the worker to end the snippet
+        (the call's gate said so; the result is then {} if nothing ran)."""
+        if call.ask("request") == "end":
             return {}, [], True
-        actions, error = parse(items, self.compat)
+        actions, error = parse(items, self.dialect.names)
         if error:
             return self.error_result(error), [], False
         if call.terminal is not None:
             return self.previous_result(call.terminal, len(actions)), [], False
-        obs = self.session.obs
-        if capped:
-            if call.on_cap != "stop":
-                return {}, [], True
-            self.stopping = True
-        over = obs.state == "GAME_OVER" and (self.compat or actions[0].id != 0)
-        if self.should_stop() or over or obs.state == "WIN":
-            return self.terminal_result(len(actions)), [], False
-        done: list[tuple[str, Any]] = []
+        state = self.session.obs.state
+        refused = state == "WIN" or state == "GAME_OVER" and not (
+            self.dialect.reset_after_game_over and actions[:1] == [RESET])
+        done: list[tuple[str, Any, int, int]] = []
         changed = False
         reward = 0.0
         stop_reason = None
-        stop = False
+        end = False
         n_levels = max(1, self.game.win_levels)
         for i, action in enumerate(actions):
-            if call.cap is not None and len(call.executed) >= call.cap:
-                if call.on_cap != "stop":
-                    stop = True
-                    break
+            verdict = call.ask("action")
+            if verdict == "end":
+                end = True
+                break
+            if verdict == "stop":
                 self.stopping = True
+            if i == 0 and (refused or self.should_stop()):
+                return self.terminal_result(len(actions)), [], False
             if self.should_stop():
                 stop_reason = "stopped"
                 break
             before = self.session.obs
-            if action.id != 0 and action.id not in before.available_actions:
+            if action.id != RESET_ID and action.id not in before.available_actions:
                 if done:
                     stop_reason = "invalid_action"
                     break
@@ -229,7 +225,7 @@ class ActionHost:
                 stop_reason = "level_completed"
                 break
         if not done:
-            if stop:
+            if end:
                 return {}, [], True
             return (self.terminal_result(len(actions)) if stop_reason == "stopped"
                     else self.error_result("No action was executed.")), [], False
@@ -250,4 +246,4 @@ class ActionHost:
         result |= self.timers()
         if terminal_reason(result):
             call.terminal = result
-        return result, done, stop
+        return result, done, end

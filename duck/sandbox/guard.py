@@ -8,11 +8,9 @@ the machine, and tell it clearly what happened:
 * an audit hook (`Guard`) refusing new processes, signals to other processes, sockets,
   ctypes, and any write, rename or delete outside the kernel's temp directory; reads of
   the games' source folders are refused too (no peeking at the rules);
-* `import` at snippet level: in our namespace everything but process, thread, network and
-  host modules (numpy and the standard library work); in the Duck-compatible namespace the
-  Duck's 14-module whitelist and its error message;
-* tracebacks: the Duck's format in compat mode (snippet frames only, no source), ours with
-  source lines and the failing library frame, trimmed for runaway recursion.
+* `import` at snippet level in our dialect (`kernel_import`): everything but process, thread,
+  network and host modules (numpy and the standard library work). The Duck dialect's
+  narrower whitelist is in `duck.sandbox.dialect`.
 """
 
 from __future__ import annotations
@@ -21,16 +19,8 @@ import builtins
 import os
 import resource
 import signal
-import traceback
 from typing import Any
 
-DUCK_MODULES = {"bisect", "collections", "copy", "fractions", "functools", "heapq", "itertools",
-                "json", "math", "operator", "random", "re", "statistics", "string"}
-DUCK_BUILTINS = ("abs all any ascii bin bool bytearray bytes callable chr complex dict dir divmod "
-                 "enumerate Exception filter float format frozenset getattr hasattr hash hex int "
-                 "isinstance issubclass iter len list map max min next oct ord pow print range repr "
-                 "reversed round set slice sorted str sum tuple TypeError type ValueError "
-                 "RuntimeError zip").split()
 # Refused at snippet level in our namespace: processes, threads, network, host access.
 REFUSED_MODULES = {"subprocess", "multiprocessing", "socket", "ssl", "ctypes", "threading",
                    "_thread", "asyncio", "concurrent", "signal", "pty", "http", "urllib",
@@ -75,13 +65,6 @@ class Guard:
             raise PermissionError(f"reading {path} is not allowed in the kernel")
 
 
-def duck_import(name: str, globals: Any = None, locals: Any = None, fromlist: Any = (),
-                level: int = 0) -> Any:
-    if str(name or "").split(".", 1)[0] not in DUCK_MODULES:
-        raise ImportError(f"Module '{name}' is not allowed in the sandbox.")
-    return builtins.__import__(name, globals, locals, fromlist, level)
-
-
 def kernel_import(name: str, globals: Any = None, locals: Any = None, fromlist: Any = (),
                   level: int = 0) -> Any:
     if str(name or "").split(".", 1)[0] in REFUSED_MODULES:
@@ -89,36 +72,6 @@ def kernel_import(name: str, globals: Any = None, locals: Any = None, fromlist: 
                           "threads, network or host access); numpy and the rest of the "
                           "standard library are.")
     return builtins.__import__(name, globals, locals, fromlist, level)
-
-
-def _stack(exc: BaseException, keep: int = 30) -> traceback.StackSummary:
-    """The traceback's frames; of a very deep one (runaway recursion) only the first and
-    last `keep`, so formatting stays fast."""
-    pairs = []
-    tb = exc.__traceback__
-    while tb is not None:
-        pairs.append((tb.tb_frame, tb.tb_lineno))
-        tb = tb.tb_next
-    if len(pairs) > 2 * keep:
-        pairs = pairs[:keep] + pairs[-keep:]
-    return traceback.StackSummary.extract(iter(pairs), lookup_lines=False)
-
-
-def format_error(exc: BaseException, filename: str, compat: bool) -> str:
-    tb = _stack(exc)
-    if compat:  # the Duck's format: snippet frames only, no source lines
-        frames = [f for f in tb if f.filename == "<python_tool>"] or tb[-1:]
-        lines = ["Traceback (most recent call last):"]
-        lines += [f'  File "<python_tool>", line {f.lineno}, in {f.name}' for f in frames]
-        lines.append(f"{type(exc).__name__}: {exc}")
-        return "\n".join(lines)
-    keep = [f for f in tb if f.filename.startswith("<cell-")]
-    if tb and not tb[-1].filename.startswith("<cell-") and "kernel_worker" not in tb[-1].filename:
-        keep.append(tb[-1])  # where inside a library it failed
-    out = ["Traceback (most recent call last):\n"] + traceback.format_list(keep)
-    out += traceback.format_exception_only(exc)
-    text = "".join(out).rstrip()
-    return text
 
 
 def set_limits(cfg: dict[str, Any]) -> None:

@@ -14,15 +14,13 @@ restored from the host's copy, and the message tells the model its definitions w
 Crashes (os._exit, a segfault, a closed pipe) are handled the same way. Printed output is
 kept even then (head streamed as written, tail synced every 0.25 s).
 
-Modes: `compat=True` gives the Duck's builtins, imports, error formats and result dicts
-(for replaying its recorded code); `fresh=True` gives every snippet a new namespace as the
-Duck had. The defaults (both off) are what our agent uses: full builtins, numpy and the
-standard library except process, thread, network and host modules, no writes outside the
-temp dir (the fences and why: `duck.sandbox.guard`), plus `last_animation`, `notes` and an
-animation summary in each action result.
+The dialect (`duck.sandbox.dialect`) is chosen once per kernel: `OURS` (the default, what our
+agent plays with) or `DUCK` (the old agent's sandbox, for replaying its recorded code). The
+fences and why: `duck.sandbox.guard`.
 
 Use: `k = Kernel(session); k.run(code) -> CallResult; k.act(action)` for actions the host
-takes itself; `k.notes`; `k.close()`. The worker starts on the first call.
+takes itself; `k.notes`; `k.close()`. The worker starts on the first call. `run(code,
+gate=...)` lets a caller check each action of that call (the trace replay's recorded caps).
 """
 
 from __future__ import annotations
@@ -38,27 +36,32 @@ import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
-from duck.sandbox import wire as wire
 from duck.config import KernelConfig
-from duck.game.actions import Action
+from duck.game.actions import Action, display
 from duck.game.source import Observation
-from duck.sandbox.actions import ActionHost, CallActions, display
 from duck.play.session import Session
+from duck.sandbox import wire
+from duck.sandbox.actions import ActionHost, CallActions, Gate
+from duck.sandbox.dialect import OURS, Dialect
 
 # Where the `duck` package is imported from, for the worker's PYTHONPATH.
 _IMPORT_ROOT = Path(__file__).resolve().parents[2]
 
 
+# ok; error (an exception); syntax; timeout (the call's limit); stopped (its gate ended it);
+# crash (the worker died: restarted); empty (no code).
+CallKind = Literal["ok", "error", "syntax", "timeout", "stopped", "crash", "empty"]
+
+
 @dataclass
 class CallResult:
-    """One snippet's outcome. `kind`: ok, error, syntax, timeout, stopped (replay cap),
-    crash, empty. `message` is what the model receives; `text` its JSON."""
+    """One snippet's outcome. `message` is what the model receives; `text` its JSON."""
 
-    kind: str
+    kind: CallKind
     stdout: str = ""
     error: str | None = None
     result: Any = None
@@ -76,14 +79,12 @@ class CallResult:
 
 
 class Kernel:
-    def __init__(self, session: Session, config: KernelConfig | None = None, *, compat: bool = False,
-                 fresh: bool = False, time_limit_s: float | None = None,
-                 deny_read: list[str] | tuple[str, ...] = ()) -> None:
+    def __init__(self, session: Session, config: KernelConfig | None = None, *, dialect: Dialect = OURS,
+                 time_limit_s: float | None = None, deny_read: list[str] | tuple[str, ...] = ()) -> None:
         self.session = session
         self.cfg = config or KernelConfig()
-        self.compat = compat
-        self.fresh = fresh
-        self.host = ActionHost(session, compat=compat, time_limit_s=time_limit_s)
+        self.dialect = dialect
+        self.host = ActionHost(session, dialect, time_limit_s)
         # Model code may not read the games' files (their source holds the rules and solutions).
         own = [session.game.files_dir] if session.game.files_dir else []
         self.deny_read = [*own, *(str(p) for p in deny_read)]
@@ -91,13 +92,12 @@ class Kernel:
         self.entries: list[tuple[str, int, int]] = []  # (action display, step, level)
         self.grids: list[np.ndarray] = []
         self.last_anim: list[np.ndarray] = []
-        self.lar: dict[str, Any] = {}
+        self.last_result: dict[str, Any] = {}  # `last_action_result`
         self.notes: dict[str, Any] = {}
         self.valid = self.host.names()
         self.synced = 0  # entries the worker has
         self.proc: subprocess.Popen | None = None
         self.workdir: str | None = None
-        self.restarts = 0
         self.calls = 0
         self._append("", session.obs)
 
@@ -121,7 +121,7 @@ class Kernel:
             items.append({"a": text, "s": step, "l": level, "n": len(frames),
                           "shape": list(frames[-1].shape)})
             blobs += [np.ascontiguousarray(f, dtype=np.int8).tobytes() for f in frames]
-        return {"entries": items, "lar": self.lar, "valid": self.valid}, b"".join(blobs)
+        return {"entries": items, "last_result": self.last_result, "valid": self.valid}, b"".join(blobs)
 
     def act(self, action: Action, info: dict[str, Any] | None = None) -> Observation:
         """An action taken by the host itself (the Duck's automatic RESET after GAME_OVER,
@@ -134,7 +134,8 @@ class Kernel:
         return obs
 
     def new_turn(self) -> None:
-        """The Duck reset `valid_actions` to the game's at each turn (compat replay)."""
+        """`valid_actions` is the game's again at each turn (it matters in the Duck dialect,
+        where it is otherwise the last result's)."""
         self.valid = self.host.names()
 
     # --- process management ----------------------------------------------------------
@@ -144,7 +145,7 @@ class Kernel:
         w2h_r, w2h_w = os.pipe()
         cfg = {"memory_mb": self.cfg.memory_mb, "file_mb": self.cfg.file_mb,
                "open_files": self.cfg.open_files, "deny_read": self.deny_read,
-               "notes_chars": self.cfg.notes_dict_chars, "recursion_limit": 1000 if self.compat else 10000}
+               "notes_chars": self.cfg.notes_dict_chars, "dialect": self.dialect.name}
         env = {"PATH": "/usr/bin:/bin", "HOME": self.workdir, "TMPDIR": self.workdir,
                "LANG": "C.UTF-8", "PYTHONPATH": str(_IMPORT_ROOT), "PYTHONHASHSEED": "0",
                "PYTHONDONTWRITEBYTECODE": "1", "PYTHONIOENCODING": "utf-8", "PYTHONBREAKPOINT": "0",
@@ -193,7 +194,6 @@ class Kernel:
 
     def restart(self) -> None:
         self._kill()
-        self.restarts += 1
         self.start()
 
     def close(self) -> None:
@@ -212,11 +212,10 @@ class Kernel:
         self.close()
 
     # --- running code ----------------------------------------------------------------
-    def run(self, code: str, *, timeout_s: float | None = None, max_actions: int | None = None,
-            on_cap: str = "cap", info: dict[str, Any] | None = None) -> CallResult:
-        """Run one snippet. `max_actions`/`on_cap` are the replay's cap on this call's actions
-        (see `CallActions`); our agent leaves them unset."""
-        from duck.sandbox.render import render
+    def run(self, code: str, *, timeout_s: float | None = None, info: dict[str, Any] | None = None,
+            gate: Gate | None = None) -> CallResult:
+        """Run one snippet. `info` goes into the record with each action; `gate` is asked
+        before each of this call's actions (duck.sandbox.actions.Gate)."""
         t0 = time.monotonic()
         timeout = self.cfg.call_timeout_s if timeout_s is None else timeout_s
         if self.session.deadline is not None:  # never run past the game's own deadline
@@ -230,9 +229,8 @@ class Kernel:
         died = self.proc is not None and self.proc.poll() is not None
         if self.proc is None or died:
             self.restart() if died else self.start()
-        call = CallActions(cap=max_actions, on_cap=on_cap)
-        head = self.cfg.output_chars if self.compat else self.cfg.output_chars // 2
-        tail = 0 if self.compat else self.cfg.output_chars - head
+        call = CallActions(gate)
+        head, tail = self.dialect.output_split(self.cfg.output_chars)
         out: list[str] = []
         tail_text, total = "", 0
         done: dict[str, Any] | None = None
@@ -242,9 +240,8 @@ class Kernel:
         try:
             if self.synced < len(self.entries):
                 self._sync()
-            wire.send(self.wfd, {"op": "run", "code": code, "fresh": self.fresh, "compat": self.compat,
-                                 "call": self.calls,
-                                 "head": head, "tail": tail, "timeout": timeout})
+            wire.send(self.wfd, {"op": "run", "code": code, "call": self.calls, "head": head, "tail": tail,
+                                 "timeout": timeout})
             while done is None:
                 limit = deadline if interrupted_at is None else interrupted_at + self.cfg.grace_s
                 got = self.reader.recv(limit)
@@ -282,31 +279,25 @@ class Kernel:
             res.stdout = _cut("".join(out), tail_text, total, head, tail)
             res.stdout_total = total or len(res.stdout)
         else:
-            kind = done.get("kind") or "ok"
-            if kind == "stopped":
-                pass
-            elif interrupted_at is not None or kind == "timeout":
-                kind = "timeout"
-            elif done.get("error"):
-                kind = "syntax" if kind == "syntax" else "error"
+            ended = done.get("kind")  # None, syntax, timeout, stopped, or the exception's class
+            kind: CallKind = ("stopped" if ended == "stopped" else
+                              "timeout" if interrupted_at is not None or ended == "timeout" else
+                              "syntax" if ended == "syntax" else "error" if done.get("error") else "ok")
             res = CallResult(kind, error=done.get("error"), result=done.get("result"),
                              action_results=list(done.get("results") or []),
                              actions=list(call.executed), error_kind=done.get("kind"))
             total = int(done.get("total", 0))
             res.stdout = _cut("".join(out), str(done.get("tail", "")), total, head, tail)
             res.stdout_total = total
-            if isinstance(done.get("lar"), dict) and done["lar"]:
-                self.lar = done["lar"]
+            if isinstance(done.get("last_result"), dict) and done["last_result"]:
+                self.last_result = done["last_result"]
             if isinstance(done.get("notes"), dict):
                 self.notes = done["notes"]
         if died and not res.restarted:
             res.restarted = True
             res.error_kind = res.error_kind or "died between calls"
-        res.message = render(res, compat=self.compat, timeout=timeout, limit=self.cfg.output_chars,
-                             notes_error=(done or {}).get("notes_error"))
-        if died and not self.compat and "kernel" not in res.message:
-            res.message["kernel"] = ("the kernel process had died since the last call and was "
-                                     "restarted: your functions and variables are gone")
+        res.message = self.dialect.render(res, timeout=timeout, limit=self.cfg.output_chars,
+                                          notes_error=(done or {}).get("notes_error"), died=died)
         res.wall_ms = (time.monotonic() - t0) * 1000
         return res
 
@@ -316,25 +307,21 @@ class Kernel:
         items = [i for i in items if isinstance(i, dict)]
         error = None
         try:
-            result, done, stop = self.host.run_batch(items, call, info)
+            result, done, end = self.host.run_batch(items, call, info)
         except Exception as e:  # noqa: BLE001 - the game or our code failed: tell the snippet
-            result, done, stop, error = {}, [], False, "action failed in sandbox host."
+            result, done, end, error = {}, [], False, "action failed in sandbox host."
             self.session.event("error", f"kernel action failed: {type(e).__name__}: {e}",
                                traceback.format_exc(limit=6))
         for text, obs, step, level in done:
             self._append(text, obs, step, level)
         if result:
-            self.lar = result
-            valid = result.get("valid_actions")
-            if self.compat and isinstance(valid, list):
-                self.valid = valid
-            elif not self.compat:
-                self.valid = self.host.names()
+            self.last_result = result
+            self.valid = (result["valid_actions"] if self.dialect.valid_actions_from_results
+                          else self.host.names())
         reply, blob = self._delta(self.synced)
         if result.get("stop_reason", "").startswith("previous_"):
             reply["valid"] = []
-        reply |= {"op": "action_reply", "result": result, "stop": stop, "error": error,
-                  "anim": not self.compat}
+        reply |= {"op": "action_reply", "result": result, "end": end, "error": error}
         wire.send(self.wfd, reply, blob)
         self.synced = len(self.entries)
 

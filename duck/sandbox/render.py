@@ -1,12 +1,12 @@
-"""What the model receives after a snippet, and the Duck transcript's rendering of it.
+"""What the model receives after a snippet, per dialect, and the Duck transcript's rendering.
 
-`render` builds the tool message. In compat mode it is the Duck's JSON exactly
-(../shared/duck-traces/README.md, "What the model receives"): printing hides the action
-results, a time-out discards the output, each of stdout/error/result is cut to 4,096
-characters with `... [truncated N chars]`. Our own mode keeps the shape but shows more,
-because hidden results and lost output cost the model turns: stdout (head and tail),
-the `result` variable and the last action result (with its animation summary) together,
-and on a time-out the output so far plus whether the definitions survived.
+`render_duck_dialect` builds the Duck's tool message exactly (../shared/duck-traces/README.md,
+"What the model receives"): printing hides the action results, a time-out discards the
+output, each of stdout/error/result is cut to 4,096 characters with `... [truncated N chars]`.
+`render_our_dialect` keeps the shape but shows more, because hidden results and lost output
+cost the model turns: stdout (head and tail), the `result` variable and the last action result
+(with its animation summary) together, on a time-out the output so far plus whether the
+definitions survived, and whether the kernel had to be restarted.
 
 `transcript` renders a message the way the Duck's transcripts (and so the traces'
 `result` field) show it; the replay compares printed output through it.
@@ -27,16 +27,10 @@ def _trim(text: str, limit: int, total: int | None = None) -> tuple[str, bool]:
     return f"{text[:limit]}\n... [truncated {total - limit} chars]", True
 
 
-def render(res: Any, *, compat: bool, timeout: float, limit: int = 4096,
-           notes_error: str | None = None) -> dict[str, Any]:
-    if res.kind == "empty":
-        return {"error": res.error}
-    if compat:
-        return _render_duck(res, timeout, limit)
-    return _render_ours(res, timeout, limit, notes_error)
-
-
-def _render_duck(res: Any, timeout: float, limit: int) -> dict[str, Any]:
+def render_duck_dialect(res: Any, *, timeout: float, limit: int, notes_error: str | None = None,
+                        died: bool = False) -> dict[str, Any]:
+    """The Duck's message for a CallResult (it had no notes; a dead kernel was not news: it
+    started a process per call)."""
     if res.kind == "syntax":
         return {"error": res.error}
     if res.kind in ("timeout", "stopped"):
@@ -70,7 +64,9 @@ def _render_duck(res: Any, timeout: float, limit: int) -> dict[str, Any]:
     return msg
 
 
-def _render_ours(res: Any, timeout: float, limit: int, notes_error: str | None) -> dict[str, Any]:
+def render_our_dialect(res: Any, *, timeout: float, limit: int, notes_error: str | None = None,
+                       died: bool = False) -> dict[str, Any]:
+    """Our message for a CallResult; `died`: the worker had died since the previous call."""
     msg: dict[str, Any] = {"tool": "python"}
     if res.kind in ("timeout", "stopped"):
         kept = "your definitions were kept" if not res.restarted else (
@@ -102,6 +98,9 @@ def _render_ours(res: Any, timeout: float, limit: int, notes_error: str | None) 
         msg["executed_actions"] = list(res.actions)
     if notes_error:
         msg["notes_error"] = notes_error
+    if died:
+        msg["kernel"] = ("the kernel process had died since the last call and was restarted: your "
+                         "functions and variables are gone")
     return msg
 
 

@@ -7,21 +7,17 @@ the game variables (frames, history, transitions, ...) as Python objects and rec
 step 10. The host owns the game: `action()` sends the requested actions over the pipe and
 waits for the result and the new boards.
 
-The fences (limits, audit hook, imports, traceback formats) are in `duck.sandbox.guard`.
-At the call's time limit the host sends SIGUSR1, which raises `KernelTimeout` in the
-snippet (the namespace survives); the host kills the process group if the snippet
-swallows it or is stuck in C code.
+The fences (limits, audit hook, imports) are in `duck.sandbox.guard`. At the call's time
+limit the host sends SIGUSR1, which raises `KernelTimeout` in the snippet (the namespace
+survives); the host kills the process group if the snippet swallows it or is stuck in C code.
 
-Two flavours of namespace (chosen per call by the host):
-* ours: full builtins, numpy and the standard library importable (no process/network
-  modules), extra variables `last_animation` and `notes`, tracebacks with source lines;
-* Duck-compatible (`compat`): the Duck's builtins and import whitelist and its traceback
-  format, so recorded Duck code prints exactly what it printed then.
+The dialect (builtins and imports, fresh or persistent namespace, our additions
+`last_animation` and `notes`, traceback formats: `duck.sandbox.dialect`) is named in
+CONFIG_JSON and fixed for the process's life.
 """
 
 from __future__ import annotations
 
-import builtins
 import io
 import json
 import linecache
@@ -30,21 +26,22 @@ import resource
 import signal
 import sys
 import time
-import traceback
 from typing import Any
 
 import numpy as np
 
-from duck.sandbox import wire as wire
 from duck.game.frames import Frame, summarize_animation
-from duck.sandbox.guard import DUCK_BUILTINS, Guard, duck_import, format_error, kernel_import, set_limits
+from duck.sandbox import wire
+from duck.sandbox.dialect import DIALECTS
+from duck.sandbox.guard import Guard, set_limits
+
 
 class KernelTimeout(BaseException):
     """Raised inside the snippet when its time limit is reached."""
 
 
 class StopSnippet(BaseException):
-    """Raised by action() when the host ends the snippet (replay cap reached)."""
+    """Raised by action() when the host ends the snippet (the call's gate said so)."""
 
 
 class FrameView(Frame):
@@ -133,17 +130,17 @@ class Worker:
         self.reader = wire.Reader(rfd)
         self.wfd = wfd
         self.cfg = cfg
+        self.dialect = DIALECTS[cfg["dialect"]]
         self.entries: list[HistoryEntryView] = []
         self.transitions: list[TransitionView] = []
         self.last_anim: list[FrameView] = []
-        self.lar: dict[str, Any] = {}
+        self.last_result: dict[str, Any] = {}  # `last_action_result`
         self.valid: list[str] = []
         self.notes: dict[str, Any] = {}
         self.ns: dict[str, Any] = {}
         self.armed = False
         self.pending = False
-        self.stopped = False
-        self.compat = False
+        self.ended = False  # the host ended this snippet (its gate): no more actions
         self.results: list[dict[str, Any]] = []
         self.call = 0
         self.cur_ns: dict[str, Any] = {}
@@ -180,14 +177,14 @@ class Worker:
                 self.transitions.append(TransitionView(e["a"], before, view))
                 self.last_anim = [view if i == len(frames) - 1 else FrameView(f, e["s"], e["l"])
                                   for i, f in enumerate(frames)]
-        if "lar" in msg:
-            self.lar = msg["lar"]
+        if "last_result" in msg:
+            self.last_result = msg["last_result"]
         if "valid" in msg:
             self.valid = msg["valid"]
         if "notes" in msg:
             self.notes = msg["notes"]
         if self.transitions:
-            self.transitions[-1].result = dict(self.lar)
+            self.transitions[-1].result = dict(self.last_result)
 
     def publish(self, ns: dict[str, Any]) -> None:
         last = self.transitions[-1] if self.transitions else None
@@ -200,9 +197,9 @@ class Worker:
         ns["last_action_frame"] = last.after_frame if last else None
         ns["last_action"] = last.action if last else None
         ns["valid_actions"] = list(self.valid)
-        ns["last_action_result"] = dict(self.lar)
+        ns["last_action_result"] = dict(self.last_result)
         ns["action"] = self.action
-        if not self.compat:
+        if self.dialect.additions:
             ns["last_animation"] = list(self.last_anim)
             if not isinstance(ns.get("notes"), dict):
                 ns["notes"] = self.notes
@@ -210,7 +207,7 @@ class Worker:
     # --- action() --------------------------------------------------------------------
     def action(self, actions: Any) -> dict[str, Any]:
         items = normalize_actions(actions)
-        if self.stopped:
+        if self.ended:
             raise StopSnippet()
         self.armed = False  # a time-out during the host's work is delivered afterwards
         try:
@@ -221,17 +218,17 @@ class Worker:
         msg, blob = got
         self.apply(msg, blob)
         result = dict(msg.get("result") or {})
-        if msg.get("anim") and result.get("executed") and self.last_anim:
+        if self.dialect.additions and result.get("executed") and self.last_anim:
             result["animation"] = summarize_animation(self.transitions[-1].before_frame, self.last_anim)
-            self.lar = dict(result)
+            self.last_result = dict(result)
             self.transitions[-1].result = dict(result)
         if result:
             self.results.append(result)
         self.publish(self.cur_ns)
         if msg.get("error"):
             raise RuntimeError(msg["error"])
-        if msg.get("stop"):
-            self.stopped = True
+        if msg.get("end"):
+            self.ended = True
             raise StopSnippet()
         if self.pending:
             self.pending = False
@@ -239,39 +236,33 @@ class Worker:
         return result
 
     # --- running a snippet -----------------------------------------------------------
-    def namespace(self, fresh: bool) -> dict[str, Any]:
-        if fresh or not self.ns:
-            if self.compat:
-                b = {n: getattr(builtins, n) for n in DUCK_BUILTINS}
-                b["__import__"] = duck_import
-            else:
-                b = dict(builtins.__dict__)
-                b["__import__"] = kernel_import
-            ns = {"__builtins__": b, "__name__": "__main__"}
-            if not fresh:
+    def namespace(self) -> dict[str, Any]:
+        """The persistent namespace, or in a dialect without one a new one per call."""
+        if self.dialect.fresh_namespace or not self.ns:
+            ns = {"__builtins__": self.dialect.builtins(), "__name__": "__main__"}
+            if not self.dialect.fresh_namespace:
                 self.ns = ns
             return ns
         return self.ns
 
     def run(self, msg: dict[str, Any]) -> None:
         self.call = int(msg.get("call", self.call + 1))
-        self.compat = bool(msg.get("compat"))
-        self.stopped = self.pending = False
+        self.ended = self.pending = False
         self.results = []
-        ns = self.cur_ns = self.namespace(bool(msg.get("fresh")))
+        ns = self.cur_ns = self.namespace()
         self.publish(ns)
         ns["result"] = None
         cap = Capture(self.send, int(msg.get("head", 4096)), int(msg.get("tail", 0)))
         old = sys.stdout, sys.stderr
         sys.stdout = cap
-        sys.stderr = cap if not self.compat else io.StringIO()
-        soft, hard = resource.getrlimit(resource.RLIMIT_CPU)
+        sys.stderr = cap if self.dialect.stderr_shown else io.StringIO()
+        _, hard = resource.getrlimit(resource.RLIMIT_CPU)
         used = resource.getrusage(resource.RUSAGE_SELF).ru_utime
         try:
             resource.setrlimit(resource.RLIMIT_CPU, (int(used + msg.get("timeout", 30) + 5), hard))
         except (ValueError, OSError):
             pass
-        filename = "<python_tool>" if self.compat else f"<cell-{self.call}>"
+        filename = self.dialect.cell_filename(self.call)
         error = kind = None
         code = msg["code"]
         try:
@@ -279,11 +270,10 @@ class Worker:
                 compiled = compile(code, filename, "exec")
             except (SyntaxError, ValueError) as e:
                 kind = "syntax"
-                error = (f"Python syntax error: {e}" if self.compat
-                         else "".join(traceback.format_exception_only(e)).rstrip())
+                error = self.dialect.syntax_error(e)
             else:
-                if not self.compat:
-                    linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
+                # Our dialect's tracebacks show the snippet's source lines.
+                linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
                 self.armed = True
                 try:
                     exec(compiled, ns)
@@ -291,24 +281,23 @@ class Worker:
                     self.armed = False
         except KernelTimeout as e:
             kind = "timeout"
-            if not self.compat:  # where the time ran out, for the model
-                error = format_error(e, filename, False)
+            error = self.dialect.format_error(e, filename)  # where the time ran out
         except StopSnippet:
             kind = "stopped"
         except BaseException as e:  # noqa: BLE001 - SystemExit, KeyboardInterrupt too
             kind = type(e).__name__
-            error = format_error(e, filename, self.compat)
+            error = self.dialect.format_error(e, filename)
         finally:
             self.armed = False
             sys.stdout, sys.stderr = old
         done: dict[str, Any] = {"op": "done", "kind": kind, "error": error,
                                 "results": json_safe(self.results), "total": cap.total,
-                                "tail": cap.tailbuf, "lar": self.lar}
+                                "tail": cap.tailbuf, "last_result": self.last_result}
         try:
             done["result"] = json_safe(ns.get("result"))
         except BaseException:  # noqa: BLE001 - a hostile __str__
             done["result"] = "<result could not be converted>"
-        if not self.compat:
+        if self.dialect.additions:
             notes = ns.get("notes")
             if isinstance(notes, dict):
                 try:
@@ -322,7 +311,7 @@ class Worker:
             done["notes"] = self.notes
         wire.send(self.wfd, done)
 
-    def on_interrupt(self, signum: int, frame: Any) -> None:
+    def on_interrupt(self, _signum: int, _frame: Any) -> None:
         if self.armed:
             self.armed = False
             raise KernelTimeout()
@@ -382,7 +371,7 @@ def normalize_actions(actions: Any) -> list[dict[str, Any]]:
 def main(argv: list[str]) -> None:
     rfd, wfd, cfg = int(argv[0]), int(argv[1]), json.loads(argv[2])
     sys.dont_write_bytecode = True
-    sys.setrecursionlimit(int(cfg.get("recursion_limit", 1000)))
+    sys.setrecursionlimit(DIALECTS[cfg["dialect"]].recursion_limit)
     set_limits(cfg)
     worker = Worker(rfd, wfd, cfg)
     signal.signal(signal.SIGUSR1, worker.on_interrupt)

@@ -24,7 +24,8 @@ from pathlib import Path
 import pytest
 
 from duck.config import load_config
-from duck.agent.context import frame_png, image_part, python_tool
+from duck.agent.context import image_part, python_tool
+from duck.game.frames import grid_png
 from duck.llm.client import ContextOverflow, ModelClient, ModelError, Sampling
 from duck.llm.serve import command, pick_chat_template
 from duck.testing.stub.render import IMAGE_PAD, ChatTemplate
@@ -247,8 +248,8 @@ def _expand(text: str) -> str:
 
 def test_images_and_several_tool_results_render_as_our_stub_renders_them(standin):
     import numpy as np
-    a = image_part(frame_png(np.zeros((64, 64), int)))
-    b = image_part(frame_png(np.arange(64 * 64).reshape(64, 64) % 16))
+    a = image_part(grid_png(np.zeros((64, 64), int)))
+    b = image_part(grid_png(np.arange(64 * 64).reshape(64, 64) % 16))
     tools = python_tool(4096)
     msgs = [MSGS[0], {"role": "user", "content": [{"type": "text", "text": "Turn 1."}, a]},
             {"role": "assistant", "content": "Plan: two looks", "reasoning": "Two calls.",

@@ -1,6 +1,6 @@
-"""Images of `duck report` (and of the A/B page, duck.lab.report.ab): the ARC palette, a grid as
-a PNG, a matplotlib figure as a PNG, PNGs as data URIs (so the HTML stays one file), and the
-run report's plots: levels over time and over actions per game, and the score per game."""
+"""Images of `duck report` (and of the A/B page, duck.lab.report.ab): a matplotlib figure as a
+PNG, PNGs as data URIs (so the HTML stays one file), and the run report's plots: levels over
+time and over actions per game, and the score per game. Boards: duck.game.frames.grid_png."""
 
 from __future__ import annotations
 
@@ -11,22 +11,6 @@ from typing import Any
 import numpy as np
 
 from duck.lab.report.views import GameView
-
-# The official ARC-AGI-3 palette (arc_agi.rendering.COLOR_MAP), copied as a fallback.
-_PALETTE_HEX = ["#FFFFFF", "#CCCCCC", "#999999", "#666666", "#333333", "#000000", "#E53AA3",
-                "#FF7BCC", "#F93C31", "#1E93FF", "#88D8F1", "#FFDC00", "#FF851B", "#921231",
-                "#4FCC30", "#A356D6"]
-
-
-def palette() -> np.ndarray:
-    """16×3 uint8 RGB, from the toolkit when it is importable."""
-    try:
-        _matplotlib_headless()
-        from arc_agi.rendering import COLOR_MAP
-        hexes = [COLOR_MAP[i] for i in range(16)]
-    except Exception:  # informative only: the copy above is the same palette
-        hexes = _PALETTE_HEX
-    return np.array([[int(h.lstrip("#")[k:k + 2], 16) for k in (0, 2, 4)] for h in hexes], dtype=np.uint8)
 
 
 def _matplotlib_headless() -> None:
@@ -41,18 +25,6 @@ def _matplotlib_headless() -> None:
 
 def png_data_uri(png: bytes) -> str:
     return "data:image/png;base64," + base64.b64encode(png).decode()
-
-
-def grid_png(grid: np.ndarray, scale: int = 4, pal: np.ndarray | None = None) -> bytes:
-    from PIL import Image
-    pal = palette() if pal is None else pal
-    rgb = pal[np.clip(np.asarray(grid, dtype=np.int64), 0, 15)]
-    img = Image.fromarray(rgb, "RGB")
-    if scale != 1:
-        img = img.resize((img.width * scale, img.height * scale), Image.NEAREST)
-    buf = io.BytesIO()
-    img.save(buf, format="PNG", optimize=True)
-    return buf.getvalue()
 
 
 def fig_png(fig: Any) -> bytes:

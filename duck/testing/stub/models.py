@@ -8,8 +8,8 @@
 * `TraceModel(turns)`: replays one Duck run from ../shared/duck-traces (turns as
   duck.testing.stub.traces.load_trace gives them): each recorded model response in order, its
   visible text as content, reasoning of the recorded length (the text itself was not
-  recorded), and its Python snippet as the tool call; `trace_caps` gives the number of
-  actions each snippet executed in the record, for the replay's kernel.
+  recorded), and its Python snippet as the tool call (the number of actions each snippet
+  executed in the record is the replay kernel's business: duck.lab.replay_caps).
 * `SolutionModel(games_dir)`: plays the bundled games' solution.json, one conversation per game.
 """
 
@@ -20,6 +20,7 @@ import threading
 from pathlib import Path
 from typing import Any, Callable
 
+from duck.game.actions import OUR_DIALECT_NAMES, Action
 
 class FixedModel:
     """The given replies in order; then `loop` them, or answer 410 Gone."""
@@ -49,20 +50,9 @@ def _filler(n: int, seed: int) -> str:
     return (base * (n // len(base) + 1))[:n]
 
 
-def _cap(turn: dict[str, Any], call: dict[str, Any]) -> tuple[int, str]:
-    """The recorded cap of one Duck call: how many actions it executed, and what reaching that
-    number means (as duck.lab.replay does): the run's time was up -> terminal results from then
-    on ("stop"); killed at 30 s -> end at the next action() ("kill"); else end at the next
-    action() that would execute something ("cap")."""
-    time_up = (turn.get("end") == "yield_stop_requested"
-               or "terminal or stopping" in (call.get("result") or ""))
-    on_cap = "stop" if time_up else "kill" if call.get("timed_out") else "cap"
-    return call.get("n_actions", len(call.get("actions") or [])), on_cap
-
-
 def trace_replies(turns: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One reply per recorded model response of a Duck run, in order. The tool calls carry only
-    what the model wrote; the recorded caps are the replay kernel's (`trace_caps`)."""
+    what the model wrote; the recorded caps are the replay kernel's (duck.lab.replay_caps)."""
     out: list[dict[str, Any]] = []
     for t in turns:
         content = t.get("content") or ""
@@ -84,12 +74,6 @@ def trace_replies(turns: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def trace_caps(turns: list[dict[str, Any]]) -> list[tuple[str, int, str]]:
-    """(code, max_actions, on_cap) of every recorded call with code, in the order the trace
-    model sends them (duck.lab.replay_loop.ReplayKernel applies them)."""
-    return [(c["code"], *_cap(t, c)) for t in turns for c in t.get("calls", []) if not c.get("code_missing")]
-
-
 class TraceModel(FixedModel):
     def __init__(self, turns: list[dict[str, Any]]) -> None:
         super().__init__(trace_replies(turns))
@@ -97,9 +81,7 @@ class TraceModel(FixedModel):
 
 def action_code(actions: list[list[int]]) -> str:
     """Python that plays recorded actions ([id] or [6, x, y]) through the kernel's action()."""
-    names = {0: "RESET", 1: "UP", 2: "DOWN", 3: "LEFT", 4: "RIGHT", 5: "SPACE", 7: "UNDO"}
-    items = [repr({"action": "MOUSE", "row": a[2], "col": a[1]}) if a[0] == 6 else repr(names[a[0]])
-             for a in actions]
+    items = [repr(OUR_DIALECT_NAMES.item(Action.from_json(a))) for a in actions]
     return f"result = action([{', '.join(items)}])"
 
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import gzip
 import json
-import re
 from pathlib import Path
 from typing import Any
+
+from duck.game.actions import parse_display
 
 
 def load_trace(traces: str | Path, game: str, pass_: int) -> list[dict[str, Any]]:
@@ -22,15 +23,9 @@ def load_trace(traces: str | Path, game: str, pass_: int) -> list[dict[str, Any]
     return turns
 
 
-DISPLAY = {"UP": 1, "DOWN": 2, "LEFT": 3, "RIGHT": 4, "SPACE": 5, "RESET": 0, "UNDO": 7, "ACTION7": 7}
-
-
 def display_to_json(display: str) -> list[int]:
     """`MOUSE(row=R, col=C)` → [6, C, R]; `UP` → [1] (the record's action encoding)."""
-    m = re.fullmatch(r"MOUSE\(row=(-?\d+), col=(-?\d+)\)", display.strip())
-    if m:
-        return [6, min(63, max(0, int(m.group(2)))), min(63, max(0, int(m.group(1))))]
-    return [DISPLAY[display.strip().upper()]]
+    return parse_display(display).to_json()
 
 
 def recorded_actions(turns: list[dict[str, Any]], run: dict[str, Any] | None = None,
