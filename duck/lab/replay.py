@@ -30,7 +30,6 @@ import argparse
 import gzip
 import json
 import re
-import sys
 import time
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
