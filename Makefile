@@ -8,10 +8,16 @@ setup:
 demo: setup
 	.venv/bin/duck play --games tests/games --out runs/demo --overwrite
 
-# The test command (CI runs exactly this from a clean clone).
+# The test command (CI runs exactly this from a clean clone): the lint, then the suite.
 test:
 	bash scripts/setup.sh --test
+	.venv/bin/ruff check .
 	.venv/bin/python -m pytest -q
+
+# The lint alone (rules: pyproject.toml, [tool.ruff]).
+.PHONY: lint
+lint:
+	.venv/bin/ruff check .
 
 # The Kaggle notebook: notebook.ipynb is generated from notebook.py, its single source
 # (tests/test_notebook.py fails when the two disagree).

@@ -1,4 +1,5 @@
-"""The `duck` command. Each subsystem registers its own subcommands here."""
+"""The `duck` command: `duck play` and `duck score` here, every other subcommand registered by
+the module that implements it (`register(subparsers)`)."""
 
 from __future__ import annotations
 
@@ -7,21 +8,34 @@ import json
 import logging
 import sys
 
-from duck.config import POLICIES
+from duck.config import POLICIES, ConfigError, PlayConfig, load_config, with_values
+from duck.game.source import GameError
+from duck.lab import replay
+from duck.lab.ab import run as ab
+from duck.lab.report import build as report
+from duck.llm import serve
+from duck.play.scoring import write_score
+from duck.testing.rehearse import run as rehearse
+from duck.testing.stub import server as stub_server
+from scheduler import cli as simulate
+
+COMMAND_MODULES = (simulate, replay, report, ab, serve, stub_server, rehearse)
 
 
 def _play(args: argparse.Namespace) -> int:
-    from duck.config import load_config
+    # Here, not at the top: the policies bring the model client (openai, ~0.6 s to import),
+    # which no other command needs.
     from duck.llm.client import join_urls
     from duck.run import play_folder
     cfg = load_config(args.config, args.set)
+    # The flags replace the config's values; with a model URL and no --policy, the model plays.
+    values = {f"play.{k}": getattr(args, k) for k in ("seed", "max_actions", "workers")
+              if getattr(args, k) is not None}
     if args.model_url:
-        cfg.model.urls = join_urls(args.model_url)
-    # The flags override the config; with a model URL and no --policy, the model plays.
-    cfg.play.policy = args.policy or ("llm" if args.model_url else cfg.play.policy)
-    for key in ("seed", "max_actions", "workers"):
-        if getattr(args, key) is not None:
-            setattr(cfg.play, key, getattr(args, key))
+        values["model.urls"] = join_urls(args.model_url)
+    if args.policy or args.model_url:
+        values["play.policy"] = args.policy or "llm"
+    cfg = with_values(cfg, values)
     doc = play_folder(args.games or cfg.play.games_dir, args.out, cfg, games=args.only, overwrite=args.overwrite)
     summary = {"score": round(doc["score"], 4), "toolkit_score": doc.get("toolkit_score"),
                "games": {g: {"levels": v["levels"], "actions": v["actions"],
@@ -32,7 +46,6 @@ def _play(args: argparse.Namespace) -> int:
 
 
 def _score(args: argparse.Namespace) -> int:
-    from duck.play.scoring import write_score
     print(json.dumps(write_score(args.run_dir), indent=1))
     return 0
 
@@ -42,16 +55,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-v", "--verbose", action="store_true")
     sub = p.add_subparsers(dest="command", required=True)
 
+    d = PlayConfig()  # the defaults, for the help text only
     play = sub.add_parser("play", help="play every game of a folder and score the run")
-    play.add_argument("--games", default=None, help="environments folder (default: play.games_dir, "
-                      "environment_files; the bundled demo games are tests/games)")
+    play.add_argument("--games", default=None, help=f"environments folder (default: play.games_dir, "
+                      f"{d.games_dir}; the bundled demo games are tests/games)")
     play.add_argument("--policy", choices=POLICIES, default=None,
-                      help="default: llm when --model-url is given, else play.policy (explorer)")
+                      help=f"default: llm when --model-url is given, else play.policy ({d.policy})")
     play.add_argument("--model-url", default=None, help="OpenAI-compatible base URL(s) for --policy llm")
-    play.add_argument("--seed", type=int, default=None, help="default: play.seed (0)")
-    play.add_argument("--max-actions", type=int, default=None, help="per game; default: play.max_actions (1000)")
-    play.add_argument("--workers", type=int, default=None, help="games played in parallel processes "
-                      "(default: play.workers, 1)")
+    play.add_argument("--seed", type=int, default=None, help=f"default: play.seed ({d.seed})")
+    play.add_argument("--max-actions", type=int, default=None,
+                      help=f"per game, at least 1; default: play.max_actions ({d.max_actions})")
+    play.add_argument("--workers", type=int, default=None, help="games played in parallel processes, "
+                      f"at least 1 (default: play.workers, {d.workers})")
     play.add_argument("--config", nargs="*", default=[], help="config files (TOML/JSON), in order")
     play.add_argument("--set", nargs="*", default=[], metavar="A.B=VALUE", help="config overrides")
     play.add_argument("--only", nargs="*", default=None, help="game ids (or 4-letter prefixes) to play")
@@ -63,23 +78,9 @@ def build_parser() -> argparse.ArgumentParser:
     score.add_argument("run_dir")
     score.set_defaults(func=_score)
 
-    for module in _command_modules():
+    for module in COMMAND_MODULES:
         module.register(sub)
     return p
-
-
-def _command_modules() -> list:
-    """Subsystems that add their own subcommands (each has `register(subparsers)`)."""
-    import importlib
-    mods = []
-    for name in ("scheduler.cli", "duck.lab.replay", "duck.lab.report.build", "duck.lab.ab.run", "duck.llm.serve",
-                 "duck.testing.stub.server", "duck.testing.rehearse.run"):
-        try:
-            mods.append(importlib.import_module(name))
-        except ModuleNotFoundError as e:
-            if e.name != name:
-                raise
-    return mods
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -87,7 +88,11 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("arc_agi").setLevel(logging.WARNING if args.verbose else logging.ERROR)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except (ConfigError, GameError) as e:  # bad input: one line, not a traceback
+        print(f"duck {args.command}: error: {e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -1,9 +1,20 @@
 """The one config surface: a validated pydantic model, read from TOML/JSON files and
 `a.b=value` overrides (command line or `DUCK_` environment variables).
 
-Each subsystem owns one section; a field's comment says why it has its default.
-Experiments (experiments/*.toml) are config files that differ from the baseline in one
-field each, so an A/B compares exactly one change.
+Each subsystem owns one section; a field's comment says why it has its default, and the
+defaults here are the only ones (nothing else keeps a copy). Every section is strict: an
+unknown key or a value out of range is an error (`ConfigError`, one line), never silently
+ignored. Experiments (experiments/*.toml) are config files that differ from the baseline in
+one field each, so an A/B compares exactly one change.
+
+When games end (the only time knobs; everything else is derived from them):
+
+* `kaggle.budget_s` / `kaggle.interactive_budget_s`: the notebook's whole budget, from its
+  first cell, in a competition rerun / in any other run (a Save & Run All).
+* `kaggle.margin_s`: in both modes, the games' deadline is this long before the budget's
+  end; the scheduler's runner gets what is left until then as its budget, and the notebook
+  waits up to a third of the margin (`KaggleConfig.stop_grace_s`) for games to return.
+* In `duck simulate`, a scenario's budget and margin (scheduler/simulate.py) play those roles.
 """
 
 from __future__ import annotations
@@ -14,10 +25,16 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import (BaseModel, ConfigDict, Field, NonNegativeFloat, NonNegativeInt, PositiveFloat,
+                      PositiveInt, ValidationError, model_validator)
 
 
 PolicyName = Literal["random", "explorer", "llm"]  # what duck.policies.make_policy knows
+SchedulerName = Literal["fixed", "adaptive"]  # what scheduler.policy.make_policy knows
+
+
+class ConfigError(ValueError):
+    """A config that does not validate, said in one line (field, problem, value)."""
 
 
 class Section(BaseModel):
@@ -28,8 +45,8 @@ class PlayConfig(Section):
     games_dir: str = "environment_files"  # the public games, fetched (see the README)
     policy: PolicyName = "explorer"  # the non-LLM default: runs anywhere, no GPU
     seed: int = 0
-    max_actions: int = 1000  # per game; ~7x the Duck's mean of 137 actions per game
-    workers: int = 1  # parallel game processes (the engine is pure Python under the GIL)
+    max_actions: PositiveInt = 1000  # per game; ~7x the Duck's mean of 137 actions per game
+    workers: PositiveInt = 1  # parallel game processes (the engine is pure Python under the GIL)
 
 
 class ServeConfig(Section):
@@ -38,11 +55,11 @@ class ServeConfig(Section):
     model_path: str = "Qwen/Qwen3.6-27B-FP8"  # a local folder on Kaggle (no internet)
     executable: str = "vllm"  # a stand-in script in tests
     host: str = "127.0.0.1"
-    port: int = 8000
-    max_model_len: int = 40960  # a 32K prompt budget plus the output cap
-    gpu_memory_utilization: float = 0.90
-    max_num_seqs: int = 32  # concurrent games; KV share per game = cache / this
-    max_num_batched_tokens: int = 8192  # what the field found stable on the RTX Pro 6000
+    port: int = Field(8000, ge=1, le=65535)
+    max_model_len: PositiveInt = 40960  # a 32K prompt budget plus the output cap
+    gpu_memory_utilization: float = Field(0.90, gt=0, le=1)
+    max_num_seqs: PositiveInt = 32  # concurrent games; KV share per game = cache / this
+    max_num_batched_tokens: PositiveInt = 8192  # what the field found stable on the RTX Pro 6000
     kv_cache_dtype: str = "auto"  # "fp8" doubles the cache (an A/B question)
     cudagraph_mode: str = "PIECEWISE"  # piecewise CUDA graphs: stable where full graphs wedged
     # `--linear-backend` (CUTLASS FP8 GEMM) exists from vLLM 0.2x on; the pinned 0.19 refuses
@@ -55,9 +72,9 @@ class ServeConfig(Section):
     # checkout; the notebook sets the copy shipped in the wheel dataset (qwen3.6/).
     fallback_chat_template: str = ""
     flashinfer_sampler: bool = False  # the FlashInfer top-k kernel livelocked (vLLM #43885)
-    images_per_prompt: int = 64  # one frame per turn stays in the history
+    images_per_prompt: NonNegativeInt = 64  # one frame per turn stays in the history
     extra_args: list[str] = []
-    ready_timeout_s: float = 900.0  # the Duck's vLLM took ~6.5 min to become ready
+    ready_timeout_s: PositiveFloat = 900.0  # the Duck's vLLM took ~6.5 min to become ready
     log_path: str = "runs/vllm.log"
 
 
@@ -70,57 +87,101 @@ class ExplorerConfig(Section):
 class ModelConfig(Section):
     urls: list[str] = []  # OpenAI-compatible base URLs, one per vLLM server (GPU)
     name: str = "Qwen3.6-27B-FP8"
-    temperature: float = 0.6  # Qwen's recommended thinking-mode sampling
-    top_p: float = 0.95
-    top_k: int = 20
+    temperature: NonNegativeFloat = 0.6  # Qwen's recommended thinking-mode sampling
+    top_p: float = Field(0.95, gt=0, le=1)
+    top_k: int = Field(20, ge=-1)  # -1: off (vLLM)
     thinking: bool = True
     # Keep past turns' reasoning in the rendered prompt (Qwen3.6 template kwarg; 3.8 keeps
     # it by default): the prompt then only ever grows at its end, so the prefix cache hits,
     # at the price of a faster-filling context. None: the template's own default.
     preserve_thinking: bool | None = True
-    max_output_tokens: int = 4096  # the Duck had no cap; its calls averaged ~800 tokens
-    timeout_s: float = 180.0  # per request; what arrived by then is kept
-    stall_s: float = 60.0  # no byte for this long ends the request
-    retries: int = 3
-    backoff_s: float = 1.0  # first retry pause; doubles each time, jittered
+    max_output_tokens: PositiveInt = 4096  # the Duck had no cap; its calls averaged ~800 tokens
+    timeout_s: PositiveFloat = 180.0  # per request; what arrived by then is kept
+    stall_s: PositiveFloat = 60.0  # no byte for this long ends the request
+    retries: NonNegativeInt = 3
+    backoff_s: NonNegativeFloat = 1.0  # first retry pause; doubles each time, jittered
     serve: ServeConfig = ServeConfig()
 
 
 class KernelConfig(Section):
-    call_timeout_s: float = 30.0  # the Duck's limit; our calls are fast, so it rarely binds
-    output_chars: int = 4096  # head+tail kept of each call's output (the Duck's cap)
-    memory_mb: int = 2048  # address-space limit of the worker (numpy needs ~300 MB)
-    file_mb: int = 16  # largest file model code may write in its temp dir
-    open_files: int = 64
-    grace_s: float = 1.0  # after the soft interrupt, time to unwind before the process is killed
-    notes_dict_chars: int = 8000  # the kernel's `notes` dict, as JSON, is kept up to this size
+    call_timeout_s: PositiveFloat = 30.0  # the Duck's limit; our calls are fast, so it rarely binds
+    output_chars: PositiveInt = 4096  # head+tail kept of each call's output (the Duck's cap)
+    memory_mb: PositiveInt = 2048  # address-space limit of the worker (numpy needs ~300 MB)
+    file_mb: PositiveInt = 16  # largest file model code may write in its temp dir
+    open_files: PositiveInt = 64
+    grace_s: NonNegativeFloat = 1.0  # after the soft interrupt, time to unwind before the process is killed
+    notes_dict_chars: PositiveInt = 8000  # the kernel's `notes` dict, as JSON, is kept up to this size
 
 
 class AgentConfig(Section):
-    context_tokens: int = 32768  # prompt budget per game (see DESIGN §1c: KV cache share)
-    evict_to: float = 0.5  # near the budget, drop old turns until the prompt is this share
+    context_tokens: PositiveInt = 32768  # prompt budget per game (see DESIGN §1c: KV cache share)
+    evict_to: float = Field(0.5, gt=0, lt=1)  # near the budget, drop old turns until the prompt is this share
     # The Duck's rules, for the A/B baseline (experiments/baseline.toml): both false.
     keep_notes_on_game_over: bool = True
     carry_notes_across_levels: bool = True
     animation_summaries: bool = True
     action_counts_in_prompt: bool = True
     seeded_sampling: bool = True
-    image_scale: int = 4  # the frame as a 256x256 PNG (~64 image tokens on Qwen3.6)
-    note_section_chars: int = 900  # per notes section; longer text keeps its head and tail
-    nudge_after_calls: int = 6  # calls in a turn without an action before "act now"
-    max_calls_per_turn: int = 16  # then the turn ends and a fresh one starts
+    image_scale: PositiveInt = 4  # the frame as a 256x256 PNG (~64 image tokens on Qwen3.6)
+    note_section_chars: PositiveInt = 900  # per notes section; longer text keeps its head and tail
+    nudge_after_calls: PositiveInt = 6  # calls in a turn without an action before "act now"
+    max_calls_per_turn: PositiveInt = 16  # then the turn ends and a fresh one starts
     fallback: PolicyName | None = "explorer"  # policy that takes over when the model fails (duck.policies)
-    failures_before_fallback: int = 3  # consecutive failed requests (each already retried)
+    failures_before_fallback: PositiveInt = 3  # consecutive failed requests (each already retried)
+
+
+class FixedConfig(Section):
+    """scheduler.policy `fixed`: the Duck's equal split."""
+
+    # None: min(budget * slots / n, budget / waves). The even share alone overruns when the
+    # number of games is not a multiple of the slots (110 games in 28 slots run in 4 waves,
+    # and 4 * 9h*28/110 > 9h); per wave it is what the Duck did (132 min = 8.8 h / 4).
+    allot_s: PositiveFloat | None = None
+
+
+class AdaptiveConfig(Section):
+    """scheduler.policy `adaptive`: progress-aware (tuned on passes 0-9 of the Duck's curves,
+    scheduler.simulate). Its defaults are for the 9-hour run; a short rehearsal scales them."""
+
+    # A game this long without a level (or since its start / fresh start) is stalled; one
+    # with a level more recent than this is progressing. The within-game hazard of the next
+    # level peaks at 300-900 s and falls to a third past 1800 s (extend.py fit); 900 s also
+    # covers the median time to level 1 (568 s) with room.
+    stall_s: PositiveFloat = 900.0
+    # Fresh starts of the model context per game (stalled -> new context, same level): a
+    # stalled Duck run spliced with another run of the same game climbs back onto the early,
+    # higher hazard (level 1, stalled at 900 s: +0.08 points per game by 1800 s). In the
+    # simulator (passes 0-9, 100 seeds, vs fixed): neither this nor extend_progressing
+    # -0.008, this alone +0.043 (30min); both +0.050 (30min), +0.109 (kaggle); without
+    # it +0.048, +0.034. A second fresh start did not pay (more actions on level 1).
+    max_fresh: NonNegativeInt = 1
+    # ... only while the game has at most this many levels: a context that solved a level
+    # holds what it learned of the game's mechanics, and in the curves a fresh start after
+    # level 1 loses (-0.05 points per game by 1800 s).
+    fresh_max_levels: NonNegativeInt = 0
+    # Every game plays at least this long before it can be stopped for another one, and is
+    # kept this long when progressing games run past their share: one fair chance at
+    # level 1 (median 568 s).
+    min_play_s: PositiveFloat = 900.0
+    # A game past its equal share runs on while it progresses, paid from slack capacity;
+    # when there is none, stalled games that had their chance (a level, or their fresh
+    # starts) give up their unused share to pay for it. Time is only taken from a stalled
+    # game to give it to a progressing one: in the curves a game progressing at 1800 s
+    # gains ~0.8 points in the next 900 s, a stalled one ~0.02.
+    extend_progressing: bool = True
 
 
 class SchedulerConfig(Section):
-    policy: str = "adaptive"
-    budget_s: float = 9 * 3600 - 30 * 60  # Kaggle's 9 h less setup and a safety margin
-    slots: int = 28
+    """When games start and stop (scheduler/): the policy, its thresholds, the slots."""
+
+    policy: SchedulerName = "adaptive"
+    slots: PositiveInt = 28  # games played at once (vLLM's max_num_seqs leaves room for restarts)
+    fixed: FixedConfig = FixedConfig()
+    adaptive: AdaptiveConfig = AdaptiveConfig()
 
 
 class KaggleConfig(Section):
-    """The Kaggle notebook (duck/kaggle.py): where things are, how long the run may take."""
+    """The Kaggle notebook (duck/kaggle/run.py): where things are, how long the run may take."""
 
     input_dir: str = "/kaggle/input"  # attached competition data, datasets and models
     working_dir: str = "/kaggle/working"  # Kaggle keeps what is written here as the output
@@ -130,24 +191,34 @@ class KaggleConfig(Section):
     vllm_env_dir: str = "/tmp/vllm-env"  # vLLM's own venv: its numpy pin conflicts with ours
     gateway_url: str = "http://gateway:8001/"  # the rerun's gateway (DESIGN §1)
     api_key: str = "test-key-123"
-    gateway_wait_s: float = 600.0  # the official starter waits this long for /api/games
-    budget_s: float = 9 * 3600.0  # Kaggle's limit for the whole notebook, from its first cell
-    # The games end this long before budget_s: a stop lands between actions (one model
-    # request, up to model.timeout_s, plus a kernel call), then records, the scorecard and
-    # vLLM's teardown; about three times that worst case, for a day's submission.
-    margin_s: float = 900.0
-    stop_grace_s: float = 240.0  # after the stop, how long games get to return
-    interactive_budget_s: float = 2700.0  # a Save & Run All: install, vLLM, ~20 min of public games
-    interactive_games: int = 0  # 0: every public game; N: the first N (a quicker check)
+    gateway_wait_s: NonNegativeFloat = 600.0  # the official starter waits this long for /api/games
+    budget_s: PositiveFloat = 9 * 3600.0  # the rerun: Kaggle's limit for the whole notebook, from its first cell
+    interactive_budget_s: PositiveFloat = 2700.0  # any other run: install, vLLM, ~20 min of public games
+    # Both modes: the games' deadline is this long before the budget's end. A game stopped
+    # there returns after at most one model request (model.timeout_s) plus one kernel call;
+    # then records, the scorecard and vLLM's teardown. About three times that worst case, for
+    # a day's submission.
+    margin_s: NonNegativeFloat = 900.0
+    interactive_games: NonNegativeInt = 0  # 0: every public game; N: the first N (a quicker check)
     use_model: bool = True  # False: the explorer only (no GPU, or a safe submission)
-    # Thresholds of the scheduler policy (scheduler.policy), e.g. {"margin_s": 300}; its
-    # defaults are for the 9 h run, a short rehearsal scales them down.
-    scheduler_overrides: dict[str, float] = {}
-    health_interval_s: float = 30.0  # a 1-token chat this often tells a wedged server
-    health_timeout_s: float = 120.0  # under 28 streams a 1-token request still lands in time
-    health_failures: int = 2  # consecutive failed probes before the server counts as down
-    model_restarts: int = 1  # restarts of a dead server (each ~6.5 min on Kaggle)
-    restart_min_left_s: float = 3600.0  # no restart with less than this left to play
+    health_interval_s: PositiveFloat = 30.0  # a 1-token chat this often tells a wedged server
+    health_timeout_s: PositiveFloat = 120.0  # under 28 streams a 1-token request still lands in time
+    health_failures: PositiveInt = 2  # consecutive failed probes before the server counts as down
+    model_restarts: NonNegativeInt = 1  # restarts of a dead server (each ~6.5 min on Kaggle)
+    restart_min_left_s: NonNegativeFloat = 3600.0  # no restart with less than this left to play
+
+    @model_validator(mode="after")
+    def _margin_inside_budgets(self) -> "KaggleConfig":
+        if self.margin_s >= min(self.budget_s, self.interactive_budget_s):
+            raise ValueError(f"margin_s ({self.margin_s:g}) must be less than budget_s ({self.budget_s:g}) "
+                             f"and interactive_budget_s ({self.interactive_budget_s:g})")
+        return self
+
+    @property
+    def stop_grace_s(self) -> float:
+        """How long past the deadline the notebook waits for games to return (then gives up
+        on them): a third of the margin, one worst-case stop with room; the rest is teardown."""
+        return self.margin_s / 3
 
 
 class Config(Section):
@@ -167,7 +238,7 @@ def _set(doc: dict[str, Any], dotted: str, value: Any) -> None:
     doc[last] = value
 
 
-def _parse_value(text: str) -> Any:
+def parse_value(text: str) -> Any:
     """`3` → 3, `true` → True, `[1,2]` → [1, 2]; anything else stays a string."""
     try:
         return json.loads(text)
@@ -175,9 +246,24 @@ def _parse_value(text: str) -> Any:
         return text
 
 
+def one_line(error: ValidationError) -> str:
+    """pydantic's report as one line: `field: problem (got value)` for each problem."""
+    parts = []
+    for e in error.errors():
+        where = ".".join(str(x) for x in e["loc"]) or "config"
+        if e["type"] == "extra_forbidden":
+            parts.append(f"{where}: unknown field")
+        else:
+            got = f" (got {e['input']!r})" if e["type"] != "missing" and not isinstance(e["input"], dict) else ""
+            parts.append(f"{where}: {e['msg'].removeprefix('Value error, ')}{got}")
+    return "; ".join(parts)
+
+
 def load_config(files: list[str | Path] = (), overrides: list[str] = (),
                 env: dict[str, str] | None = None) -> Config:
-    """Files in order, then `DUCK_SECTION__FIELD` environment variables, then overrides."""
+    """Files in order, then `DUCK_SECTION__FIELD` environment variables (`__` between nested
+    names: `DUCK_SCHEDULER__ADAPTIVE__STALL_S`), then `a.b=value` overrides. Raises
+    ConfigError (one line) on an unknown key or a bad value."""
     doc: dict[str, Any] = {}
     for f in files:
         text = Path(f).read_text()
@@ -189,13 +275,30 @@ def load_config(files: list[str | Path] = (), overrides: list[str] = (),
                 doc[section] = values
     for key, value in (os.environ if env is None else env).items():
         if key.startswith("DUCK_") and "__" in key:
-            _set(doc, key[5:].lower().replace("__", "."), _parse_value(value))
+            _set(doc, key[5:].lower().replace("__", "."), parse_value(value))
     for item in overrides:
         if "=" not in item:
-            raise ValueError(f"override {item!r} is not of the form a.b=value")
+            raise ConfigError(f"override {item!r} is not of the form a.b=value")
         key, value = item.split("=", 1)
-        _set(doc, key.strip(), _parse_value(value))
-    return Config.model_validate(doc)
+        _set(doc, key.strip(), parse_value(value))
+    return _validate(doc)
+
+
+def with_values(cfg: Config, values: dict[str, Any]) -> Config:
+    """A copy of `cfg` with dotted fields replaced (`{"play.seed": 3}`), validated as
+    load_config validates (ConfigError)."""
+    doc = cfg.model_dump()
+    for key, value in values.items():
+        _set(doc, key, value)
+    return _validate(doc)
+
+
+def _validate(doc: dict[str, Any]) -> Config:
+    try:
+        return Config.model_validate(doc)
+    except ValidationError as e:
+        raise ConfigError(one_line(e)) from None
 
 
 POLICIES: tuple[str, ...] = get_args(PolicyName)
+SCHEDULERS: tuple[str, ...] = get_args(SchedulerName)

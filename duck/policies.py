@@ -46,26 +46,6 @@ def make_policy(name: str, seed: int = 0, *, config: Config | None = None, model
     raise ValueError(f"unknown policy {name!r}: {', '.join(POLICIES)}")
 
 
-class _Watched:
-    """A Session seen by the model-driven policy: the next action raises
-    PlayStopped(model_down) as soon as the server is marked down."""
-
-    def __init__(self, session: Any, health: ModelHealth) -> None:
-        self._session = session
-        self._health = health
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._session, name)
-
-    def stop_reason(self) -> str | None:
-        return MODEL_DOWN if self._health.down() else self._session.stop_reason()
-
-    def step(self, action: Any, info: dict[str, Any] | None = None) -> Any:
-        if self._health.down():
-            raise PlayStopped(MODEL_DOWN)
-        return self._session.step(action, info)
-
-
 class FallbackPolicy:
     """The model-driven policy while it works, the fallback (the explorer) from where the game
     stands as soon as it does not: the health flag is set (checked before every action), or the
@@ -80,7 +60,9 @@ class FallbackPolicy:
     def play(self, session: Any) -> None:
         if self.health is None or self.health.ok():
             try:
-                self.llm().play(session if self.health is None else _Watched(session, self.health))
+                # The next action after the server is marked down ends the model's play.
+                with session.stopping_when(self._model_down):
+                    self.llm().play(session)
                 return
             except PlayStopped as e:
                 if e.reason != MODEL_DOWN:
@@ -95,3 +77,6 @@ class FallbackPolicy:
             session.event("fallback", "no model server: the explorer plays")
         if session.stop_reason() is None:
             self.fallback().play(session)
+
+    def _model_down(self) -> str | None:
+        return MODEL_DOWN if self.health is not None and self.health.down() else None

@@ -12,7 +12,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from duck.config import Config, load_config
+from duck.config import Config, load_config, with_values
 from duck.game.source import GameSource
 from duck.play.scoring import write_score
 from duck.play.session import GameResult, play_game
@@ -32,28 +32,24 @@ def play_folder(games_dir: str | Path, out: str | Path, cfg: Config | None = Non
                 policy: str | None = None, seed: int | None = None, max_actions: int | None = None,
                 workers: int | None = None, options: dict[str, Any] | None = None,
                 games: list[str] | None = None, overwrite: bool = False) -> dict:
-    """Play each game of `games_dir` (or those of `games`: ids or 4-letter prefixes) once with
-    the config's `play` section (default: `load_config()`), whose fields the keyword arguments
-    override (`options`: the explorer's); returns (and writes) the score.json document."""
-    cfg = (cfg or load_config()).model_copy(deep=True)
-    for key, value in (("policy", policy), ("seed", seed), ("max_actions", max_actions), ("workers", workers)):
-        if value is not None:
-            setattr(cfg.play, key, value)
+    """Play each game of `games_dir` (or those `games` names: ids or 4-letter prefixes) once
+    with the config's `play` section (default: `load_config()`), whose fields the keyword
+    arguments replace (`options`: the explorer's); returns (and writes) the score.json document."""
+    values = {f"play.{k}": v for k, v in (("policy", policy), ("seed", seed), ("max_actions", max_actions),
+                                          ("workers", workers)) if v is not None}
     if options is not None:
-        cfg.explorer.options = dict(options)
+        values["explorer.options"] = dict(options)
+    cfg = with_values(cfg or load_config(), values)
     games_dir, out = Path(games_dir), Path(out)
     old = sorted((out / "records").glob("*.jsonl"))
     if old and not overwrite:
         raise SystemExit(f"{out} already holds records; choose another --out or pass --overwrite")
+    ids = GameSource.offline(games_dir).game_ids(games)
+    if not ids:
+        raise SystemExit(f"no games found under {games_dir}")
     for f in old:
         f.unlink()
     (out / "records").mkdir(parents=True, exist_ok=True)
-    ids = [g.game_id for g in GameSource.offline(games_dir).games()]
-    if games:
-        wanted = set(games)
-        ids = [g for g in ids if g in wanted or g.split("-")[0] in wanted]
-    if not ids:
-        raise SystemExit(f"no games found under {games_dir}")
     args = [(str(games_dir), g, cfg, str(out)) for g in ids]
     if cfg.play.workers > 1:
         with ProcessPoolExecutor(max_workers=cfg.play.workers) as pool:

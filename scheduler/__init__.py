@@ -7,5 +7,7 @@
 * `runner`   executes a policy over real game workers (asyncio + one thread per slot)
 * `clock`    the real clock and a virtual one for deterministic tests
 * `cli`      `duck simulate ...` (registered into the duck CLI)
-* `fakes`    synthetic runs and a scripted worker, for tests and trials
+
+Its thresholds are the config's `scheduler` section (duck/config.py); synthetic runs and a
+scripted worker for tests live in duck/testing/scheduler_fakes.py.
 """

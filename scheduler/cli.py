@@ -18,28 +18,23 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
+from duck.config import SCHEDULERS, SchedulerConfig, load_config
+
 from . import curves, extend
-from .policy import POLICIES, make_policy
-from .simulate import SCENARIOS, Scenario, evaluate, paired, summarize
+from .policy import make_policy
+from .simulate import SCENARIOS, evaluate, paired, summarize
 
 
-def _value(text: str):
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return text
-
-
-def _overrides(pairs: list[str]) -> dict:
-    out = {}
-    for kv in pairs or []:
-        key, sep, val = kv.partition("=")
-        if not sep:
-            raise SystemExit(f"--set wants key=value, got {kv!r}")
-        out[key.strip()] = _value(val)
-    return out
+def _section(pairs: list[str] | None) -> tuple[SchedulerConfig, dict]:
+    """The scheduler section with `--set` applied to its adaptive thresholds (validated like
+    any config override: an unknown name is an error), and the fields that were set."""
+    overrides = [f"scheduler.adaptive.{kv.strip()}" for kv in pairs or []]
+    section = load_config(overrides=overrides, env={}).scheduler
+    names = [kv.partition("=")[0].strip() for kv in pairs or []]
+    return section, {n: getattr(section.adaptive, n) for n in names}
 
 
 def simulate_command(args: argparse.Namespace) -> int:
@@ -48,17 +43,12 @@ def simulate_command(args: argparse.Namespace) -> int:
     agree, total, worst = curves.check_scores(runs)
     model = extend.fit(runs)
     sc = SCENARIOS[args.scenario]
-    if args.games or args.slots or args.budget:
-        sc = Scenario(
-            sc.name,
-            budget_s=args.budget or sc.budget_s,
-            slots=args.slots or sc.slots,
-            n_games=args.games or sc.n_games,
-            extend=sc.extend,
-        )
-    overrides = _overrides(args.set)
+    sc = replace(sc, budget_s=args.budget or sc.budget_s, slots=args.slots or sc.slots,
+                 n_games=args.games or sc.n_games,
+                 margin_s=sc.margin_s if args.margin is None else args.margin)
+    section, overrides = _section(args.set)
     names = ["fixed", "adaptive"] if args.compare else [args.policy]
-    policies = {n: make_policy(n, **(overrides if n == "adaptive" else {})) for n in names}
+    policies = {n: make_policy(n, section, margin_s=sc.margin_s if n == "adaptive" else 0.0) for n in names}
     seeds = range(args.seed0, args.seed0 + args.seeds)
     res = evaluate(runs, policies, sc, seeds, model)
     doc: dict = {
@@ -94,17 +84,19 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--baselines", default=None,
                    help="public-games.json or a games folder (default: environment_files/, "
                         "else ../shared/public-games.json)")
-    p.add_argument("--policy", choices=sorted(POLICIES), default="adaptive")
+    p.add_argument("--policy", choices=SCHEDULERS, default="adaptive")
     p.add_argument("--scenario", choices=sorted(SCENARIOS), default="30min")
     p.add_argument("--seeds", type=int, default=100, help="number of drawn sets")
     p.add_argument("--seed0", type=int, default=0, help="first seed")
     p.add_argument("--compare", action="store_true",
                    help="run fixed and adaptive on the same draws; report the paired difference")
     p.add_argument("--set", action="append", metavar="KEY=VALUE",
-                   help="override an adaptive config field (repeatable), e.g. stall_s=600")
+                   help="set a field of scheduler.adaptive (repeatable), e.g. stall_s=600")
     p.add_argument("--games", type=int, default=None, help="games per set (default 110)")
     p.add_argument("--slots", type=int, default=None, help="concurrent games (default 28)")
     p.add_argument("--budget", type=float, default=None, help="budget seconds (overrides scenario)")
+    p.add_argument("--margin", type=float, default=None,
+                   help="adaptive ends games this long before the deadline (default: the scenario's, 300)")
     p.add_argument("--show-fit", action="store_true", help="print the extension model's fit")
     p.set_defaults(func=simulate_command)
     return p

@@ -15,7 +15,13 @@ Two policies:
   `stall_s` gets a fresh start of its model context; a game still levelling at the end of
   its share runs on while the queue can still be served, paid if need be by games that
   stalled after their chance (a level, or their fresh start); everything ends `margin_s`
-  before the deadline. Tuned on passes 0-9 of the Duck's curves (scheduler.simulate).
+  before `budget_end`. Tuned on passes 0-9 of the Duck's curves (scheduler.simulate).
+
+The thresholds are the config's `scheduler.fixed` and `scheduler.adaptive` sections
+(duck/config.py: their defaults and why). The margin is not a threshold but a property of
+whoever knows the hard end: the simulator's scenario gives one (stops land up to a stop
+latency after they are sent); the notebook gives none, since the budget its runner gets
+already ends `kaggle.margin_s` before its own.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, Sequence
 
-from pydantic import BaseModel, Field
+from duck.config import AdaptiveConfig, FixedConfig, SchedulerConfig
 
 Status = Literal["queued", "running", "done"]
 
@@ -91,13 +97,6 @@ def _min_future(times, now: float) -> float | None:
     return min(future) if future else None
 
 
-class FixedConfig(BaseModel):
-    # None: min(budget * slots / n, budget / waves). The even share alone overruns when the
-    # number of games is not a multiple of the slots (110 games in 28 slots run in 4 waves,
-    # and 4 * 9h*28/110 > 9h); per wave it is what the Duck did (132 min = 8.8 h / 4).
-    allot_s: float | None = Field(default=None, gt=0)
-
-
 class FixedPolicy:
     """The Duck's equal split: same time per game, games start in order as slots free up."""
 
@@ -127,46 +126,17 @@ class FixedPolicy:
         return d
 
 
-class AdaptiveConfig(BaseModel):
-    # Everything ends this long before the deadline: a stop lands between actions, so a game
-    # can outlive its stop by one model request (120 s time-out) plus one kernel call (30 s);
-    # the rest closes records and the scorecard. About twice the worst case.
-    margin_s: float = Field(default=300.0, ge=0)
-    # A game this long without a level (or since its start / fresh start) is stalled; one
-    # with a level more recent than this is progressing. The within-game hazard of the next
-    # level peaks at 300-900 s and falls to a third past 1800 s (extend.py fit); 900 s also
-    # covers the median time to level 1 (568 s) with room.
-    stall_s: float = Field(default=900.0, gt=0)
-    # Fresh starts of the model context per game (stalled -> new context, same level): a
-    # stalled Duck run spliced with another run of the same game climbs back onto the early,
-    # higher hazard (level 1, stalled at 900 s: +0.08 points per game by 1800 s). In the
-    # simulator (passes 0-9, 100 seeds, vs fixed): neither this nor extend_progressing
-    # -0.008, this alone +0.043 (30min); both +0.050 (30min), +0.109 (kaggle); without
-    # it +0.048, +0.034. A second fresh start did not pay (more actions on level 1).
-    max_fresh: int = Field(default=1, ge=0)
-    # ... only while the game has at most this many levels: a context that solved a level
-    # holds what it learned of the game's mechanics, and in the curves a fresh start after
-    # level 1 loses (-0.05 points per game by 1800 s).
-    fresh_max_levels: int = Field(default=0, ge=0)
-    # Every game plays at least this long before it can be stopped for another one, and is
-    # kept this long when progressing games run past their share: one fair chance at
-    # level 1 (median 568 s).
-    min_play_s: float = Field(default=900.0, gt=0)
-    # A game past its equal share runs on while it progresses, paid from slack capacity;
-    # when there is none, stalled games that had their chance (a level, or their fresh
-    # starts) give up their unused share to pay for it. Time is only taken from a stalled
-    # game to give it to a progressing one: in the curves a game progressing at 1800 s
-    # gains ~0.8 points in the next 900 s, a stalled one ~0.02.
-    extend_progressing: bool = True
-
-
 class AdaptivePolicy:
     """Progress-aware: fresh-start stalled games, move time from stalled to progressing ones."""
 
     name = "adaptive"
 
-    def __init__(self, config: AdaptiveConfig | None = None):
+    def __init__(self, config: AdaptiveConfig | None = None, margin_s: float = 0.0):
+        if margin_s < 0:
+            raise ValueError(f"margin_s must be >= 0, got {margin_s}")
         self.config = config or AdaptiveConfig()
+        # Everything ends this long before budget_end (see the module docstring).
+        self.margin_s = margin_s
 
     def share(self, end_by: float, slots: int, n_games: int) -> float:
         """Equal share of the usable budget, as `fixed` computes it (waves included)."""
@@ -174,7 +144,7 @@ class AdaptivePolicy:
 
     def decide(self, now, budget_end, slots, games):
         c = self.config
-        end_by = budget_end - c.margin_s
+        end_by = budget_end - self.margin_s
         share = self.share(end_by, slots, len(games))
         queued, running = _split(games)
         d = Decision()
@@ -274,13 +244,14 @@ class AdaptivePolicy:
         return d
 
 
-POLICIES = {"fixed": (FixedPolicy, FixedConfig), "adaptive": (AdaptivePolicy, AdaptiveConfig)}
-
-
-def make_policy(name: str, **overrides) -> Policy:
-    """A policy by name, its config built from defaults plus `overrides` (validated)."""
-    try:
-        cls, cfg = POLICIES[name]
-    except KeyError:
-        raise ValueError(f"unknown policy {name!r}; known: {sorted(POLICIES)}") from None
-    return cls(cfg(**overrides))
+def make_policy(name: str, config: SchedulerConfig | None = None, *, margin_s: float = 0.0) -> Policy:
+    """A policy by name with its section of `config` (the config's `scheduler`; default: the
+    defaults). `margin_s` is the adaptive policy's; `fixed`, the Duck's split, has none."""
+    config = config or SchedulerConfig()
+    if name == "fixed":
+        if margin_s:
+            raise ValueError("the fixed policy (the Duck's split) has no margin")
+        return FixedPolicy(config.fixed)
+    if name == "adaptive":
+        return AdaptivePolicy(config.adaptive, margin_s)
+    raise ValueError(f"unknown policy {name!r}; known: fixed, adaptive")

@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import inspect
 import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
+
+from duck.play.session import play_game
 
 from .clock import RealClock
 from .policy import GameState, Policy
@@ -75,25 +76,12 @@ class ScheduleResult:
         return {"budget_s": self.budget_s, "last_end": self.last_end, "games": rows}
 
 
-def _default_worker() -> Callable:
-    from duck.play.session import play_game  # lazily: the scheduler must import without duck
-
-    return play_game
-
-
-def _accepts(fn: Callable, name: str) -> bool:
-    try:
-        params = inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return False
-    return name in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
-
-
 class Runner:
     """Runs `game_ids` under `policy` within `budget_s` seconds, `slots` at a time.
 
     `play_policy(game_id)` builds the per-game playing policy (random, explorer, llm) that
-    is handed to the worker; `worker` has the signature of duck.play.play_game.
+    is handed to the worker; `worker` has the signature of duck.play.session.play_game
+    (the default), `fresh` included.
     """
 
     def __init__(
@@ -113,13 +101,11 @@ class Runner:
         self.policy, self.slots, self.budget_s = policy, slots, budget_s
         self.source, self.play_policy, self.max_actions = source, play_policy, max_actions
         self.records_dir = Path(records_dir)
-        self.worker = worker or _default_worker()
+        self.worker = worker or play_game
         self.clock = clock or RealClock()
         # Look again at least this often: a worker's progress wakes the runner, but a stall
         # threshold passing in silence does not (policies give wake_at; this is a backstop).
         self.max_poll_s = max_poll_s
-        self._fresh_ok = _accepts(self.worker, "fresh")
-        self._fresh_warned: set[str] = set()
 
     async def run(self, game_ids: Sequence[str]) -> ScheduleResult:
         loop = asyncio.get_running_loop()
@@ -158,9 +144,8 @@ class Runner:
                 stop=g.stop,
                 deadline=clock.to_monotonic(t0 + deadline),
                 on_progress=progress_cb(gid),
+                fresh=g.fresh,
             )
-            if self._fresh_ok:
-                kwargs["fresh"] = g.fresh
             pol = self.play_policy(gid) if self.play_policy else None
             call = functools.partial(self.worker, self.source, gid, pol, **kwargs)
             clock.attach()
@@ -220,15 +205,9 @@ class Runner:
             g = runs[gid]
             if g.state.status != "running" or g.state.stop_requested:
                 continue
-            if self._fresh_ok:
-                g.fresh.set()  # the worker clears it when its new context is in place
-                g.state.fresh_starts += 1
-                g.state.last_fresh_at = now
-            elif gid not in self._fresh_warned:
-                # Not counted: the game did not get its second chance, so the policy must not
-                # treat it as spent (it would yield a level-1 game at its first stall).
-                self._fresh_warned.add(gid)
-                log.info("%s: fresh start asked but the worker has no `fresh` hook", gid)
+            g.fresh.set()  # the worker clears it when its new context is in place
+            g.state.fresh_starts += 1
+            g.state.last_fresh_at = now
 
 
 def run_schedule(policy: Policy, game_ids: Sequence[str], **kwargs) -> ScheduleResult:

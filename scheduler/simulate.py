@@ -55,6 +55,11 @@ class Scenario:
     slots: int = 28
     n_games: int = 110
     extend: bool = False  # extend curves past their recorded end with the hazard model
+    # The adaptive policy ends every game this long before the deadline, so that its stops
+    # (freed up to MAX_STOP_LATENCY_S later) land before it: about twice the worst case. The
+    # simulator's counterpart of the notebook's kaggle.margin_s (there is no teardown here).
+    # `fixed` replays the Duck's split, which had no margin (and overruns by a stop latency).
+    margin_s: float = 300.0
 
 
 SCENARIOS = {

@@ -185,15 +185,10 @@ def test_a_cut_reply_is_kept_and_corrected(tmp_path):
 
 @pytest.fixture(autouse=True)
 def _short_model_timeout(monkeypatch):
-    """The cut test needs a short request limit; the others do not care."""
-    import duck.agent.loop as agent
-    orig = agent.ModelClient.__init__
-
-    def init(self, *a, **kw):
-        kw["timeout_s"] = min(kw.get("timeout_s", 180.0), 1.0)
-        kw["stall_s"] = min(kw.get("stall_s", 60.0), 1.0)
-        orig(self, *a, **kw)
-    monkeypatch.setattr(agent.ModelClient, "__init__", init)
+    """The cut test needs a short request limit (model.timeout_s, model.stall_s, read by
+    load_config from the environment); the others do not care."""
+    monkeypatch.setenv("DUCK_MODEL__TIMEOUT_S", "1.0")
+    monkeypatch.setenv("DUCK_MODEL__STALL_S", "1.0")
 
 
 def test_second_call_of_a_reply_is_skipped_after_an_action(tmp_path):

@@ -1,11 +1,14 @@
-"""The one config surface: files, environment variables and overrides, validated."""
+"""The one config surface: files, environment variables and overrides, validated strictly."""
 
 from __future__ import annotations
 
-import pydantic
 import pytest
 
-from duck.config import Config, load_config
+from duck.cli import main
+from duck.config import Config, ConfigError, load_config, with_values
+from scheduler.policy import make_policy
+
+from conftest import BUNDLED
 
 
 def test_defaults_are_valid():
@@ -25,12 +28,66 @@ def test_files_then_env_then_overrides(tmp_path):
     assert cfg.agent.keep_notes_on_game_over is False
 
 
-@pytest.mark.parametrize("override", ["play.nope=1", "nosection.x=1", "play.max_actions=lots"])
-def test_a_wrong_key_or_value_is_a_clear_error(override):
-    with pytest.raises(pydantic.ValidationError):
+@pytest.mark.parametrize("override, says", [
+    ("play.nope=1", "play.nope: unknown field"),
+    ("nosection.x=1", "nosection: unknown field"),
+    ("play.max_actions=lots", "play.max_actions: Input should be a valid integer"),
+    ("play.workers=0", "play.workers: Input should be greater than 0 (got 0)"),
+    ("play.max_actions=-5", "play.max_actions: Input should be greater than 0 (got -5)"),
+    ("kaggle.budget_s=-1", "kaggle.budget_s: Input should be greater than 0 (got -1)"),
+    ("kaggle.margin_s=3000", "margin_s (3000) must be less than budget_s"),
+    ("scheduler.slots=0", "scheduler.slots"),
+    ("scheduler.policy=equal", "scheduler.policy: Input should be 'fixed' or 'adaptive'"),
+    ("scheduler.adaptive.stal_s=5", "scheduler.adaptive.stal_s: unknown field"),
+    ("scheduler.adaptive.stall_s=-1", "scheduler.adaptive.stall_s: Input should be greater than 0"),
+    ("kaggle.stop_grace_s=4", "kaggle.stop_grace_s: unknown field"),  # derived from the margin now
+])
+def test_a_wrong_key_or_value_is_a_one_line_error(override, says):
+    with pytest.raises(ConfigError) as e:
         load_config(overrides=[override], env={})
+    assert says in str(e.value) and "\n" not in str(e.value)
 
 
 def test_an_override_without_equals_is_refused():
-    with pytest.raises(ValueError, match="a.b=value"):
+    with pytest.raises(ConfigError, match="a.b=value"):
         load_config(overrides=["play.seed"], env={})
+
+
+def test_scheduler_thresholds_are_a_typed_section_settable_from_the_environment():
+    cfg = load_config(env={"DUCK_SCHEDULER__ADAPTIVE__STALL_S": "225", "DUCK_SCHEDULER__POLICY": "fixed",
+                           "DUCK_SCHEDULER__FIXED__ALLOT_S": "600"})
+    assert cfg.scheduler.adaptive.stall_s == 225.0 and cfg.scheduler.adaptive.min_play_s == 900.0
+    policy = make_policy(cfg.scheduler.policy, cfg.scheduler)
+    assert policy.name == "fixed" and policy.allotment(7200, 28, 110) == 600
+    assert make_policy("adaptive", cfg.scheduler).config.stall_s == 225.0
+
+
+def test_one_margin_and_a_grace_derived_from_it():
+    k = load_config(env={"DUCK_KAGGLE__MARGIN_S": "90"}).kaggle
+    assert k.stop_grace_s == 30.0
+    assert not {"stop_grace_s", "scheduler_overrides"} & set(type(k).model_fields)
+    assert "budget_s" not in type(load_config(env={}).scheduler).model_fields  # the kaggle budget rules
+
+
+def test_with_values_validates_like_load_config():
+    cfg = load_config(env={})
+    assert with_values(cfg, {"play.seed": 5, "model.urls": ["http://a"]}).play.seed == 5
+    assert cfg.play.seed == 0  # a copy
+    with pytest.raises(ConfigError, match="play.max_actions"):
+        with_values(cfg, {"play.max_actions": 0})
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--max-actions", "0"], "play.max_actions: Input should be greater than 0 (got 0)"),
+    (["--max-actions", "-3"], "play.max_actions: Input should be greater than 0 (got -3)"),
+    (["--workers", "0"], "play.workers: Input should be greater than 0 (got 0)"),
+    (["--set", "kaggle.budget_s=-60"], "kaggle.budget_s: Input should be greater than 0"),
+    (["--only", "zz99"], "no game named zz99"),
+])
+def test_duck_play_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys, args, says):
+    out = tmp_path / "run"
+    assert main(["play", "--games", str(BUNDLED), "--out", str(out), *args]) == 2
+    printed = capsys.readouterr()
+    assert printed.out == "" and printed.err.startswith("duck play: error: ")
+    assert printed.err.strip().count("\n") == 0 and says in printed.err, printed.err
+    assert not out.exists()

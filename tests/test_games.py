@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from duck.game.actions import RESET, Action
-from duck.game.source import GameError, GameSource
+from duck.game.source import GameError, GameSource, matches
 from duck.game.gateway import LocalGateway
 from tests.conftest import solutions
 
@@ -36,6 +36,27 @@ def test_observation_keeps_every_animation_frame(bundled):
     obs = game.step(first)
     assert len(obs.frames) > 1 and obs.grid.shape == (64, 64)
     assert game.actions == 1 and game.level_actions == 1
+
+
+def test_games_named_by_id_or_prefix_and_an_unknown_name_is_an_error(bundled):
+    src = GameSource.offline(bundled)
+    assert src.game_ids() == ["zb01-00000001", "zc01-00000001", "zs01-00000001"]
+    assert src.game_ids(["zs01", "zb01-00000001"]) == ["zb01-00000001", "zs01-00000001"]
+    assert matches("ls20-0c556536", ["ls20"]) and not matches("ls20-0c556536", ["ls2", "ls20-0"])
+    with pytest.raises(GameError, match="no game named zq01, zb01-1"):
+        src.game_ids(["zs01", "zq01", "zb01-1"])
+
+
+def test_many_threads_make_games_of_one_source(bundled):
+    """The runner's and the pool's threads share one source: make() is one at a time inside."""
+    from concurrent.futures import ThreadPoolExecutor
+    src = GameSource.offline(bundled)
+    ids = src.game_ids() * 3
+    with ThreadPoolExecutor(max_workers=len(ids)) as pool:
+        games = list(pool.map(src.make, ids))
+    assert [g.game_id for g in games] == ids
+    assert all(g.obs is not None and g.step(Action(1)).frames for g in games if 1 in g.obs.available_actions)
+    assert src.close() is not None
 
 
 def test_reset_guard_and_nothing_sent_after_game_over(bundled):

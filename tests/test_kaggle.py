@@ -4,6 +4,7 @@ policy, and whole notebook runs in-process (interactive, and degraded paths)."""
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -34,12 +35,12 @@ def test_mode_from_the_rerun_variable():
 
 def test_config_section_from_environment():
     cfg = load_config(env={"DUCK_KAGGLE__BUDGET_S": "120", "DUCK_KAGGLE__GATEWAY_URL": "http://x:1/",
-                           "DUCK_KAGGLE__SCHEDULER_OVERRIDES": '{"margin_s": 2}'})
+                           "DUCK_KAGGLE__MARGIN_S": "30", "DUCK_SCHEDULER__ADAPTIVE__STALL_S": "40"})
     assert cfg.kaggle.budget_s == 120.0 and cfg.kaggle.gateway_url == "http://x:1/"
-    assert cfg.kaggle.scheduler_overrides == {"margin_s": 2}
+    assert cfg.kaggle.margin_s == 30 and cfg.kaggle.stop_grace_s == 10 and cfg.scheduler.adaptive.stall_s == 40
     d = load_config(env={}).kaggle
     assert (d.working_dir, d.gateway_url, d.api_key) == ("/kaggle/working", "http://gateway:8001/", "test-key-123")
-    assert d.budget_s == 9 * 3600 and 0 < d.margin_s < d.budget_s
+    assert d.budget_s == 9 * 3600 and 0 < d.margin_s < d.interactive_budget_s < d.budget_s
 
 
 def _kaggle_inputs(root: Path) -> dict[str, Path]:
@@ -188,24 +189,25 @@ def test_model_health_flag(tmp_path):
 # ---------------------------------------------------------------------------------------
 # Whole runs in-process: an interactive run on the bundled games, no model
 
-def _interactive(tmp_path, monkeypatch, **extra) -> KaggleRun:
+def _interactive(tmp_path, monkeypatch, run_class=KaggleRun, **extra) -> KaggleRun:
     inp = tmp_path / "input"
     comp = inp / "competitions" / COMPETITION
     import shutil
     shutil.copytree(BUNDLED, comp / "environment_files")
     env = {"DUCK_KAGGLE__INPUT_DIR": str(inp), "DUCK_KAGGLE__WORKING_DIR": str(tmp_path / "working"),
-           "DUCK_KAGGLE__BUDGET_S": "60", "DUCK_KAGGLE__MARGIN_S": "10", "DUCK_KAGGLE__STOP_GRACE_S": "3",
-           "DUCK_KAGGLE__SCHEDULER_OVERRIDES": '{"margin_s": 1, "stall_s": 15, "min_play_s": 15}',
+           "DUCK_KAGGLE__INTERACTIVE_BUDGET_S": "60", "DUCK_KAGGLE__MARGIN_S": "10",
+           "DUCK_SCHEDULER__ADAPTIVE__STALL_S": "15", "DUCK_SCHEDULER__ADAPTIVE__MIN_PLAY_S": "15",
            "DUCK_PLAY__MAX_ACTIONS": "60", "DUCK_SCHEDULER__SLOTS": "3", **extra}
-    for k in list(__import__("os").environ):
+    for k in list(os.environ):
         if k.startswith("DUCK_") or k == "KAGGLE_IS_COMPETITION_RERUN":
             monkeypatch.delenv(k)
-    return KaggleRun(env=env)
+    return run_class(env=env)
 
 
 def test_interactive_run_plays_the_public_games_and_leaves_a_placeholder(tmp_path, monkeypatch):
     run = _interactive(tmp_path, monkeypatch)
     assert run.summary.mode == "interactive" and run.model_dir is None
+    assert run.budget_s == 60 and run.deadline == run.t0 + 50  # the interactive budget, less the margin
     assert run.prepare_model() is False  # no weights attached: the explorer plays
     assert run.open_games() == ["zb01-00000001", "zc01-00000001", "zs01-00000001"]
     try:
@@ -224,21 +226,30 @@ def test_interactive_run_plays_the_public_games_and_leaves_a_placeholder(tmp_pat
     assert summary["ended_at"] - summary["started_at"] < 60
 
 
+class _PolicyBugOnce(KaggleRun):
+    """A bug in one component: making the first game's policy raises (in the scheduler's
+    runner, which makes it as it starts the game, so the runner dies)."""
+
+    calls = 0
+
+    def policy_for(self, game_id):
+        type(self).calls += 1
+        if type(self).calls == 1:
+            raise RuntimeError("policy bug")
+        return super().policy_for(game_id)
+
+
 def test_a_failing_runner_leaves_no_game_unplayed(tmp_path, monkeypatch):
-    run = _interactive(tmp_path, monkeypatch)
+    run = _interactive(tmp_path, monkeypatch, run_class=_PolicyBugOnce)
     run.prepare_model()
     run.open_games()
-
-    def broken():
-        raise RuntimeError("runner bug")
-    monkeypatch.setattr(run, "_run_scheduler", broken)
     try:
         run.play()
     finally:
         run.finish()
     summary = json.loads((tmp_path / "working" / "duck" / "summary.json").read_text())
-    assert any("runner bug" in e for e in summary["errors"])
-    assert "pool" in summary["runner"] and summary["scorecard"]["closed"] is True
+    assert any("policy bug" in e for e in summary["errors"])
+    assert "pool for 3" in summary["runner"] and summary["scorecard"]["closed"] is True
     assert all(summary["results"][g]["actions"] > 0 for g in run.game_ids)
 
 

@@ -11,7 +11,7 @@
     sandbox | explorer | llm              the kernel; the non-LLM policy; the model client and server
     play                                  any policy under a budget; records; scores
     game                                  game access and perception (the only importer of arc_agi)
-    config, paths                         the one config surface
+    config, paths, seeds                  the one config surface; stable seeds from names
 
 A module may import from lower layers and from its own package, never upwards or sideways
 (sandbox, explorer and llm do not import each other). Lazy imports inside functions count too.
@@ -26,7 +26,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 LAYERS = {
-    "duck.config": 0, "duck.paths": 0,
+    "duck.config": 0, "duck.paths": 0, "duck.seeds": 0,
     "duck.game": 1,
     "duck.play": 2,
     "duck.sandbox": 3, "duck.explorer": 3, "duck.llm": 3,

@@ -1,10 +1,11 @@
-"""notebook.py is the single source of notebook.ipynb; the notebook stays thin."""
+"""notebook.py is the single source of notebook.ipynb (its run end to end: tests/test_rehearse.py)."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
-import re
+import subprocess
+import sys
 
 import pytest
 
@@ -18,8 +19,21 @@ def test_notebook_ipynb_is_generated_from_notebook_py():
         "notebook.ipynb is out of date: run `make notebook`"
 
 
-def test_generation_is_byte_stable():
-    assert notebook_json(ROOT / "notebook.py") == notebook_json(ROOT / "notebook.py")
+def test_make_notebook_check_tells_a_stale_notebook(tmp_path):
+    """`python -m duck.kaggle.notebook --check` (a fresh process: jupytext's random cell ids
+    would differ) agrees with what it wrote, and fails once the script changes."""
+    script, out = tmp_path / "nb.py", tmp_path / "nb.ipynb"
+    script.write_text((ROOT / "notebook.py").read_text())
+
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "duck.kaggle.notebook", "--script", str(script),
+                               "--out", str(out), *args], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+
+    assert cli().returncode == 0 and out.read_text() == notebook_json(script)
+    assert cli("--check").returncode == 0
+    script.write_text(script.read_text() + "\n# %%\nprint('one more cell')\n")
+    stale = cli("--check")
+    assert stale.returncode == 1 and "OUT OF DATE" in stale.stdout
 
 
 def test_notebook_is_a_kaggle_notebook():
@@ -29,16 +43,6 @@ def test_notebook_is_a_kaggle_notebook():
     assert meta["kaggle"]["isInternetEnabled"] is False and meta["kaggle"]["isGpuEnabled"] is True
     code = [c for c in nb["cells"] if c["cell_type"] == "code"]
     assert all(not c["outputs"] and c["execution_count"] is None for c in code)
-
-
-def test_notebook_stays_thin_and_closes_in_a_finally():
-    src = (ROOT / "notebook.py").read_text()
-    cells = [c for c in re.split(r"^# %%.*$", src, flags=re.M)[1:]]
-    code_lines = [ln for ln in src.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
-    assert len(code_lines) <= 45, "keep notebook.py thin: the work belongs in duck/kaggle.py"
-    assert "from duck.kaggle.run import KaggleRun" in src
-    assert re.search(r"try:\n\s+run\.play\(\)\nfinally:\n\s+run\.finish\(\)", src)
-    assert len(cells) >= 5
 
 
 def test_importing_notebook_py_does_not_start_a_run():

@@ -7,7 +7,8 @@ import math
 import pytest
 from pydantic import ValidationError
 
-from scheduler.policy import AdaptiveConfig, AdaptivePolicy, FixedPolicy, GameState, make_policy
+from duck.config import AdaptiveConfig, SchedulerConfig
+from scheduler.policy import AdaptivePolicy, FixedPolicy, GameState, make_policy
 
 
 def running(gid, started, levels=0, last_level=None, fresh=0, last_fresh=None):
@@ -37,9 +38,15 @@ def test_fixed_starts_in_order_up_to_free_slots_and_stops_at_allotment():
 def test_adaptive_thresholds_are_validated_config():
     with pytest.raises(ValidationError):
         AdaptiveConfig(stall_s=-1)
-    assert make_policy("adaptive", stall_s=600).config.stall_s == 600
+    with pytest.raises(ValidationError, match="stal_s"):
+        AdaptiveConfig(stal_s=5)  # a typo is an error, not the defaults
+    assert make_policy("adaptive", SchedulerConfig(adaptive=AdaptiveConfig(stall_s=600))).config.stall_s == 600
+    with pytest.raises(TypeError):
+        make_policy("adaptive", stal_s=5)
     with pytest.raises(ValueError):
         make_policy("nope")
+    with pytest.raises(ValueError, match="no margin"):
+        make_policy("fixed", margin_s=300)
 
 
 def _play_out(policy, n_games, slots, budget, levels_at=None, step=10.0):
@@ -72,7 +79,7 @@ def _play_out(policy, n_games, slots, budget, levels_at=None, step=10.0):
 
 
 def test_adaptive_starts_every_game_and_respects_the_margin():
-    pol = AdaptivePolicy(AdaptiveConfig(margin_s=300))
+    pol = AdaptivePolicy(margin_s=300)
     games, ended, deadlines = _play_out(pol, n_games=23, slots=4, budget=7200)
     assert all(g.started_at is not None for g in games), "an unplayed game scores 0"
     assert all(dl <= 7200 - 300 for dl in deadlines.values())
@@ -80,20 +87,20 @@ def test_adaptive_starts_every_game_and_respects_the_margin():
 
 
 def test_adaptive_never_starts_a_game_after_its_cutoff():
-    pol = AdaptivePolicy(AdaptiveConfig(margin_s=300))
+    pol = AdaptivePolicy(margin_s=300)
     d = pol.decide(6950.0, 7200.0, 2, [GameState("a"), GameState("b")])
     assert d.start == []
 
 
 def test_stalled_first_level_gets_a_fresh_start_not_a_stop():
-    pol = AdaptivePolicy()
+    pol = AdaptivePolicy(margin_s=300)
     games = [running("a", 0.0), GameState("q")]
     d = pol.decide(950.0, 7200.0, 1, games)  # stalled 950 s, queue waiting
     assert d.fresh == ["a"] and d.stop == []
 
 
 def test_stalled_game_yields_its_time_to_a_progressing_one():
-    pol = AdaptivePolicy()
+    pol = AdaptivePolicy(margin_s=300)
     # 14 games on 2 slots, 7200 s: share 986 s; the 12 queued need 6 x 900 s per slot.
     hot = running("hot", 0.0, levels=2, last_level=990.0)  # past its share, still levelling
     cold = running("cold", 50.0, levels=1, last_level=90.0)  # stalled 910 s, had a level
@@ -107,7 +114,7 @@ def test_stalled_game_yields_its_time_to_a_progressing_one():
 
 
 def test_stalled_first_level_after_its_fresh_start_counts_as_spent():
-    pol = AdaptivePolicy()
+    pol = AdaptivePolicy(margin_s=300)
     hot = running("hot", 0.0, levels=2, last_level=990.0)
     b = running("b", 50.0, fresh=1, last_fresh=90.0)  # stalled again 910 s after its fresh start
     queue = [GameState(f"q{i}") for i in range(12)]
@@ -119,7 +126,7 @@ def test_stalled_first_level_after_its_fresh_start_counts_as_spent():
 
 
 def test_progressing_game_runs_past_its_share_while_slack_remains():
-    pol = AdaptivePolicy()
+    pol = AdaptivePolicy(margin_s=300)
     # 3 games on 2 slots: 2 waves, so the second slot's second wave is slack.
     share = FixedPolicy().allotment(7200 - 300, 2, 3)
     hot = running("hot", 0.0, levels=2, last_level=share - 100)
@@ -141,7 +148,7 @@ def test_wake_at_is_the_next_threshold():
 
 
 def test_queue_is_served_even_when_every_running_game_progresses():
-    pol = AdaptivePolicy(AdaptiveConfig(margin_s=300, min_play_s=900))
+    pol = AdaptivePolicy(AdaptiveConfig(min_play_s=900), margin_s=300)
     # Every game levels every 200 s forever: all are "progressing" past their share.
     levels_at = {f"g{i}": [200.0 * k for k in range(1, 100)] for i in range(9)}
     games, ended, deadlines = _play_out(pol, n_games=9, slots=4, budget=7200, levels_at=levels_at)

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.clock import VirtualClock
+from duck.config import AdaptiveConfig
 from duck.testing.scheduler_fakes import ScriptedWorker
-from scheduler.policy import AdaptiveConfig, AdaptivePolicy, FixedPolicy
+from scheduler.clock import VirtualClock
+from scheduler.policy import AdaptivePolicy, FixedPolicy
 from scheduler.runner import run_schedule
 
 BUNDLED = Path(__file__).resolve().parent / "games"
@@ -42,7 +43,7 @@ def test_adaptive_fresh_starts_a_stalled_game_then_stops_it_at_its_share(tmp_pat
     clock = VirtualClock()
     # "stuck" never levels; "next" waits in the queue. share = (4000 - 300) / 2 = 1850 s.
     worker = ScriptedWorker(clock, {"stuck": [10**6], "next": [300]}, step_s=10)
-    pol = AdaptivePolicy(AdaptiveConfig(margin_s=300, stall_s=900, min_play_s=900))
+    pol = AdaptivePolicy(AdaptiveConfig(stall_s=900, min_play_s=900), margin_s=300)
     res = run_schedule(pol, ["stuck", "next"], slots=1, budget_s=4000, worker=worker, clock=clock,
                        records_dir=tmp_path)
     fresh, starts, ends = _events(worker, "fresh"), _events(worker, "start"), _events(worker, "end")
@@ -59,7 +60,7 @@ def test_every_game_is_started_and_no_deadline_is_passed(tmp_path):
     clock = VirtualClock()
     plans = {f"g{i}": [150.0 * (i % 4 + 1)] * (i % 3) for i in range(13)}
     worker = ScriptedWorker(clock, plans, step_s=7)
-    for pol in (FixedPolicy(), AdaptivePolicy(AdaptiveConfig(margin_s=120))):
+    for pol in (FixedPolicy(), AdaptivePolicy(margin_s=120)):
         res = run_schedule(pol, list(plans), slots=3, budget_s=5400, worker=worker, clock=clock,
                            records_dir=tmp_path)
         assert all(g.state.started_at is not None for g in res.games.values())
@@ -70,7 +71,6 @@ def test_every_game_is_started_and_no_deadline_is_passed(tmp_path):
 
 @pytest.mark.parametrize("name", ["fixed", "adaptive"])
 def test_bundled_games_random_policy_respect_deadlines(tmp_path, name):
-    pytest.importorskip("arc_agi")
     from duck.game.source import GameSource
     from duck.policies import make_policy as make_play_policy
 
@@ -81,7 +81,7 @@ def test_bundled_games_random_policy_respect_deadlines(tmp_path, name):
     if name == "fixed":
         pol = FixedPolicy()
     else:
-        pol = AdaptivePolicy(AdaptiveConfig(margin_s=0.4, stall_s=0.5, min_play_s=0.3))
+        pol = AdaptivePolicy(AdaptiveConfig(stall_s=0.5, min_play_s=0.3), margin_s=0.4)
     res = run_schedule(pol, ids, slots=2, budget_s=budget, source=source,
                        play_policy=lambda gid: make_play_policy("random", 0),
                        max_actions=10**6, records_dir=tmp_path / "records", max_poll_s=0.05)

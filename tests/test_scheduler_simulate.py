@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from scheduler import curves, extend
+from duck.config import ConfigError
 from scheduler.cli import main as cli_main
 from duck.testing.scheduler_fakes import write_synthetic
 from scheduler.policy import make_policy
@@ -98,7 +99,7 @@ def test_every_game_played_and_deadline_held(synthetic):
     for name in ("fixed", "adaptive"):
         o = simulate(draws, make_policy(name), model, sc)
         assert o.unplayed == 0
-    o = simulate(draws, make_policy("adaptive"), model, sc)
+    o = simulate(draws, make_policy("adaptive", margin_s=sc.margin_s), model, sc)
     assert o.last_end <= sc.budget_s  # the margin covers the stop latency
 
 
@@ -118,3 +119,13 @@ def test_cli_compare_prints_the_paired_difference(synthetic, capsys):
                    "--policy", "fixed", "--scenario", "kaggle", "--seeds", "2", "--games", "6"])
     doc = json.loads(capsys.readouterr().out)
     assert doc["policy"] == "fixed" and "extension_model" in doc
+
+
+def test_cli_set_is_validated_like_the_config(synthetic, capsys):
+    runs_path, base_path, _, _ = synthetic
+    base = ["simulate", "--runs", str(runs_path), "--baselines", str(base_path), "--seeds", "2", "--games", "6"]
+    assert cli_main(base + ["--set", "stall_s=600", "--set", "max_fresh=0"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["adaptive_overrides"] == {"stall_s": 600.0, "max_fresh": 0}
+    with pytest.raises(ConfigError, match="scheduler.adaptive.stal_s: unknown field"):
+        cli_main(base + ["--set", "stal_s=600"])

@@ -23,7 +23,7 @@ import os
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 import numpy as np
 from arc_agi import Arcade, OperationMode
@@ -34,6 +34,7 @@ from duck.game.actions import Action
 log = logging.getLogger(__name__)
 # arc_agi.scorecard installs its own INFO handler on stdout at import; keep stdout for results.
 logging.getLogger("arc_agi.scorecard").setLevel(logging.WARNING)
+
 
 class GameError(RuntimeError):
     """The toolkit failed to load or step a game."""
@@ -145,6 +146,13 @@ class GameInfo:
     local_dir: str | None
 
 
+def matches(game_id: str, names: Iterable[str]) -> bool:
+    """Whether `names` names this game: by its full id or its 4-letter prefix (`ls20` for
+    `ls20-0c556536`), as every `--only` option takes them."""
+    names = set(names)
+    return game_id in names or game_id.split("-")[0] in names
+
+
 class GameSource:
     """A set of games reachable through one `Arcade` and one scorecard."""
 
@@ -153,7 +161,9 @@ class GameSource:
         self.competition = competition
         self.games_dir = games_dir
         self.card_id: str | None = None
-        self._lock = threading.Lock()
+        # One thread at a time through the Arcade (the scorecard, and make(), which the
+        # toolkit does not mean for threads); reentrant since make() opens the scorecard.
+        self._lock = threading.RLock()
 
     @classmethod
     def offline(cls, games_dir: str | Path) -> "GameSource":
@@ -185,6 +195,17 @@ class GameSource:
                                                 e.baseline_actions, e.local_dir))
         return sorted(seen.values(), key=lambda g: g.game_id)
 
+    def game_ids(self, only: Iterable[str] | None = None) -> list[str]:
+        """Every game's id, sorted; with `only`, those it names (`matches`). A name that
+        matches no game is an error, not an empty run."""
+        ids = [g.game_id for g in self.games()]
+        if not only:
+            return ids
+        unknown = [n for n in only if not any(matches(g, [n]) for g in ids)]
+        if unknown:
+            raise GameError(f"no game named {', '.join(unknown)} among {len(ids)} games")
+        return [g for g in ids if matches(g, only)]
+
     def open_scorecard(self, tags: list[str] | None = None) -> str:
         with self._lock:
             if self.card_id is None:
@@ -192,19 +213,21 @@ class GameSource:
             return self.card_id
 
     def make(self, game_id: str) -> Game:
-        """Create the game on this source's scorecard (opened on first use)."""
-        card = self.open_scorecard()
-        info = next((g for g in self.games() if g.game_id == game_id), None)
-        try:
-            env = self.arcade.make(game_id, scorecard_id=card)
-        except Exception as e:  # a broken game file raises from exec() or the constructor
-            raise GameError(f"{game_id}: could not be created: {e}") from e
-        if env is None or (not self.competition and getattr(env, "_game", None) is None):
-            raise GameError(f"{game_id}: the toolkit could not create it (see the arc_agi log)")
-        game = Game(game_id, env, info.baselines if info else None,
-                    title=info.title if info else game_id, competition=self.competition,
-                    files_dir=str(self.games_dir) if self.games_dir else None)
-        game.reset()
+        """Create the game on this source's scorecard (opened on first use); one make() at a
+        time, whatever the number of threads playing."""
+        with self._lock:
+            card = self.open_scorecard()
+            info = next((g for g in self.games() if g.game_id == game_id), None)
+            try:
+                env = self.arcade.make(game_id, scorecard_id=card)
+            except Exception as e:  # a broken game file raises from exec() or the constructor
+                raise GameError(f"{game_id}: could not be created: {e}") from e
+            if env is None or (not self.competition and getattr(env, "_game", None) is None):
+                raise GameError(f"{game_id}: the toolkit could not create it (see the arc_agi log)")
+            game = Game(game_id, env, info.baselines if info else None,
+                        title=info.title if info else game_id, competition=self.competition,
+                        files_dir=str(self.games_dir) if self.games_dir else None)
+            game.reset()
         return game
 
     def scorecard(self) -> Any:

@@ -6,11 +6,11 @@ generated from it byte-stably, so that tests/test_notebook.py can tell when they
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
 from duck.paths import REPO
-
 
 
 def notebook_json(script: str | Path = REPO / "notebook.py") -> str:
@@ -34,7 +34,6 @@ def notebook_json(script: str | Path = REPO / "notebook.py") -> str:
 
 
 def notebook_main(argv: list[str]) -> int:
-    import argparse
     p = argparse.ArgumentParser(prog="python -m duck.kaggle.notebook",
                                 description="write notebook.ipynb from notebook.py (or --check they agree)")
     p.add_argument("--script", default=str(REPO / "notebook.py"))

@@ -1,11 +1,12 @@
 """How the notebook reaches and plays the games: the wait for the rerun's gateway, the
 scheduler's runner in a thread of its own, and the plain pool that plays whatever the
 runner never started. Both runners end by the notebook's deadline (wall clock) plus the
-stop grace, so that a hung game cannot hold up the scorecard's closing.
+stop grace (`kaggle.stop_grace_s`), so that a hung game cannot hold up the scorecard's closing.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import threading
@@ -13,8 +14,15 @@ import time
 import traceback
 import urllib.error
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable
+
+from duck.config import Config
+from duck.game.source import GameSource
+from duck.play.session import GameResult, play_game
+from scheduler.policy import FixedPolicy, make_policy
+from scheduler.runner import Runner
 
 log = logging.getLogger("duck.kaggle.run")  # the notebook shows this logger's INFO lines
 
@@ -39,26 +47,20 @@ def wait_for_gateway(url: str, timeout_s: float, api_key: str = "", poll_s: floa
         time.sleep(min(poll_s, max(0.05, deadline - time.monotonic())))
 
 
-def run_scheduler(cfg: Any, source: Any, game_ids: list[str], play_policy: Callable[[str], Any],
-                  records_dir: Path, deadline: float,
-                  describe: Callable[[str], None]) -> dict[str, dict[str, Any]]:
-    """scheduler.runner.Runner under the configured policy, in a thread of its own (a
-    notebook cell already runs inside an event loop, so asyncio.run cannot be called
-    here), joined by the deadline plus the stop grace: a hung game cannot hold up the
-    scorecard's closing. `describe` is told the runner's setup before it starts."""
-    import asyncio
-    from scheduler.policy import make_policy as make_schedule
-    from scheduler.runner import Runner
+def scheduler_runner(cfg: Config, source: GameSource, play_policy: Callable[[str], Any],
+                     records_dir: Path, deadline: float) -> Runner:
+    """scheduler.runner.Runner under the configured policy, its budget what is left until the
+    games' deadline (wall clock): the policy needs no margin of its own (the notebook's is
+    `kaggle.margin_s`, already taken)."""
+    return Runner(make_policy(cfg.scheduler.policy, cfg.scheduler), slots=cfg.scheduler.slots,
+                  budget_s=max(0.0, deadline - time.time()), source=source, play_policy=play_policy,
+                  max_actions=cfg.play.max_actions, records_dir=records_dir)
 
-    def left() -> float:
-        return deadline - time.time()
 
-    budget = max(0.0, min(cfg.scheduler.budget_s, left()))
-    policy = make_schedule(cfg.scheduler.policy, **cfg.kaggle.scheduler_overrides)
-    runner = Runner(policy, slots=max(1, cfg.scheduler.slots), budget_s=budget,
-                    source=_OneMakeAtATime(source), play_policy=play_policy,
-                    max_actions=cfg.play.max_actions, records_dir=records_dir)
-    describe(f"scheduler.runner ({policy.name}, {runner.slots} slots, {budget:.0f} s)")
+def run_scheduler(runner: Runner, game_ids: list[str], deadline: float, grace_s: float) -> dict[str, dict[str, Any]]:
+    """Run `runner` in a thread of its own (a notebook cell already runs inside an event loop,
+    so asyncio.run cannot be called here), joined by the deadline plus `grace_s`: a hung game
+    cannot hold up the scorecard's closing. Returns the started games' results."""
     box: dict[str, Any] = {}
 
     def target() -> None:
@@ -70,7 +72,7 @@ def run_scheduler(cfg: Any, source: Any, game_ids: list[str], play_policy: Calla
 
     t = threading.Thread(target=target, name="duck-runner", daemon=True)
     t.start()
-    t.join(max(0.0, left()) + cfg.kaggle.stop_grace_s)
+    t.join(max(0.0, deadline - time.time()) + grace_s)
     if t.is_alive():
         raise TimeoutError("the runner did not return by the deadline plus the stop grace; "
                            "its games are left to end on their own deadlines")
@@ -85,39 +87,33 @@ def run_scheduler(cfg: Any, source: Any, game_ids: list[str], play_policy: Calla
     return out
 
 
-def run_pool(cfg: Any, source: Any, game_ids: list[str], play_policy: Callable[[str], Any],
+def run_pool(cfg: Config, source: GameSource, game_ids: list[str], play_policy: Callable[[str], Any],
              record_path: Callable[[str], Path], deadline: float, mode: str) -> dict[str, dict[str, Any]]:
-    """A plain runner: `scheduler.slots` games at a time, each with an equal share of
-    what is left (the Duck's split), all stopped at the deadline."""
-    import math
-    from concurrent.futures import ThreadPoolExecutor
-    from duck.play.session import play_game
-    slots = max(1, min(cfg.scheduler.slots, len(game_ids)))
+    """A plain runner: `scheduler.slots` games at a time, each with the Duck's equal share of
+    what is left (scheduler.policy.FixedPolicy's), all stopped at the deadline."""
+    slots = min(cfg.scheduler.slots, len(game_ids))
     left = max(0.0, deadline - time.time())
-    waves = math.ceil(len(game_ids) / slots)
-    allot = min(left * slots / max(1, len(game_ids)), left / max(1, waves))
+    allot = FixedPolicy(cfg.scheduler.fixed).allotment(left, slots, len(game_ids))
     stop = threading.Event()
     end_mono = time.monotonic() + left
     results: dict[str, dict[str, Any]] = {}
-    one_at_a_time = _OneMakeAtATime(source)
 
     def one(game_id: str) -> None:
         if stop.is_set() or time.monotonic() >= end_mono:
             results[game_id] = {"end_reason": "not_started", "levels": 0, "actions": 0}
             return
         game_deadline = min(time.monotonic() + allot, end_mono)
-        r = play_game(one_at_a_time, game_id, play_policy(game_id), max_actions=cfg.play.max_actions,
+        r = play_game(source, game_id, play_policy(game_id), max_actions=cfg.play.max_actions,
                       record_path=record_path(game_id), stop=stop, deadline=game_deadline,
                       seed=cfg.play.seed, config={"runner": "pool", "mode": mode})
         results[game_id] = _result_dict(r)
         log.info("%s: %s", game_id, results[game_id])
 
-    pool = ThreadPoolExecutor(max_workers=slots, thread_name_prefix="duck-game")
+    pool = ThreadPoolExecutor(max_workers=max(1, slots), thread_name_prefix="duck-game")
     futures = [pool.submit(one, g) for g in game_ids]
-    grace = cfg.kaggle.stop_grace_s
     for f in futures:
         try:
-            f.result(timeout=max(0.0, end_mono - time.monotonic()) + grace)
+            f.result(timeout=max(0.0, end_mono - time.monotonic()) + cfg.kaggle.stop_grace_s)
         except Exception as e:  # a hung worker or a bug: stop the rest, keep what we have
             log.error("a game worker did not finish: %r", e)
             stop.set()
@@ -128,21 +124,6 @@ def run_pool(cfg: Any, source: Any, game_ids: list[str], play_policy: Callable[[
     return results
 
 
-class _OneMakeAtATime:
-    """A game source whose make() runs one at a time (the toolkit's is not meant for threads)."""
-
-    def __init__(self, source: Any) -> None:
-        self._source = source
-        self._lock = threading.Lock()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._source, name)
-
-    def make(self, game_id: str) -> Any:
-        with self._lock:
-            return self._source.make(game_id)
-
-
-def _result_dict(r: Any) -> dict[str, Any]:
+def _result_dict(r: GameResult) -> dict[str, Any]:
     return {"levels": r.levels, "actions": r.actions, "score": round(r.score, 4),
             "end_reason": r.end_reason, "state": r.state, **({"error": r.error} if r.error else {})}

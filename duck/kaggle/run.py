@@ -18,8 +18,9 @@ offline from the competition's `environment_files/` and writes a placeholder
 Nothing here may stop the notebook: every step catches what goes wrong, logs it, keeps it
 in `summary.json` and degrades. No model server (it did not come up, died, or stopped
 answering): the games are played by the explorer. A game that raises is recorded with its
-error and the others go on. The play ends `kaggle.margin_s` before the notebook's budget,
-and whatever happened the scorecard is closed and vLLM stopped.
+error and the others go on. The games end `kaggle.margin_s` before the notebook's budget
+(`kaggle.budget_s` in the rerun, `kaggle.interactive_budget_s` otherwise), and whatever
+happened the scorecard is closed and vLLM stopped.
 
 Outputs (under `kaggle.working_dir`, which Kaggle keeps): `submission.parquet` (interactive
 only), `duck/records/<game>.jsonl`, `duck/score.json` (interactive), `duck/summary.json`,
@@ -29,8 +30,7 @@ The steps are here; what they rely on is in modules of their own: `duck.kaggle.i
 (the mode, finding the inputs, vLLM's offline install), `duck.llm.health` (the model-down
 flag, the health probe, the fallback policy), `duck.kaggle.play` (the gateway wait, the
 scheduler's runner and the fallback pool), `duck.kaggle.outputs` (summary.json's shape, the
-placeholder submission) and `duck.kaggle.notebook` (notebook.ipynb from notebook.py). Their
-public names are importable from here too.
+placeholder submission) and `duck.kaggle.notebook` (notebook.ipynb from notebook.py).
 """
 
 from __future__ import annotations
@@ -45,12 +45,16 @@ import traceback
 from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
-from duck.kaggle.inputs import (check_driver, find_competition_dir, find_dataset_dir, find_model_dir, install_vllm, is_rerun)
+from duck.config import Config, ConfigError, load_config
+from duck.game.source import GameSource
+from duck.kaggle.inputs import check_driver, find_competition_dir, find_dataset_dir, find_model_dir, install_vllm, is_rerun
 from duck.kaggle.outputs import Step, Summary, write_placeholder_submission
-from duck.kaggle.play import run_pool, run_scheduler, wait_for_gateway
+from duck.kaggle.play import run_pool, run_scheduler, scheduler_runner, wait_for_gateway
 from duck.llm.health import ModelHealth, probe_model
+from duck.llm.serve import VLLMServer
+from duck.play.scoring import write_score
 from duck.policies import make_policy
 
 
@@ -60,16 +64,15 @@ log = logging.getLogger("duck.kaggle.run")
 class KaggleRun:
     """One notebook run. Each public method is a notebook cell's work and never raises."""
 
-    def __init__(self, started_at: float | None = None, config: Any = None,
+    def __init__(self, started_at: float | None = None, config: Config | None = None,
                  env: dict[str, str] | None = None) -> None:
-        from duck.config import load_config
         self.env = dict(os.environ if env is None else env)
         self.t0 = time.time() if started_at is None else started_at
         self.config_errors: list[str] = []
-        self.cfg = config or self._load_config(load_config)
+        self.cfg = config or self._load_config()
         k = self.cfg.kaggle
         self.rerun = is_rerun(self.env)
-        self.budget_s = k.budget_s if self.rerun else min(k.budget_s, k.interactive_budget_s)
+        self.budget_s = k.budget_s if self.rerun else k.interactive_budget_s
         self.deadline = self.t0 + self.budget_s - k.margin_s  # games end by then (wall clock)
         self.working = Path(k.working_dir)
         self.out = self.working / "duck"
@@ -98,22 +101,30 @@ class KaggleRun:
 
     # -- bookkeeping ------------------------------------------------------------------
 
-    def _load_config(self, load_config: Callable) -> Any:
+    def _load_config(self) -> Config:
         """The config from the environment; a variable that does not validate is dropped
-        (and reported) instead of costing the submission."""
+        (and reported) instead of costing the submission. Variables are taken in as long as
+        they validate together, again and again (one may only fit beside another: an
+        interactive budget below the default margin with a smaller margin)."""
         try:
             return load_config(env=self.env)
-        except Exception:
+        except ConfigError:
             pass
-        keep = {k: v for k, v in self.env.items() if not k.startswith("DUCK_")}
-        for k, v in self.env.items():
-            if k.startswith("DUCK_"):
-                try:
-                    load_config(env={k: v})
-                    keep[k] = v
-                except Exception as e:
-                    self.config_errors.append(f"{k} ignored: {str(e).splitlines()[0]}")
-                    print(f"duck.kaggle.run: {k} ignored: {e}", file=sys.stderr)
+        keep: dict[str, str] = {}
+        left = {k: v for k, v in self.env.items() if k.startswith("DUCK_")}
+        taken = True
+        while taken:
+            taken = False
+            for k in list(left):
+                if _validates({**keep, k: left[k]}):
+                    keep[k] = left.pop(k)
+                    taken = True
+        for k, v in left.items():
+            try:
+                load_config(env={**keep, k: v})
+            except ConfigError as e:
+                self.config_errors.append(f"{k} ignored: {e}")
+                print(f"duck.kaggle.run: {k} ignored: {e}", file=sys.stderr)
         return load_config(env=keep)
 
     def left(self) -> float:
@@ -123,20 +134,17 @@ class KaggleRun:
     @contextmanager
     def step(self, name: str) -> Iterator[Step]:
         s = Step(name, round(time.time() - self.t0, 1))
-        if hasattr(self, "summary"):
-            self.summary.steps.append(s)
+        self.summary.steps.append(s)
         t = time.monotonic()
         try:
             yield s
         except Exception as e:  # a notebook cell must never fail: keep going, degraded
             s.ok, s.error = False, f"{type(e).__name__}: {e}"
             log.error("step %s failed: %s\n%s", name, s.error, traceback.format_exc(limit=8))
-            if hasattr(self, "summary"):
-                self.summary.errors.append(f"{name}: {s.error}")
+            self.summary.errors.append(f"{name}: {s.error}")
         finally:
             s.seconds = round(time.monotonic() - t, 1)
-            if hasattr(self, "summary"):
-                self._write_summary()
+            self._write_summary()
 
     def _log_to_file(self) -> None:
         root = logging.getLogger()
@@ -204,7 +212,6 @@ class KaggleRun:
     def _start_server(self) -> bool:
         """`duck serve`'s VLLMServer: ready when /v1/models lists the model and a smoke chat
         succeeds, bounded by the budget. False (server stopped) when it does not come up."""
-        from duck.llm.serve import VLLMServer
         timeout = max(1.0, min(self.cfg.model.serve.ready_timeout_s, self.left() - 60))
         self.server = VLLMServer(self.cfg.model, log_path=self.out / "vllm.log").start()
         try:
@@ -264,7 +271,6 @@ class KaggleRun:
 
     def open_games(self) -> list[str]:
         """The game source and the list of games to play (the rerun waits for the gateway)."""
-        from duck.game.source import GameSource
         k = self.cfg.kaggle
         with self.step("open_games"):
             if self.rerun:
@@ -296,34 +302,25 @@ class KaggleRun:
         if self.source is None or not self.game_ids:
             log.error("no games to play")
             return {}
+        k = self.cfg.kaggle
         with self.step("play"):
-            self.summary.runner = "scheduler.runner"
-            results = self._run_scheduler()
-            self.summary.results.update(results)
+            runner = scheduler_runner(self.cfg, self.source, self.policy_for, self.out / "records", self.deadline)
+            self.summary.runner = (f"scheduler.runner ({runner.policy.name}, {runner.slots} slots, "
+                                   f"{runner.budget_s:.0f} s)")
+            self.summary.results.update(run_scheduler(runner, self.game_ids, self.deadline, k.stop_grace_s))
         # Games the runner never started (no record: play_game writes one first thing) are
         # played here, so that no game is left at 0 for a bug in one component. A started
         # game is never made twice (the gateway allows one make() per game).
         missing = [g for g in self.game_ids if g not in self.summary.results and not self._record_path(g).exists()]
-        if missing and self.left() > self.cfg.kaggle.stop_grace_s:
+        if missing and self.left() > k.stop_grace_s:
             with self.step("play_remaining"):
                 self.summary.runner += f" + pool for {len(missing)}"
-                self.summary.results.update(self._run_pool(missing))
+                self.summary.results.update(run_pool(self.cfg, self.source, missing, self.policy_for,
+                                                     self._record_path, self.deadline, self.summary.mode))
         return self.summary.results
 
     def _record_path(self, game_id: str) -> Path:
         return self.out / "records" / f"{game_id}.jsonl"
-
-    def _run_scheduler(self) -> dict[str, dict[str, Any]]:
-        """scheduler.runner.Runner in a thread of its own, joined by the deadline plus the
-        stop grace (duck.kaggle.play.run_scheduler); the summary names its setup."""
-        return run_scheduler(self.cfg, self.source, self.game_ids, self.policy_for, self.out / "records",
-                             self.deadline, lambda text: setattr(self.summary, "runner", text))
-
-    def _run_pool(self, game_ids: list[str]) -> dict[str, dict[str, Any]]:
-        """A plain pool: `scheduler.slots` games at a time, an equal share of what is left
-        each, all stopped at the deadline (duck.kaggle.play.run_pool)."""
-        return run_pool(self.cfg, self.source, game_ids, self.policy_for, self._record_path,
-                        self.deadline, self.summary.mode)
 
     # -- the end ----------------------------------------------------------------------------
 
@@ -349,7 +346,6 @@ class KaggleRun:
         if not self.rerun:
             with self.step("score"):
                 if any((self.out / "records").glob("*.jsonl")):
-                    from duck.run import write_score
                     doc = write_score(self.out)
                     self.summary.scorecard["score"] = doc.get("score")
             with self.step("placeholder_submission"):
@@ -360,6 +356,14 @@ class KaggleRun:
         played = sum(1 for r in self.summary.results.values() if r.get("actions", 0) > 0)
         log.info("done: %d/%d games played, %.0f s of %.0f s, errors: %s", played, len(self.game_ids),
                  self.summary.ended_at - self.t0, self.budget_s, self.summary.errors or "none")
+
+
+def _validates(env: dict[str, str]) -> bool:
+    try:
+        load_config(env=env)
+        return True
+    except ConfigError:
+        return False
 
 
 def _s(p: Path | None) -> str | None:

@@ -85,7 +85,7 @@ def pick_chat_template(serve: ServeConfig) -> tuple[str | None, str]:
         return serve.chat_template, f"chat template {serve.chat_template} (set in the config)"
     own = model_chat_template(serve.model_path)
     if own is not None and "preserve_thinking" in own:
-        return None, f"the model folder's chat template (it has the preserve_thinking branch)"
+        return None, "the model folder's chat template (it has the preserve_thinking branch)"
     fallback = Path(serve.fallback_chat_template or SHARED_TEMPLATE)
     what = "has no chat template" if own is None else "has a chat template without preserve_thinking"
     if fallback.is_file():

@@ -84,16 +84,21 @@ class RecordWriter:
     def elapsed(self) -> float:
         return round(time.monotonic() - self.t0, 3)
 
-    def header(self, *, game_id: str, title: str, baselines: list[int] | None, obs: Observation,
+    def header(self, *, game_id: str, title: str, baselines: list[int] | None, obs: Observation | None,
                policy: str, seed: int | None, config: dict[str, Any] | None = None,
                pass_: int = 0) -> None:
-        self._last_hash = grid_hash(obs.grid)
-        self._write({"type": "header", "game_id": game_id, "title": title, "baselines": baselines,
-                     "win_levels": obs.win_levels, "policy": policy, "seed": seed, "pass": pass_,
-                     "config": config or {}, "versions": versions(),
-                     "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                     "available_actions": obs.available_actions, "levels": obs.levels_completed,
-                     "state": obs.state, "grid": pack_grid(obs.grid)})
+        """The first line. `obs` None: the game could not be created (state ERROR, no board)."""
+        line: dict[str, Any] = {"type": "header", "game_id": game_id, "title": title, "baselines": baselines,
+                                "win_levels": obs.win_levels if obs else 0, "policy": policy, "seed": seed,
+                                "pass": pass_, "config": config or {}, "versions": versions(),
+                                "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        if obs is None:
+            line |= {"levels": 0, "state": "ERROR"}
+        else:
+            self._last_hash = grid_hash(obs.grid)
+            line |= {"available_actions": obs.available_actions, "levels": obs.levels_completed,
+                     "state": obs.state, "grid": pack_grid(obs.grid)}
+        self._write(line)
 
     def action(self, i: int, action: Action, obs: Observation, info: dict[str, Any] | None = None) -> None:
         h = grid_hash(obs.grid)

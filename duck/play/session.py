@@ -14,21 +14,23 @@ import logging
 import threading
 import time
 import traceback
-import zlib
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Iterator, Protocol
 
 from duck.game.actions import Action
 from duck.game.source import Game, GameError, GameSource, Observation
-from duck.play.record import RecordWriter
+from duck.play.record import RecordWriter, read_record
+from duck.play.scoring import score_record
+from duck.seeds import stable_hash
 
 log = logging.getLogger(__name__)
 
 
 def game_seed(seed: int, game_id: str, pass_: int = 0) -> int:
     """A seed per (run seed, game, pass) that is stable across processes and Pythons."""
-    return zlib.crc32(f"{seed}:{game_id}:{pass_}".encode())
+    return stable_hash(seed, game_id, pass_)
 
 
 class PlayStopped(Exception):
@@ -82,6 +84,7 @@ class Session:
         self.deadline = deadline
         self.on_progress = on_progress
         self.t0 = time.monotonic()
+        self._also_stop: Callable[[], str | None] | None = None
 
     @property
     def obs(self) -> Observation:
@@ -102,7 +105,18 @@ class Session:
             return "stopped"
         if self.deadline is not None and time.monotonic() >= self.deadline:
             return "deadline"
-        return None
+        return self._also_stop() if self._also_stop is not None else None
+
+    @contextmanager
+    def stopping_when(self, check: Callable[[], str | None]) -> Iterator["Session"]:
+        """Inside the block, play also ends as soon as `check()` names a reason (e.g. the
+        model server marked down): `stop_reason` returns it and `step` raises it."""
+        outer = self._also_stop
+        self._also_stop = check if outer is None else (lambda: outer() or check())
+        try:
+            yield self
+        finally:
+            self._also_stop = outer
 
     def step(self, action: Action, info: dict[str, Any] | None = None) -> Observation:
         reason = self.stop_reason()
@@ -139,9 +153,8 @@ def play_game(source: GameSource, game_id: str, policy: Policy, *, max_actions: 
     try:
         game = source.make(game_id)
     except Exception as e:  # GameError, or anything a broken game file throws
-        writer._write({"type": "header", "game_id": game_id, "title": game_id, "baselines": None,
-                       "win_levels": 0, "policy": policy.name, "seed": seed, "pass": pass_,
-                       "config": config or {}, "levels": 0, "state": "ERROR"})
+        writer.header(game_id=game_id, title=game_id, baselines=None, obs=None, policy=policy.name,
+                      seed=seed, config=config, pass_=pass_)
         writer.event("error", f"{type(e).__name__}: {e}")
         writer.end("error", 0, 0, "ERROR")
         return GameResult(game_id, 0, 0, 0.0, "error", "ERROR", str(e))
@@ -164,9 +177,7 @@ def play_game(source: GameSource, game_id: str, policy: Policy, *, max_actions: 
     if not source.competition:
         _record_toolkit_score(source, game_id, writer)
     writer.end(reason, game.levels, game.actions, game.obs.state)
-    from duck.play.scoring import score_record
-    from duck.play.record import read_record
-    s = score_record(read_record(record_path))
+    s = score_record(read_record(record_path))  # the score from the record, the run's truth
     return GameResult(game_id, game.levels, game.actions, s.score, reason, game.obs.state, error)
 
 

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from scheduler.curves import game_score
+
 # game id -> (baselines, per pass: list of (level completion time, actions on that level))
 SYNTHETIC: dict[str, tuple[list[int], list[list[tuple[float, int]]]]] = {
     "aa01-00000001": ([10, 20, 30], [[(200.0, 12), (900.0, 25)], [(400.0, 9)], [(1500.0, 40)], []]),
@@ -29,8 +31,6 @@ RATE = 0.05  # actions per second between levels
 
 def write_synthetic(dirpath: Path) -> tuple[Path, Path]:
     """Write runs.jsonl and public-games.json for SYNTHETIC; returns their paths."""
-    from scheduler.curves import game_score
-
     dirpath = Path(dirpath)
     lines, games = [], []
     for gid, (baselines, passes) in SYNTHETIC.items():

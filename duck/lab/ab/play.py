@@ -7,15 +7,19 @@ from __future__ import annotations
 
 import logging
 import time
-import zlib
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from duck.lab.ab.config import ARMS, policy_options
 from duck.config import Config
+from duck.game.source import GameError, GameSource
+from duck.lab.ab.config import ARMS, policy_options
+from duck.play.record import read_record
+from duck.play.session import play_game
+from duck.policies import make_policy
+from duck.seeds import stable_hash
 
-log = logging.getLogger("duck.lab.ab.run")  # the experiment's log, as before the split of duck.lab.ab.run
+log = logging.getLogger("duck.lab.ab.run")  # one log for the whole experiment (duck ab)
 
 
 def record_path(out: Path, arm: str, pass_: int, game_id: str) -> Path:
@@ -25,7 +29,6 @@ def record_path(out: Path, arm: str, pass_: int, game_id: str) -> Path:
 def _complete(path: Path) -> bool:
     if not path.exists():
         return False
-    from duck.play.record import read_record
     try:
         return read_record(path).end is not None
     except (ValueError, OSError):
@@ -34,9 +37,6 @@ def _complete(path: Path) -> bool:
 
 def _run_arm(task: dict[str, Any]) -> dict[str, Any]:
     """One arm of one (game, pass): a fresh policy, a fresh game, a fresh record."""
-    from duck.game.source import GameSource
-    from duck.play.session import play_game
-    from duck.policies import make_policy
     cfg = Config.model_validate(task["config"])
     path = Path(task["record"])
     if path.exists():
@@ -54,9 +54,9 @@ def _run_arm(task: dict[str, Any]) -> dict[str, Any]:
             "seconds": round(time.monotonic() - t0, 2), "error": res.error}
 
 
-def _first_arm(game_id: str, pass_: int) -> tuple[str, str]:
+def arm_order(game_id: str, pass_: int) -> tuple[str, str]:
     """Alternate which arm is queued first, stably across shards and resumes."""
-    return ARMS if zlib.crc32(f"{game_id}:{pass_}".encode()) % 2 == 0 else ARMS[::-1]
+    return ARMS if stable_hash(game_id, pass_) % 2 == 0 else ARMS[::-1]
 
 
 def unit_index(games: list[str], game_id: str, pass_: int) -> int:
@@ -76,7 +76,7 @@ def run_units(units: list[tuple[str, int]], *, out: Path, games_dir: Path, confi
     tasks = []
     for game_id, p in units:
         k = unit_index(games, game_id, p) // shards
-        for arm in _first_arm(game_id, p):
+        for arm in arm_order(game_id, p):
             path = record_path(out, arm, p, game_id)
             if _complete(path):
                 continue
@@ -100,14 +100,14 @@ def run_units(units: list[tuple[str, int]], *, out: Path, games_dir: Path, confi
 
 
 def select_games(games_dir: Path, only: list[str] | None) -> list[str]:
-    from duck.game.source import GameSource
-    ids = [g.game_id for g in GameSource.offline(games_dir).games()]
-    if only:
-        wanted = set(only)
-        ids = [g for g in ids if g in wanted or g.split("-")[0] in wanted]
+    """The experiment's games: those of `games_dir` that `only` names (all without it)."""
+    try:
+        ids = GameSource.offline(games_dir).game_ids(only)
+    except GameError as e:
+        raise SystemExit(str(e)) from None
     if not ids:
-        raise SystemExit(f"no games found under {games_dir}" + (f" matching {only}" if only else ""))
-    return sorted(ids)
+        raise SystemExit(f"no games found under {games_dir}")
+    return ids
 
 
 def parse_shard(text: str | None) -> tuple[int, int] | None:

@@ -14,6 +14,7 @@ from duck.lab.ab.config import ARMS, config_diff, same_experiment
 from duck.lab.ab.play import _complete
 from duck.lab.ab.scores import (_record_files, arm_scores, filter_passes, load_scores, pair_by_order, parse_passes)
 from duck.config import Config
+from duck.lab.report.ab import ab_html
 from duck.lab.stats import compare
 
 
@@ -33,7 +34,6 @@ def ab_document(out: Path, plan: dict[str, Any], *, n_boot: int = 10000, n_perm:
 
 def write_outputs(out: Path, doc: dict[str, Any]) -> None:
     (out / "ab.json").write_text(json.dumps(doc, indent=1))
-    from duck.lab.report.ab import ab_html
     (out / "report.html").write_text(ab_html(doc, title=out.name), encoding="utf-8")
 
 

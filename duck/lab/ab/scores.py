@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from duck.lab.stats import scores_from_runs_jsonl
+from duck.play.record import read_record
+from duck.play.scoring import score_record
 
 
 def _record_files(folder: Path) -> list[Path]:
@@ -17,8 +19,6 @@ def _record_files(folder: Path) -> list[Path]:
 
 def scores_from_records(paths: list[Path]) -> tuple[dict[str, dict[Any, float]], dict[str, int]]:
     """game -> pass -> score from records; pairs by header pass, or by seed if passes repeat."""
-    from duck.play.record import read_record
-    from duck.play.scoring import score_record
     rows, incomplete = [], 0
     for p in paths:
         try:

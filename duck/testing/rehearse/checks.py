@@ -13,8 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from duck.testing.rehearse.gateway import http_get, port_open
+from duck.kaggle.notebook import notebook_json
 from duck.paths import REPO
+from duck.play.record import read_record
+from duck.testing.rehearse.gateway import http_get, port_open
 from duck.testing.rehearse.layout import NOTEBOOK
 
 if TYPE_CHECKING:
@@ -39,7 +41,6 @@ class Report:
 
 
 def _records(working: Path) -> dict[str, Any]:
-    from duck.play.record import read_record
     out = {}
     for p in sorted((working / "duck" / "records").glob("*.jsonl")):
         try:
@@ -63,7 +64,6 @@ def _after_handover(record: Any) -> int:
 
 def check_run(rep: Report, paths: dict[str, Path], run: dict[str, Any], listed: list[str],
               gateway: "Gateway | None", model_url: str) -> None:
-    from duck.kaggle.notebook import notebook_json
     working = paths["working"]
     rep.check("notebook_ran", run["error"] is None, run["error"] or f"{run['seconds']} s")
     rep.check("notebook_in_sync", NOTEBOOK.read_text() == notebook_json(REPO / "notebook.py"),
@@ -143,7 +143,7 @@ def check_run(rep: Report, paths: dict[str, Path], run: dict[str, Any], listed: 
     if rep.mode == "interactive":
         cols = None
         if sub.exists():
-            import pyarrow.parquet as pq
+            import pyarrow.parquet as pq  # here: pyarrow comes with the test extra only
             cols = pq.read_table(sub).column_names
         outputs["submission.parquet columns"] = cols
         outputs["score.json"] = (working / "duck" / "score.json").exists()

@@ -10,18 +10,13 @@ import json
 import socket
 import urllib.error
 import urllib.request
-from typing import Any
 from pathlib import Path
+from typing import Any
 
-from duck.game.gateway import LocalGateway, serve
+from duck.config import KaggleConfig
+from duck.game.gateway import LocalGateway
 
-API_KEY = "test-key-123"
-
-
-def serve_gateway(games_dir: str, port: int, closed_path: str) -> None:
-    """duck.game.gateway's app with Kaggle's close hook (kept for `python -m duck.testing.rehearse.run gateway`)."""
-    serve(games_dir, port, closed_path=closed_path)
-
+API_KEY = KaggleConfig().api_key  # what the official gateway accepts
 
 class Gateway(LocalGateway):
     """The local gateway of duck.game.gateway, logging and writing its closed scorecard in `work`."""

@@ -28,6 +28,7 @@ from duck.testing.rehearse.gateway import API_KEY
 
 NOTEBOOK = REPO / "notebook.ipynb"
 BROKEN_GAMES = REPO / "tests" / "fixtures" / "broken_games"
+MAX_ACTIONS = 300  # per game (play.max_actions): enough to play, few enough for a 2-core box
 
 # The stand-in `vllm`: `vllm serve MODEL --port P --served-model-name NAME ...` serves the
 # scripted stub model there. Knobs (environment): DUCK_STANDIN_DIE_AFTER_S (exit then),
@@ -114,14 +115,17 @@ def layout(work: Path, games: Path, mode: str, fault: str) -> dict[str, Path]:
     exe.chmod(0o755)
     return {"input": inp, "working": working, "competition": comp, "served": served, "vllm": exe,
             "dataset": ds, "model": model}
+
+
 def notebook_env(paths: dict[str, Path], budget_s: float, mode: str, fault: str, gateway_url: str,
-                 model_port: int, n_games: int, max_actions: int = 300) -> dict[str, str]:
-    """The kernel's environment: Kaggle's (rerun flag) plus our config, scaled to the budget."""
+                 model_port: int, n_games: int, max_actions: int = MAX_ACTIONS) -> dict[str, str]:
+    """The kernel's environment: Kaggle's (rerun flag) plus our config (`DUCK_SECTION__FIELD`
+    variables), scaled to the budget."""
     env = {k: v for k, v in os.environ.items()
            if not (k.startswith("DUCK_") or k in ("KAGGLE_IS_COMPETITION_RERUN", "OPERATION_MODE"))}
     if mode == "rerun":
         env["KAGGLE_IS_COMPETITION_RERUN"] = "1"
-    margin = max(10.0, 0.25 * budget_s)  # teardown, and a loaded CI machine
+    margin = max(10.0, 0.25 * budget_s)  # a stop's latency and the teardown, on a loaded CI machine
     env.update({
         "DUCK_KAGGLE__INPUT_DIR": str(paths["input"]),
         "DUCK_KAGGLE__WORKING_DIR": str(paths["working"]),
@@ -132,7 +136,6 @@ def notebook_env(paths: dict[str, Path], budget_s: float, mode: str, fault: str,
         "DUCK_KAGGLE__BUDGET_S": str(budget_s),
         "DUCK_KAGGLE__INTERACTIVE_BUDGET_S": str(budget_s),
         "DUCK_KAGGLE__MARGIN_S": str(round(margin, 1)),
-        "DUCK_KAGGLE__STOP_GRACE_S": "4",
         "DUCK_KAGGLE__HEALTH_INTERVAL_S": "1",
         "DUCK_KAGGLE__HEALTH_TIMEOUT_S": "3",
         "DUCK_KAGGLE__HEALTH_FAILURES": "2",
@@ -146,10 +149,9 @@ def notebook_env(paths: dict[str, Path], budget_s: float, mode: str, fault: str,
         "DUCK_MODEL__BACKOFF_S": "0.2",
         "DUCK_AGENT__FAILURES_BEFORE_FALLBACK": "2",
         "DUCK_SCHEDULER__SLOTS": str(max(1, min(n_games, 8))),  # 2 cores: at most 8 kernels at once
-        "DUCK_SCHEDULER__BUDGET_S": str(budget_s),
         # The adaptive policy's thresholds are for 9 hours; a rehearsal's are scaled down.
-        "DUCK_KAGGLE__SCHEDULER_OVERRIDES": json.dumps({"margin_s": 2.0, "stall_s": round(budget_s / 4, 1),
-                                                        "min_play_s": round(budget_s / 4, 1)}),
+        "DUCK_SCHEDULER__ADAPTIVE__STALL_S": str(round(budget_s / 4, 1)),
+        "DUCK_SCHEDULER__ADAPTIVE__MIN_PLAY_S": str(round(budget_s / 4, 1)),
         "DUCK_PLAY__MAX_ACTIONS": str(max_actions),
         "PYTHONUNBUFFERED": "1",
     })

@@ -33,7 +33,7 @@ OUT/rehearsal.json.
 The pieces: `duck.testing.rehearse.layout` (the input and working folders, the stand-in vLLM, the
 kernel's environment), `duck.testing.rehearse.gateway` (the gateway child process),
 `duck.testing.rehearse.faults` (how each fault is made) and `duck.testing.rehearse.checks` (the report and
-its checks). Their public names are importable from here too.
+its checks).
 """
 
 from __future__ import annotations
@@ -42,18 +42,18 @@ import argparse
 import json
 import logging
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from duck.game.gateway import free_port
+from duck.game.source import GameSource
 from duck.paths import BUNDLED_GAMES
 from duck.testing.rehearse.checks import Report, check_run, check_waited
-from duck.testing.rehearse.faults import (FAULTS, SlowProxy, variants)
-from duck.testing.rehearse.gateway import Gateway, http_get, serve_gateway
-from duck.game.gateway import free_port
-from duck.testing.rehearse.layout import (NOTEBOOK, layout, notebook_env)
+from duck.testing.rehearse.faults import FAULTS, SlowProxy, variants
+from duck.testing.rehearse.gateway import Gateway, http_get
+from duck.testing.rehearse.layout import MAX_ACTIONS, NOTEBOOK, layout, notebook_env
 
 
 log = logging.getLogger(__name__)
@@ -64,6 +64,7 @@ log = logging.getLogger(__name__)
 
 def execute_notebook(nb_path: Path, env: dict[str, str], cwd: Path, timeout_s: float) -> dict[str, Any]:
     """Run every cell in a fresh python3 kernel (nbclient); keep the executed notebook."""
+    # Here, not at the top: nbclient comes with the test extra only (the CLI must load without it).
     import nbformat
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
@@ -83,7 +84,7 @@ def execute_notebook(nb_path: Path, env: dict[str, str], cwd: Path, timeout_s: f
 
 
 def rehearse(games: str | Path, budget_s: float, *, mode: str = "rerun", fault: str = "none",
-             out: str | Path | None = None, notebook: Path = NOTEBOOK, max_actions: int = 300) -> Report:
+             out: str | Path | None = None, notebook: Path = NOTEBOOK, max_actions: int = MAX_ACTIONS) -> Report:
     """One rehearsal; the report says which checks held."""
     games = Path(games).resolve()
     rep = Report(mode, fault, budget_s)
@@ -115,8 +116,7 @@ def rehearse(games: str | Path, budget_s: float, *, mode: str = "rerun", fault: 
                 if proxy:
                     proxy.__exit__(None, None, None)
     else:
-        from duck.game.source import GameSource
-        listed = [g.game_id for g in GameSource.offline(paths["competition"] / "environment_files").games()]
+        listed = GameSource.offline(paths["competition"] / "environment_files").game_ids()
         env = notebook_env(paths, budget_s, mode, fault, "http://127.0.0.1:9", model_port, len(listed), max_actions)
         run = execute_notebook(notebook, env, work, budget_s + 60)
         check_run(rep, paths, run, listed, None, model_url)
@@ -153,13 +153,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--mode", choices=["rerun", "interactive"], default="rerun")
     p.add_argument("--fault", choices=[*FAULTS, "all"], default="none")
     p.add_argument("--out", default=None, help="keep the rehearsal folders here (default: a temp folder)")
-    p.add_argument("--max-actions", type=int, default=300, help="per game (play.max_actions)")
+    p.add_argument("--max-actions", type=int, default=MAX_ACTIONS, help="per game (play.max_actions)")
     p.add_argument("--verbose-report", dest="verbose", action="store_true", help="print every fact, not just the checks")
     p.set_defaults(func=_main)
-
-
-if __name__ == "__main__":
-    if sys.argv[1:2] == ["gateway"]:  # the rehearsal's gateway child: games_dir port closed_path
-        serve_gateway(sys.argv[2], int(sys.argv[3]), sys.argv[4])
-    else:
-        sys.exit("usage: duck rehearse ... (this module's __main__ only runs the rehearsal's gateway)")
