@@ -75,6 +75,7 @@ class ServeConfig(Section):
     images_per_prompt: NonNegativeInt = 64  # one frame per turn stays in the history
     extra_args: list[str] = []
     ready_timeout_s: PositiveFloat = 900.0  # the Duck's vLLM took ~6.5 min to become ready
+    smoke_timeout_s: PositiveFloat = 120.0  # the first chat after start-up (CUDA graphs may still compile)
     log_path: str = "runs/vllm.log"
 
 

@@ -13,9 +13,9 @@ import json
 
 import pytest
 
-from duck.config import load_config
+from duck.config import ModelConfig, load_config
 from duck.game.source import GameSource
-from duck.llm.client import ModelClient, ModelError, Sampling
+from duck.llm.client import ModelClient, ModelError
 from duck.play.session import play_game
 from duck.play.record import read_record
 from duck.policies import make_policy
@@ -31,7 +31,7 @@ BROKEN_CALL = {"role": "assistant", "content": "", "tool_calls": [
 def test_the_stub_refuses_a_history_with_an_unreadable_call_like_vllm():
     with StubServer(FixedModel([{"content": "never"}])) as url:
         with pytest.raises(ModelError) as e:
-            ModelClient(url, Sampling(model="stub"), retries=0).chat(
+            ModelClient(url, ModelConfig(name="stub", retries=0)).chat(
                 [{"role": "user", "content": "u"}, BROKEN_CALL, {"role": "tool", "tool_call_id": "c1", "content": "x"}])
     assert e.value.status == 400 and "not valid JSON" in str(e.value)
 

@@ -7,7 +7,8 @@ import time
 
 import pytest
 
-from duck.llm.client import (ContextOverflow, ModelClient, ModelError, Reply, Sampling, ToolCall, join_urls, list_models, pick_url, request_seed)
+from duck.config import ModelConfig
+from duck.llm.client import (ContextOverflow, ModelClient, ModelError, Reply, ToolCall, join_urls, list_models, pick_url, request_seed)
 from duck.testing.stub.models import FixedModel
 from duck.testing.stub.server import StubServer
 
@@ -37,7 +38,7 @@ def _dead_url() -> str:
 def test_stream_returns_content_reasoning_tool_call_and_usage():
     model, seen = _capture([{"content": "Plan: go", "reasoning": "think " * 200, "code": "print(1)"}])
     with StubServer(model) as url:
-        r = ModelClient(url, Sampling(model="stub")).chat(MSGS, seed=7)
+        r = ModelClient(url, ModelConfig(name="stub")).chat(MSGS, seed=7)
     assert r.content == "Plan: go" and r.reasoning == "think " * 200
     assert r.tool_calls[0].name == "python" and r.tool_calls[0].arguments == '{"code": "print(1)"}'
     assert r.finish_reason == "tool_calls" and r.cut is None
@@ -49,9 +50,9 @@ def test_stream_returns_content_reasoning_tool_call_and_usage():
 def test_qwen_sampling_and_thinking_switch_reach_the_server():
     model, seen = _capture([{"content": "a"}, {"content": "b"}])
     with StubServer(model) as url:
-        ModelClient(url, Sampling(model="m", temperature=0.6, top_p=0.95, top_k=20, thinking=True,
+        ModelClient(url, ModelConfig(name="m", temperature=0.6, top_p=0.95, top_k=20, thinking=True,
                                   preserve_thinking=True, max_output_tokens=1234)).chat(MSGS)
-        ModelClient(url, Sampling(model="m", temperature=0.7, top_p=0.8, thinking=False,
+        ModelClient(url, ModelConfig(name="m", temperature=0.7, top_p=0.8, thinking=False,
                                   preserve_thinking=None)).chat(MSGS)
     a, b = seen
     assert (a["temperature"], a["top_p"], a["top_k"], a["max_tokens"]) == (0.6, 0.95, 20, 1234)
@@ -70,7 +71,7 @@ def test_a_timeout_keeps_what_was_received():
     model = FixedModel([{"reasoning": "partial thought " * 50, "stall_s": 3, "content": "late", "code": "x=1"}])
     with StubServer(model) as url:
         t0 = time.monotonic()
-        r = ModelClient(url, Sampling(model="stub"), timeout_s=1.0, stall_s=0.8, retries=0).chat(MSGS)
+        r = ModelClient(url, ModelConfig(name="stub", timeout_s=1.0, stall_s=0.8, retries=0)).chat(MSGS)
     assert time.monotonic() - t0 < 4.0  # cut at ~1 s, not after the 3 s stall
     assert r.cut == "timeout" and r.reasoning.startswith("partial thought") and r.tool_calls == []
 
@@ -78,14 +79,14 @@ def test_a_timeout_keeps_what_was_received():
 def test_retries_with_backoff_then_succeed():
     model = FixedModel([{"status": 500}, {"status": 503}, {"content": "ok"}])
     with StubServer(model) as url:
-        r = ModelClient(url, Sampling(model="stub"), retries=3, backoff_s=0.01).chat(MSGS)
+        r = ModelClient(url, ModelConfig(name="stub", retries=3, backoff_s=0.01)).chat(MSGS)
     assert r.content == "ok" and r.attempts == 3
 
 
 def test_failover_to_the_next_url():
     model = FixedModel([{"content": "from the live one"}])
     with StubServer(model) as url:
-        c = ModelClient([_dead_url(), url], Sampling(model="stub"), retries=2, backoff_s=0.01, start=0)
+        c = ModelClient([_dead_url(), url], ModelConfig(name="stub", retries=2, backoff_s=0.01), start=0)
         r = c.chat(MSGS)
     assert r.content == "from the live one" and r.url == url and r.attempts == 2
 
@@ -94,7 +95,7 @@ def test_client_errors_are_not_retried_and_context_overflow_is_recognised():
     model = FixedModel([{"status": 400, "error": "This model's maximum context length is 40960 tokens"},
                         {"status": 404, "error": "no such model"}, {"content": "never reached"}])
     with StubServer(model) as url:
-        c = ModelClient(url, Sampling(model="stub"), retries=3, backoff_s=0.01)
+        c = ModelClient(url, ModelConfig(name="stub", retries=3, backoff_s=0.01))
         with pytest.raises(ContextOverflow):
             c.chat(MSGS)
         with pytest.raises(ModelError) as e:
@@ -105,7 +106,7 @@ def test_client_errors_are_not_retried_and_context_overflow_is_recognised():
 def test_all_retries_failing_raises_a_retryable_error():
     with StubServer(FixedModel([{"status": 502}], loop=True)) as url:
         with pytest.raises(ModelError) as e:
-            ModelClient(url, Sampling(model="stub"), retries=2, backoff_s=0.01).chat(MSGS)
+            ModelClient(url, ModelConfig(name="stub", retries=2, backoff_s=0.01)).chat(MSGS)
     assert e.value.retryable
 
 

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from duck.config import load_config
-from duck.llm.client import ModelClient, Sampling
+from duck.config import ModelConfig, load_config
+from duck.llm.client import ModelClient
 from duck.llm.serve import ServeError, VLLMServer, command
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -99,7 +99,7 @@ def test_starts_becomes_ready_serves_and_stops_cleanly(cfg):
     try:
         ready = server.wait_ready(poll_s=0.1)
         assert 0.2 < ready < 20
-        reply = ModelClient(server.url, Sampling(model=cfg.model.name)).chat([{"role": "user", "content": "hi"}])
+        reply = ModelClient(server.url, ModelConfig(name=cfg.model.name)).chat([{"role": "user", "content": "hi"}])
         assert reply.content == "OK"
     finally:
         code = server.stop(grace_s=5)

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from duck.llm.client import ModelClient, Sampling
+from duck.config import ModelConfig
+from duck.llm.client import ModelClient
 from duck.lab.replay_caps import RecordedCap, trace_caps
 from duck.testing.stub.models import FixedModel, SolutionModel, TraceModel, action_code, trace_replies
 from duck.testing.stub.server import StubServer
@@ -59,7 +60,7 @@ def test_trace_replies_follow_the_record():
 
 def test_trace_model_over_http_then_gone():
     with StubServer(TraceModel(SYNTHETIC)) as url:
-        c = ModelClient(url, Sampling(model="stub"), retries=0)
+        c = ModelClient(url, ModelConfig(name="stub", retries=0))
         got = [c.chat([{"role": "user", "content": "u"}]) for _ in range(5)]
         assert got[1].tool_calls[0].arguments.startswith('{"code": "action')
         with pytest.raises(Exception, match="410"):
@@ -108,8 +109,8 @@ def test_render_is_the_real_template_and_refuses_what_vllm_refuses():
 def test_prefix_statistics_per_conversation():
     server = StubServer(FixedModel([{"content": "a"}], loop=True))
     with server as url:
-        a = ModelClient(url, Sampling(model="stub"), session="g1:0")
-        b = ModelClient(url, Sampling(model="stub"), session="g2:0")
+        a = ModelClient(url, ModelConfig(name="stub"), session="g1:0")
+        b = ModelClient(url, ModelConfig(name="stub"), session="g2:0")
         msgs = [{"role": "system", "content": "S" * 1000}, {"role": "user", "content": "U"}]
         a.chat(msgs)
         b.chat([{"role": "system", "content": "other"}, {"role": "user", "content": "U"}])
@@ -140,7 +141,7 @@ def test_stub_server_command_line(tmp_path):
                             stdout=subprocess.PIPE, text=True, cwd=ROOT)
     try:
         banner = json.loads(proc.stdout.readline())
-        c = ModelClient(banner["url"], Sampling(model="stub"), retries=0)
+        c = ModelClient(banner["url"], ModelConfig(name="stub", retries=0))
         assert c.chat([{"role": "user", "content": "u"}]).content == "hi"
         assert c.chat([{"role": "user", "content": "u"}]).content == "hi"
     finally:

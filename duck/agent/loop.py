@@ -91,8 +91,8 @@ class AgentPolicy:
 
     def play(self, session: Session) -> None:
         game_id = session.game.game_id
-        self.client = ModelClient.from_config(self.cfg.model, self.urls, session=f"{game_id}:{self.pass_}",
-                                              start=pick_url(self.urls, game_id, self.url_index))
+        self.client = ModelClient(self.urls, self.cfg.model, session=f"{game_id}:{self.pass_}",
+                                  start=pick_url(self.urls, game_id, self.url_index))
         kernel = self.kernel_factory(session, self.cfg.kernel)
         try:
             self._loop(session, kernel)

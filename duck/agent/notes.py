@@ -26,6 +26,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from duck.config import AgentConfig
+
 SECTIONS = ("World model", "Goal model", "Action model", "Plan", "Open questions", "Cross-level notes")
 RECHECK_ON_NEW_LEVEL = ("Goal model", "Plan")
 
@@ -98,7 +100,7 @@ def cap(text: str, limit: int) -> str:
 
 @dataclass
 class Notes:
-    limit: int = 900
+    limit: int = AgentConfig().note_section_chars  # the config's default: one place
     carry_across_levels: bool = True
     keep_on_game_over: bool = True
     sections: dict[str, str] = field(default_factory=dict)

@@ -38,7 +38,15 @@ from typing import Any
 
 import numpy as np
 
+from duck.config import KernelConfig
+from duck.game.actions import RESET
+from duck.game.source import GameSource, matches
 from duck.lab.replay_caps import RecordedCap
+from duck.play.record import RecordWriter
+from duck.play.session import Session
+from duck.sandbox.dialect import DUCK, OURS
+from duck.sandbox.host import Kernel
+from duck.sandbox.render import transcript
 
 _TIMER = re.compile(r"((?:run_elapsed_seconds|time_remaining_seconds)['\"]?\s*[:=]\s*)-?[0-9][0-9.e+-]*")
 _SET = re.compile(r"\{([^{}:]*)\}")
@@ -71,7 +79,6 @@ def categorise(ours: str, rec: str, res: Any) -> str:
 
 
 def _source(games_dir: str) -> Any:
-    from duck.game.source import GameSource
     if games_dir not in _SOURCES:
         _SOURCES[games_dir] = GameSource.offline(games_dir)
     return _SOURCES[games_dir]
@@ -80,12 +87,6 @@ def _source(games_dir: str) -> Any:
 def replay_run(meta: dict[str, Any], turns: list[dict[str, Any]], games_dir: str, out_dir: str,
                timeout_s: float = 30.0) -> dict[str, Any]:
     """Replay one game-run; returns its statistics (JSON-safe)."""
-    from duck.config import KernelConfig
-    from duck.game.actions import RESET
-    from duck.play.record import RecordWriter
-    from duck.play.session import Session
-    from duck.sandbox.dialect import DUCK
-    from duck.sandbox.host import Kernel
     game_id, pass_ = meta["game_id"], meta["pass"]
     src = _source(games_dir)
     game = src.make(game_id)
@@ -147,7 +148,6 @@ def _replay_call(kernel: Any, turn: dict[str, Any], call: dict[str, Any], st: di
             st["mismatches"].append(where | {"recorded": rec[:12], "ours": res.actions[:12],
                                              "kind": res.kind})
     if cap.actions == 0 and not call.get("timed_out") and not call.get("code_missing") and "print" in code:
-        from duck.sandbox.render import transcript
         a, b = normalise(transcript(res.message)), normalise(call["result"])
         if call.get("result_cut"):  # the record keeps 2,000 characters (timer digits differ)
             a = a[:len(b)]
@@ -206,7 +206,7 @@ def load_traces(traces_dir: str | Path, only: list[str] | None = None,
     traces_dir = Path(traces_dir)
     metas = [json.loads(line) for line in open(traces_dir / "runs.jsonl")]
     if only:
-        metas = [m for m in metas if any(m["game_id"].startswith(o) for o in only)]
+        metas = [m for m in metas if matches(m["game_id"], only)]
     if passes is not None:
         metas = [m for m in metas if m["pass"] in passes]
     turns: dict[tuple[str, int], list[dict[str, Any]]] = {}
@@ -258,7 +258,6 @@ def run_replay(traces_dir: str, games_dir: str, out_dir: str, *, workers: int = 
 def _main(args: argparse.Namespace) -> int:
     if args.through_agent:
         from duck.lab.replay_loop import replay_check  # (it starts the agent stack: only when asked)
-        from duck.sandbox.dialect import DUCK, OURS
         res = replay_check(args.traces_dir, args.games, args.out, args.only,
                            dialect=DUCK if args.kernel_mode == "compat" else OURS)
         print(json.dumps({k: v for k, v in res.items() if k != "games"} |

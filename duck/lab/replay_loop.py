@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from duck.config import KernelConfig, load_config
-from duck.game.source import GameSource
+from duck.game.source import GameSource, matches
 from duck.lab.replay_caps import RecordedCap, trace_caps
 from duck.play.record import read_record
 from duck.play.session import Session, play_game
@@ -64,7 +64,7 @@ def replay_check(traces: str | Path, games_dir: str | Path, out: str | Path,
     all_runs = [json.loads(line) for line in open(Path(traces, "runs.jsonl"))]
     result: dict[str, Any] = {"games": {}}
     for game_id in sorted({r["game_id"] for r in all_runs}):
-        if game_id not in have or (only and game_id not in only and game_id.split("-")[0] not in only):
+        if game_id not in have or (only and not matches(game_id, only)):
             continue
         run = min((r for r in all_runs if r["game_id"] == game_id), key=lambda r: (-r["actions"], r["pass"]))
         turns = load_trace(traces, game_id, run["pass"])

@@ -33,7 +33,6 @@ import json
 import logging
 import random
 import time
-import zlib
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
@@ -41,6 +40,9 @@ import urllib.request
 
 import openai
 from openai import OpenAI
+
+from duck.config import ModelConfig
+from duck.seeds import stable_hash
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +62,7 @@ class ContextOverflow(ModelError):
 
 def request_seed(*parts: Any) -> int:
     """A 31-bit seed from (run seed, game, pass, turn, call), stable across processes."""
-    return zlib.crc32(":".join(str(p) for p in parts).encode()) & 0x7FFFFFFF
+    return stable_hash(*parts) & 0x7FFFFFFF
 
 
 def pick_url(urls: list[str], game_id: str, index: int | None = None) -> int:
@@ -68,7 +70,7 @@ def pick_url(urls: list[str], game_id: str, index: int | None = None) -> int:
     over games), else a stable hash of the game id."""
     if not urls:
         raise ModelError("no model URL configured")
-    return (index if index is not None else zlib.crc32(game_id.encode())) % len(urls)
+    return (index if index is not None else stable_hash(game_id)) % len(urls)
 
 
 @dataclass
@@ -98,14 +100,10 @@ class Reply:
     # (complete reply, unreadable arguments: code holding a tag of the tool-call format).
     dropped: list[dict[str, str]] = field(default_factory=list)
 
-    def message(self, keep_reasoning: int | None = None) -> dict[str, Any]:
-        """The assistant message to append to the history, as generated; with
-        `keep_reasoning`, only the reasoning's last that many characters are kept (fixed
-        once, so the history stays prefix-stable; smaller prompts, fewer evictions)."""
+    def message(self) -> dict[str, Any]:
+        """The assistant message to append to the history, as generated."""
         msg: dict[str, Any] = {"role": "assistant", "content": self.content}
         reasoning = self.reasoning
-        if keep_reasoning is not None and len(reasoning) > keep_reasoning:
-            reasoning = "[…] " + reasoning[len(reasoning) - keep_reasoning:]
         if reasoning:
             msg["reasoning"] = reasoning  # what vLLM reads (and copies for the template)
             msg["reasoning_content"] = reasoning  # what the template reads (older servers)
@@ -127,56 +125,33 @@ class Reply:
                 "dropped_calls": [d["why"] for d in self.dropped]}
 
 
-@dataclass
-class Sampling:
-    model: str = "Qwen3.6-27B-FP8"
-    temperature: float = 0.6
-    top_p: float = 0.95
-    top_k: int = 20
-    thinking: bool = True
-    preserve_thinking: bool | None = True
-    max_output_tokens: int = 4096
-
-    @classmethod
-    def from_config(cls, cfg: Any) -> "Sampling":
-        return cls(cfg.name, cfg.temperature, cfg.top_p, cfg.top_k, cfg.thinking,
-                   cfg.preserve_thinking, cfg.max_output_tokens)
-
-    def body(self) -> dict[str, Any]:
-        """The non-OpenAI fields vLLM reads from the request body."""
-        kwargs: dict[str, Any] = {"enable_thinking": self.thinking}
-        if self.preserve_thinking is not None:
-            kwargs["preserve_thinking"] = self.preserve_thinking
-        return {"top_k": self.top_k, "chat_template_kwargs": kwargs}
-
-
 class ModelClient:
-    """Chat completions against one or several OpenAI-compatible base URLs."""
+    """Chat completions against one or several OpenAI-compatible base URLs, with the sampling,
+    time-outs and retries of a ModelConfig (the one place their defaults live)."""
 
-    def __init__(self, urls: list[str] | str, sampling: Sampling | None = None, *,
-                 timeout_s: float = 180.0, stall_s: float = 60.0, retries: int = 3,
-                 backoff_s: float = 1.0, start: int = 0, api_key: str = "EMPTY",
-                 session: str | None = None) -> None:
+    def __init__(self, urls: list[str] | str, config: ModelConfig, *, start: int = 0,
+                 api_key: str = "EMPTY", session: str | None = None) -> None:
         self.urls = [u.rstrip("/") for u in ([urls] if isinstance(urls, str) else urls)]
         if not self.urls:
             raise ModelError("no model URL configured")
-        self.sampling = sampling or Sampling()
-        self.timeout_s = timeout_s
-        self.retries = retries
-        self.backoff_s = backoff_s
+        self.cfg = config
+        self.timeout_s = config.timeout_s
+        self.retries = config.retries
+        self.backoff_s = config.backoff_s
         self.current = start % len(self.urls)
         # One client per URL; the openai client's own retries are off (ours move across URLs).
-        timeout = openai.Timeout(connect=10.0, read=stall_s, write=30.0, pool=10.0)
+        timeout = openai.Timeout(connect=10.0, read=config.stall_s, write=30.0, pool=10.0)
         headers = {"X-Duck-Session": session} if session else None  # ignored by vLLM
         self._clients = [OpenAI(base_url=_v1(u), api_key=api_key, timeout=timeout, max_retries=0,
                                 default_headers=headers) for u in self.urls]
         self._rng = random.Random(start)
 
-    @classmethod
-    def from_config(cls, cfg: Any, urls: list[str], **kwargs: Any) -> "ModelClient":
-        """A client with the ModelConfig's sampling, time-outs and retries."""
-        return cls(urls, Sampling.from_config(cfg), timeout_s=cfg.timeout_s, stall_s=cfg.stall_s,
-                   retries=cfg.retries, backoff_s=cfg.backoff_s, **kwargs)
+    def body(self) -> dict[str, Any]:
+        """The non-OpenAI fields vLLM reads from the request body."""
+        kwargs: dict[str, Any] = {"enable_thinking": self.cfg.thinking}
+        if self.cfg.preserve_thinking is not None:
+            kwargs["preserve_thinking"] = self.cfg.preserve_thinking
+        return {"top_k": self.cfg.top_k, "chat_template_kwargs": kwargs}
 
     def chat(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None, *,
              seed: int | None = None, max_tokens: int | None = None,
@@ -206,12 +181,12 @@ class ModelClient:
         raise last or ModelError("no time left for a model request", retryable=True)
 
     def _stream(self, i: int, messages, tools, seed, max_tokens, limit: float) -> Reply:
-        s = self.sampling
-        kwargs: dict[str, Any] = dict(model=s.model, messages=messages, stream=True,
+        c = self.cfg
+        kwargs: dict[str, Any] = dict(model=c.name, messages=messages, stream=True,
                                       stream_options={"include_usage": True},
-                                      temperature=s.temperature, top_p=s.top_p,
-                                      max_tokens=max_tokens or s.max_output_tokens,
-                                      extra_body=s.body())
+                                      temperature=c.temperature, top_p=c.top_p,
+                                      max_tokens=max_tokens or c.max_output_tokens,
+                                      extra_body=self.body())
         if tools:
             kwargs["tools"] = tools
         if seed is not None:
@@ -318,6 +293,16 @@ def _status_error(e: openai.APIStatusError) -> ModelError:
         return ContextOverflow(f"HTTP {status}: {text}", status=status)
     return ModelError(f"HTTP {status}: {text}", retryable=status in (408, 409, 429) or status >= 500,
                       status=status)
+
+
+def smoke_chat(url: str, config: ModelConfig, *, timeout_s: float, max_tokens: int = 16,
+               retries: int | None = None) -> Reply:
+    """One short greedy chat with thinking off: what proves a server answers (a wedged vLLM
+    still lists its models but fails this). Raises ModelError."""
+    quiet = config.model_copy(update={"temperature": 0.0, "top_p": 1.0, "top_k": 1, "thinking": False,
+                                      "preserve_thinking": None, "max_output_tokens": max_tokens,
+                                      "timeout_s": timeout_s, "retries": config.retries if retries is None else retries})
+    return ModelClient(url, quiet).chat([{"role": "user", "content": "Reply with the single word OK."}], seed=0)
 
 
 def list_models(url: str, timeout: float = 5.0) -> list[str]:

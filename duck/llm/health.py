@@ -8,10 +8,11 @@ business (duck.policies.FallbackPolicy).
 
 from __future__ import annotations
 
-import json
 import logging
-import urllib.request
 from pathlib import Path
+
+from duck.config import ModelConfig
+from duck.llm.client import list_models, smoke_chat
 
 log = logging.getLogger(__name__)
 
@@ -39,16 +40,11 @@ class ModelHealth:
 
 
 def probe_model(model_url: str | None, timeout_s: float) -> bool:
-    """A one-token chat: a wedged server still answers /v1/models, not this."""
+    """A one-token chat (a wedged server still answers /v1/models, not this): True when it answers."""
     try:
-        with urllib.request.urlopen(model_url.rstrip("/") + "/v1/models", timeout=10) as r:
-            name = json.loads(r.read())["data"][0]["id"]
-        body = json.dumps({"model": name, "max_tokens": 1, "temperature": 0,
-                           "messages": [{"role": "user", "content": "ping"}]}).encode()
-        req = urllib.request.Request(model_url.rstrip("/") + "/v1/chat/completions", data=body,
-                                     headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=timeout_s) as r:
-            return r.status == 200
-    except Exception as e:
+        name = list_models(model_url)[0]
+        smoke_chat(model_url, ModelConfig(name=name), timeout_s=timeout_s, max_tokens=1, retries=0)
+        return True
+    except Exception as e:  # any failure, of the server or of the network, means "not answering"
         log.info("model probe failed: %s", e)
         return False

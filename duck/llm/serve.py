@@ -199,13 +199,9 @@ class VLLMServer:
 
     def smoke(self) -> str:
         """One short chat with thinking off; raises ServeError when it fails."""
-        from duck.llm.client import ModelClient, ModelError, Sampling
-        sampling = Sampling(model=self.model.name, temperature=0.0, top_p=1.0, top_k=1, thinking=False,
-                            preserve_thinking=None, max_output_tokens=16)
+        from duck.llm.client import ModelError, smoke_chat  # (openai is slow to import; `duck serve --help` needs none)
         try:
-            reply = ModelClient(self.url, sampling, timeout_s=120.0, retries=self.model.retries,
-                                backoff_s=self.model.backoff_s).chat(
-                [{"role": "user", "content": "Reply with the single word OK."}], seed=0)
+            reply = smoke_chat(self.url, self.model, timeout_s=self.serve.smoke_timeout_s)
         except ModelError as e:
             self.check()
             raise ServeError(f"smoke chat failed: {e}") from e

@@ -252,7 +252,7 @@ class Worker:
         ns = self.cur_ns = self.namespace()
         self.publish(ns)
         ns["result"] = None
-        cap = Capture(self.send, int(msg.get("head", 4096)), int(msg.get("tail", 0)))
+        cap = Capture(self.send, int(msg["head"]), int(msg["tail"]))
         old = sys.stdout, sys.stderr
         sys.stdout = cap
         sys.stderr = cap if self.dialect.stderr_shown else io.StringIO()
@@ -302,7 +302,7 @@ class Worker:
             if isinstance(notes, dict):
                 try:
                     text = json.dumps(json_safe(notes))
-                    if len(text) <= int(self.cfg.get("notes_chars", 8000)):
+                    if len(text) <= int(self.cfg["notes_chars"]):
                         self.notes = json.loads(text)
                     else:
                         done["notes_error"] = f"notes too large ({len(text)} chars); not kept"

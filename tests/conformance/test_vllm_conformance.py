@@ -23,10 +23,10 @@ from pathlib import Path
 
 import pytest
 
-from duck.config import load_config
+from duck.config import ModelConfig, load_config
 from duck.agent.context import image_part, python_tool
 from duck.game.frames import grid_png
-from duck.llm.client import ContextOverflow, ModelClient, ModelError, Sampling
+from duck.llm.client import ContextOverflow, ModelClient, ModelError
 from duck.llm.serve import command, pick_chat_template
 from duck.testing.stub.render import IMAGE_PAD, ChatTemplate
 
@@ -76,7 +76,7 @@ class Standin:
         return self._call("/log")["requests"]
 
     def client(self, **sampling) -> ModelClient:
-        return ModelClient(self.url, Sampling(model=NAME, **sampling), retries=0, timeout_s=60)
+        return ModelClient(self.url, ModelConfig(name=NAME, **sampling, retries=0, timeout_s=60))
 
 
 @pytest.fixture(scope="module")
