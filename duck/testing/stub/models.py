@@ -22,11 +22,12 @@ import json
 import re
 import threading
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from duck.game.actions import OUR_DIALECT_NAMES, Action
-from duck.play.conversation import Conversation, read_conversation, record_of
-from duck.play.record import read_record
+
+if TYPE_CHECKING:  # (imported where used: numpy and arc_agi would slow the stand-in vLLM's start)
+    from duck.play.conversation import Conversation
 
 class FixedModel:
     """The given replies in order; then `loop` them, or answer 410 Gone."""
@@ -168,6 +169,7 @@ class ConversationModel:
 
     @classmethod
     def from_files(cls, paths: list[str | Path], **kw: Any) -> "ConversationModel":
+        from duck.play.conversation import read_conversation
         return cls([read_conversation(p) for p in paths], **kw)
 
     def _conversation(self, session: str) -> Conversation | None:
@@ -218,6 +220,8 @@ class ConversationModel:
 
 def _grids(conv: Conversation) -> dict[int, Any] | None:
     """The boards of the record beside a conversation (to rebuild its images), or None."""
+    from duck.play.conversation import record_of
+    from duck.play.record import read_record
     path = record_of(conv.path) if conv.path else None
     if path is None or not path.exists():
         return None
