@@ -111,7 +111,11 @@ def turns(conv: Conversation) -> tuple[list[ConvTurn], list[tuple[str, Any]]]:
                     t.actions, t.outcome = list(line.get("actions") or []), line.get("outcome", "")
                     break
         elif kind == "event" and line.get("kind") != "start":
-            where().append(("event", line))
+            items = where()
+            if line.get("kind") in ("evict", "drop_turn") and items and items[-1][0] == "summary":
+                items.insert(len(items) - 1, ("event", line))  # the eviction, then its summary
+            else:
+                items.append(("event", line))
         elif kind == "notes":
             notes = apply_notes(notes, line)
             changed = {**line.get("sections", {}).get("set", {}), **line.get("extra", {}).get("set", {})}
@@ -222,7 +226,7 @@ def _item_html(kind: str, item: Any, max_chars: int) -> str:
         res = item.get("result") or {}
         label = "correction" if item.get("correction") else f"output ({res.get('kind', 'ok')}" + (
             f", {len(res.get('actions') or [])} actions)" if res.get("actions") else ")")
-        return f"<div class=who>{esc(label)}</div><pre class=out>{esc(cut(item['content'], max_chars))}</pre>"
+        return f"<div class=who>{esc(label)}</div><pre class=out>{esc(cut(readable(item['content']), max_chars))}</pre>"
     if kind == "user":
         return f"<div class=who>correction</div><div class=text>{esc(cut(item, max_chars))}</div>"
     if kind == "error":
@@ -233,10 +237,30 @@ def _item_html(kind: str, item: Any, max_chars: int) -> str:
             {k: item["notes"].get(k) for k in ("level", "carried_from")})
         return (f"<details class=notes><summary class=muted>notes changed: {esc(what)}</summary>"
                 f"<pre>{esc(cut(body, max_chars))}</pre></details>")
+    if kind == "event" and item.get("kind") in ("evict", "drop_turn"):
+        turns_ = item.get("turns") or []
+        span = f"{turns_[0]}–{turns_[-1]}" if len(turns_) > 1 else str(turns_[0]) if turns_ else "?"
+        what = "the prompt neared its budget" if item["kind"] == "evict" else "this turn alone outgrew the budget"
+        return (f"<div class=event>{esc(what)}: turns {span} dropped ({len(item.get('ids') or [])} messages), "
+                f"prompt ~{item.get('estimate_before', 0):,} → ~{item.get('estimate_after', 0):,} tokens of "
+                f"{item.get('budget', 0):,}; a summary replaces them:</div>")
     if kind == "event":
         data = {k: v for k, v in item.items() if k not in ("type", "kind", "t")}
         return f"<div class=event>{esc(item.get('kind'))}: {esc(json.dumps(data, default=str)[:400])}</div>"
     return ""
+
+
+def readable(tool_text: str) -> str:
+    """A tool result for reading: the model saw a JSON object whose `stdout` is one string
+    with escaped line breaks; shown here as the other keys on one line, then the output."""
+    try:
+        doc = json.loads(tool_text)
+    except ValueError:
+        return tool_text
+    if not (isinstance(doc, dict) and isinstance(doc.get("stdout"), str)):
+        return tool_text
+    rest = {k: v for k, v in doc.items() if k not in ("stdout", "tool")}
+    return json.dumps(rest, default=str) + "\n" + doc["stdout"]
 
 
 def _code_html(arguments: str, max_chars: int) -> str:
