@@ -220,7 +220,7 @@ def test_the_writer_references_only_the_board_the_record_has(tmp_path):
 
     w = ConversationWriter(tmp_path / "c.jsonl", board=lambda: (7, grid), start={"game_id": "g"}, compress=False)
     sent = [{"role": "user", "content": [{"type": "text", "text": "board"}, part(grid, 4), part(other, 4), part(grid, 2)]},
-            {"role": "assistant", "content": "", "reasoning": "r", "reasoning_content": "r"}]
+            {"role": "assistant", "content": "a lone \ud800 surrogate, é", "reasoning": "r", "reasoning_content": "r"}]
     ids = [w.message(m, turn=0) for m in sent]
     w.request(ids, turn=0, call=0)
     assert w.close("done") == tmp_path / "c.jsonl"

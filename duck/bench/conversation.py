@@ -64,7 +64,7 @@ def measure(path: Path, seconds_in_writer: float) -> dict[str, Any]:
         obj = json.loads(line)
         if obj.get("type") == "message":
             obj["message"].pop("reasoning", None)
-        stripped.append(json.dumps(obj, separators=(",", ":"), ensure_ascii=False))
+        stripped.append(json.dumps(obj, separators=(",", ":")))
     without = len(gzip.compress("\n".join(stripped).encode()))
     n = max(1, len(conv.requests))
     return {"requests": len(conv.requests), "messages": len(conv.messages), "raw_bytes": len(raw),

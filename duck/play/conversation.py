@@ -140,12 +140,13 @@ class ConversationWriter:
                 if obj.get("type") != "start":
                     self._line({"type": "start", **self._start, "t": 0.0})
             self._line(obj)
-        except OSError as e:  # a full disk must not end the game: stop writing, say so once
+        except (OSError, ValueError) as e:  # a full disk must not end the game: stop writing, say so once
             log.warning("conversation %s: %s; no more lines are written", self.path, e)
             self._closed = True
 
     def _line(self, obj: dict[str, Any]) -> None:
-        text = json.dumps(obj, separators=(",", ":"), ensure_ascii=False, default=str) + "\n"
+        # ASCII escapes: a lone surrogate in a model's text cannot break the UTF-8 file.
+        text = json.dumps(obj, separators=(",", ":"), default=str) + "\n"
         self._f.write(text)
         self._f.flush()
         self.bytes += len(text)
