@@ -276,3 +276,23 @@ def test_a_fresh_start_is_an_event_and_a_new_system_message(tmp_path):
     systems = [i for i, ln in conv.messages.items() if ln.get("kind") == "system"]
     assert len(systems) == 2 and conv.requests[3]["ids"] == [[systems[1], systems[1] + 1]]
     assert _rebuilt(path) == seen
+
+
+def test_duck_ab_writes_conversations_and_the_merge_keeps_them(tmp_path):
+    from duck.cli import main
+    with StubServer(SolutionModel(BUNDLED)) as url:
+        arms = []
+        for name, actions in (("a", 30), ("b", 40)):
+            arms.append(tmp_path / f"{name}.toml")
+            arms[-1].write_text(f'[play]\npolicy = "llm"\nmax_actions = {actions}\n[model]\nurls = ["{url}"]\n'
+                                'name = "stub"\nretries = 0\n[agent]\nfallback = "explorer"\n')
+        for i in (1, 2):
+            assert main(["ab", "--a", str(arms[0]), "--b", str(arms[1]), "--games", str(BUNDLED), "--passes", "1",
+                         "--shard", f"{i}/2", "--out", str(tmp_path / f"s{i}"), "--boot", "200"]) == 0
+    assert main(["ab-merge", str(tmp_path / "s1"), str(tmp_path / "s2"), "--out", str(tmp_path / "m"),
+                 "--boot", "200"]) == 0
+    for arm in ("a", "b"):
+        convs = read_conversations(tmp_path / "m" / arm / "p000")
+        assert sorted(convs) == sorted(g.game_id for g in GameSource.offline(BUNDLED).games())
+        # (both arms talk to one SolutionModel, which plays each game once: B's calls then fail)
+        assert all(c.end is not None and c.requests for c in convs.values())
