@@ -35,6 +35,8 @@ def _play(args: argparse.Namespace) -> int:
         values["model.urls"] = join_urls(args.model_url)
     if args.policy or args.model_url:
         values["play.policy"] = args.policy or "llm"
+    if args.no_conversations:
+        values["play.conversations"] = False
     cfg = with_values(cfg, values)
     doc = play_folder(args.games or cfg.play.games_dir, args.out, cfg, games=args.only, overwrite=args.overwrite)
     summary = {"score": round(doc["score"], 4), "toolkit_score": doc.get("toolkit_score"),
@@ -72,6 +74,8 @@ def build_parser() -> argparse.ArgumentParser:
     play.add_argument("--only", nargs="*", default=None, help="game ids (or 4-letter prefixes) to play")
     play.add_argument("--out", default="runs/play", help="run folder (records/ and score.json)")
     play.add_argument("--overwrite", action="store_true", help="replace the records of --out")
+    play.add_argument("--no-conversations", action="store_true",
+                      help="write no conversation files (RUN/conversations/; default: play.conversations)")
     play.set_defaults(func=_play)
 
     score = sub.add_parser("score", help="recompute score.json from a run folder's records")

@@ -47,6 +47,7 @@ class PlayConfig(Section):
     seed: int = 0
     max_actions: PositiveInt = 1000  # per game; ~7x the Duck's mean of 137 actions per game
     workers: PositiveInt = 1  # parallel game processes (the engine is pure Python under the GIL)
+    conversations: bool = True  # a model-played game writes its conversation (duck.play.conversation)
 
 
 class ServeConfig(Section):

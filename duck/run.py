@@ -1,7 +1,8 @@
 """Playing every game of a folder and writing a run folder (`duck play`).
 
-A run folder holds `records/<game_id>.jsonl` (one per game, see duck.play.record) and
-`score.json` (see duck.play.scoring). The engine is pure Python under the GIL, so games run
+A run folder holds `records/<game_id>.jsonl` (one per game, see duck.play.record),
+`conversations/<game_id>.jsonl.gz` (one per game a model played, see duck.play.conversation;
+`play.conversations` false: none) and `score.json` (see duck.play.scoring). The engine is pure Python under the GIL, so games run
 in separate processes when `play.workers > 1`; each worker opens its own `GameSource`.
 """
 
@@ -25,7 +26,7 @@ def _play_one(games_dir: str, game_id: str, cfg: Config, out: str) -> GameResult
     p = cfg.play
     return play_game(GameSource.offline(games_dir), game_id, make_policy(p.policy, p.seed, config=cfg),
                      max_actions=p.max_actions, record_path=Path(out) / "records" / f"{game_id}.jsonl",
-                     seed=p.seed, config=cfg.model_dump(mode="json"))
+                     seed=p.seed, config=cfg.model_dump(mode="json"), conversation=p.conversations)
 
 
 def play_folder(games_dir: str | Path, out: str | Path, cfg: Config | None = None, *,
@@ -48,6 +49,8 @@ def play_folder(games_dir: str | Path, out: str | Path, cfg: Config | None = Non
     if not ids:
         raise SystemExit(f"no games found under {games_dir}")
     for f in old:
+        f.unlink()
+    for f in (out / "conversations").glob("*.jsonl*"):  # (play_game replaces those it plays)
         f.unlink()
     (out / "records").mkdir(parents=True, exist_ok=True)
     args = [(str(games_dir), g, cfg, str(out)) for g in ids]

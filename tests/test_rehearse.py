@@ -16,6 +16,7 @@ import sys
 import pytest
 
 from conftest import BUNDLED, ROOT
+from duck.play.conversation import read_conversations
 from duck.testing.rehearse.faults import FAULTS
 from duck.testing.rehearse.checks import Report, check_run
 from duck.testing.rehearse.run import rehearse
@@ -37,6 +38,10 @@ def test_rehearsal_of_a_rerun_passes_from_the_command_line(tmp_path):
     assert set(doc["facts"]["gateway_scorecard"]["environments"]) == {"zb01-00000001", "zc01-00000001",
                                                                       "zs01-00000001"}
     assert "rehearsal rerun/none: PASS" in p.stdout
+    # The model's conversations are among the notebook's outputs, one per game, finished.
+    assert doc["checks"]["outputs_in_place"]["detail"]["conversations"] == 3
+    convs = read_conversations(next(out.rglob("duck/conversations")).parent)
+    assert len(convs) == 3 and all(c.end and c.requests and c.path.suffix == ".gz" for c in convs.values())
 
 
 @pytest.mark.slow

@@ -31,6 +31,7 @@ import jinja2
 
 from duck.game.actions import OUR_DIALECT_NAMES, display_name
 from duck.game.frames import grid_png
+from duck.play.conversation import NULL, ConversationWriter
 
 CHARS_PER_TOKEN = 3.4  # a first guess; replaced by the server's counts as they come
 IMAGE_TOKENS = 68  # a 256x256 image on Qwen3.6's vision encoder: 8x8 merged patches + marks
@@ -71,6 +72,7 @@ class Turn:
     actions_before: int
     messages: list[dict[str, Any]] = field(default_factory=list)
     estimates: list[float] = field(default_factory=list)
+    ids: list[int] = field(default_factory=list)  # the messages' ids in the conversation file
     actions: list[str] = field(default_factory=list)  # display strings the turn executed
     outcome: str = ""  # what the actions did, in a few words
     notes: str = ""  # the notes as they stood at the end of the turn
@@ -81,11 +83,16 @@ class Turn:
 
 
 class Context:
-    """System prompt + [summary] + turns; see the module docstring."""
+    """System prompt + [summary] + turns; see the module docstring. Every message added, and
+    every eviction, goes to `log` (the game's conversation file, duck.play.conversation)."""
 
     def __init__(self, system: str, budget: int, reserve: int, *, evict_to: float = 0.5,
-                 summarise: Callable[[list[Turn], list[dict[str, Any]]], str] | None = None) -> None:
+                 summarise: Callable[[list[Turn], list[dict[str, Any]]], str] | None = None,
+                 log: ConversationWriter = NULL) -> None:
+        self.log = log
         self.system = {"role": "system", "content": system}
+        self.system_id = log.message(self.system, kind="system")
+        self.summary_id: int | None = None
         self.budget = budget
         self.reserve = reserve  # the output cap: prompt + output must fit the budget
         self.evict_to = evict_to
@@ -102,13 +109,16 @@ class Context:
     def begin_turn(self, user: dict[str, Any], *, index: int, level: int, actions_before: int) -> Turn:
         turn = Turn(index, level, actions_before)
         self.turns.append(turn)
-        self.add(user)
+        self.add(user, level=level, actions_before=actions_before)
         return turn
 
-    def add(self, message: dict[str, Any]) -> None:
+    def add(self, message: dict[str, Any], **meta: Any) -> int:
+        """Append to the current turn; returns the message's id in the conversation."""
         turn = self.turns[-1]
         turn.messages.append(message)
         turn.estimates.append(estimate_tokens(message))
+        turn.ids.append(self.log.message(message, turn=turn.index, **meta))
+        return turn.ids[-1]
 
     def add_all(self, messages: list[dict[str, Any]]) -> None:
         for m in messages:
@@ -124,6 +134,13 @@ class Context:
             out.append(self.summary)
         for t in self.turns:
             out.extend(t.messages)
+        return out
+
+    def message_ids(self) -> list[int]:
+        """The conversation ids of `messages()`, in the same order."""
+        out = [self.system_id] + ([self.summary_id] if self.summary and self.summary_id is not None else [])
+        for t in self.turns:
+            out.extend(t.ids)
         return out
 
     # -- budget ---------------------------------------------------------------------------
@@ -168,21 +185,29 @@ class Context:
                 break
         if drop == 0 or self.ratio * (self._raw() - sum(t.estimate for t in self.turns[:drop])) > limit:
             raise ContextFull(f"the current turn alone is ~{self.estimate()} tokens (limit {limit})")
+        before = self.estimate()
         dropped, self.turns = self.turns[:drop], self.turns[drop:]
         self.summary_items.extend(turn_item(t) for t in dropped)
-        self.summary = {"role": "user", "content": self.summarise(dropped, self.summary_items)}
-        self._known = None
-        self.evictions += 1
+        self._summarise(dropped, "evict", before)
         return True
 
     def drop_current(self) -> Turn:
         """Forget the current turn (it could not fit); it goes into the summary."""
+        before = self.estimate()
         turn = self.turns.pop()
         self.summary_items.append(turn_item(turn))
-        self.summary = {"role": "user", "content": self.summarise([turn], self.summary_items)}
+        self._summarise([turn], "drop_turn", before)
+        return turn
+
+    def _summarise(self, dropped: list[Turn], kind: str, before: int) -> None:
+        old = self.summary_id
+        self.summary = {"role": "user", "content": self.summarise(dropped, self.summary_items)}
+        self.summary_id = self.log.message(self.summary, kind="summary")
         self._known = None
         self.evictions += 1
-        return turn
+        self.log.event(kind, turns=[t.index for t in dropped], ids=[i for t in dropped for i in t.ids],
+                       replaced_summary=old, summary=self.summary_id, estimate_before=before,
+                       estimate_after=self.estimate(), budget=self.budget)
 
 
 def turn_item(t: Turn) -> dict[str, Any]:

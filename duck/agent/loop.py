@@ -8,6 +8,10 @@ Python plays an action. Control flow is by exceptions that carry their message:
 turn alone outgrew the budget), `ModelDown` (the server keeps failing: raised to the
 composition root, duck.policies, which hands the game to the fallback), and the session's
 `PlayStopped` (budget, deadline, stop, win) which ends play.
+
+Everything the model sees and writes goes to the session's conversation file
+(duck.play.conversation): the context logs each message and eviction, the loop each request,
+reply, failure, turn end and notes change.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from duck.agent.notes import Notes
 from duck.config import Config, KernelConfig
 from duck.game.actions import RESET
 from duck.llm.client import ContextOverflow, ModelClient, ModelError, join_urls, pick_url, request_seed
+from duck.play.conversation import NULL
 from duck.play.session import PlayStopped, Session
 from duck.sandbox.host import Kernel
 
@@ -85,6 +90,8 @@ class AgentPolicy:
         self.notes = Notes(limit=a.note_section_chars, carry_across_levels=a.carry_notes_across_levels,
                            keep_on_game_over=a.keep_notes_on_game_over)
         self.tools = python_tool(self.cfg.kernel.output_chars)
+        self.conv = NULL  # the session's conversation file, from play()
+        self._notes_logged: dict[str, Any] | None = None
         self.ctx = self._new_context()
         self.client: ModelClient | None = None  # made in play(): it is named after the game
         self.level_start = 0  # the game's action count when the current level began
@@ -93,6 +100,14 @@ class AgentPolicy:
         game_id = session.game.game_id
         self.client = ModelClient(self.urls, self.cfg.model, session=f"{game_id}:{self.pass_}",
                                   start=pick_url(self.urls, game_id, self.url_index))
+        self.conv = session.conversation
+        m, a = self.cfg.model, self.cfg.agent
+        self.conv.begin(model=m.name, urls=self.urls, tools=self.tools, max_tokens=m.max_output_tokens,
+                        sampling={"temperature": m.temperature, "top_p": m.top_p, "top_k": m.top_k,
+                                  "thinking": m.thinking, "preserve_thinking": m.preserve_thinking,
+                                  "seeded": a.seeded_sampling},
+                        context_tokens=a.context_tokens, evict_to=a.evict_to, image_scale=a.image_scale)
+        self.ctx = self._new_context()  # its system prompt is the file's first message
         kernel = self.kernel_factory(session, self.cfg.kernel)
         try:
             self._loop(session, kernel)
@@ -104,7 +119,8 @@ class AgentPolicy:
     def _new_context(self) -> Context:
         return Context(render("system.j2", call_timeout_s=self.cfg.kernel.call_timeout_s,
                               output_chars=self.cfg.kernel.output_chars),
-                       self.cfg.agent.context_tokens, self.cfg.model.max_output_tokens, evict_to=self.cfg.agent.evict_to)
+                       self.cfg.agent.context_tokens, self.cfg.model.max_output_tokens, evict_to=self.cfg.agent.evict_to,
+                       log=self.conv)
 
     def _loop(self, session: Session, kernel: Any) -> None:
         last, stalled, turn = None, 0, 0
@@ -114,6 +130,7 @@ class AgentPolicy:
             if session.fresh is not None and session.fresh.is_set():
                 # The scheduler's fresh start: a new conversation on the same board; the
                 # notes (what was learnt) carry over, the stuck line of thought does not.
+                self.conv.event("fresh_start", turn=turn)
                 self.ctx, last, stalled = self._new_context(), None, 0
                 session.fresh.clear()
                 session.event("fresh_start", f"fresh model context at turn {turn}", self.notes.as_dict())
@@ -125,16 +142,20 @@ class AgentPolicy:
             try:
                 last, stalled = self._turn(session, kernel, turn), 0
                 self.ctx.current.notes = "\n".join(f"{n['name']}: {n['text']}" for n in self.notes.view())
+                self.conv.event("turn_end", turn=turn, actions=last["actions"], outcome=last["text"])
             except TurnStalled as e:
                 last, stalled = None, e.calls
+                self.conv.event("turn_end", turn=turn, actions=[], outcome=f"stalled after {e.calls} calls")
             except ContextFull as e:
                 session.event("error", f"context: {e}")
                 self.ctx.drop_current()
                 last, stalled = None, 0
+                self.conv.event("turn_end", turn=turn, actions=[], outcome=f"context full: {e}")
             if session.obs.levels_completed > levels:
                 session.event("notes", f"end of level {levels + 1}", self.notes.as_dict())
                 self.level_start = session.game.actions
             self.notes.after_turn(session.obs.levels_completed, session.obs.state)
+            self._log_notes(turn)
             if session.obs.state == "GAME_OVER":  # only RESET does anything now: play it for the model
                 kernel.act(RESET, {"auto": "reset after GAME_OVER"})
                 if last is not None:
@@ -145,7 +166,8 @@ class AgentPolicy:
         a, failures = self.cfg.agent, 0
         for call in range(a.max_calls_per_turn):
             if call == a.nudge_after_calls:
-                self.ctx.add({"role": "user", "content": render("correct.j2", reason="act_now", detail=call)})
+                self.ctx.add({"role": "user", "content": render("correct.j2", reason="act_now", detail=call)},
+                             call=call, correction="act_now")
             if reason := session.stop_reason():
                 raise PlayStopped(reason)
             try:
@@ -160,21 +182,26 @@ class AgentPolicy:
             try:
                 calls = tool_calls(reply)
             except Correction as c:  # to a broken call as its tool result, else as a user message
-                self.ctx.add_all([{"role": "tool", "tool_call_id": t.id, "content": c.message}
-                                  for t in reply.tool_calls] or [{"role": "user", "content": c.message}])
+                for m in ([{"role": "tool", "tool_call_id": t.id, "content": c.message} for t in reply.tool_calls]
+                          or [{"role": "user", "content": c.message}]):
+                    self.ctx.add(m, call=call, correction=str(c))
+                self._log_notes(turn)
                 continue
             for k, (call_id, code) in enumerate(calls):
                 r = kernel.run(code, info={"turn": turn, "call": call, "seed": reply.seed})
                 self.ctx.add({"role": "tool", "tool_call_id": call_id,
-                              "content": r.text if a.animation_summaries else without_animation(r.message)})
+                              "content": r.text if a.animation_summaries else without_animation(r.message)},
+                             call=call, result={"kind": r.kind, "actions": list(r.actions)})
                 self.notes.from_kernel(kernel.notes)
+                self._log_notes(turn)
                 if r.kind in ("timeout", "crash"):
                     session.event("timeout", f"kernel call {r.kind} (turn {turn}, call {call})",
                                   {"restarted": r.restarted})
                 if r.actions:
                     for skipped_id, _ in calls[k + 1:]:
                         self.ctx.add({"role": "tool", "tool_call_id": skipped_id,
-                                      "content": render("correct.j2", reason="skipped", detail="")})
+                                      "content": render("correct.j2", reason="skipped", detail="")},
+                                     call=call, correction="skipped")
                     last = outcome(r, session, self.ctx.current.level - 1, a.animation_summaries)
                     self.ctx.current.actions, self.ctx.current.outcome = list(r.actions), last["text"]
                     return last
@@ -182,17 +209,27 @@ class AgentPolicy:
                     raise PlayStopped(reason)
         raise TurnStalled(a.max_calls_per_turn)
 
+    def _log_notes(self, turn: int) -> None:
+        """A `notes` line whenever the notes changed (what changed: duck.play.conversation)."""
+        now = self.notes.as_dict()
+        if now != self._notes_logged:
+            self.conv.notes(turn, now, self._notes_logged)
+            self._notes_logged = now
+
     def _ask(self, session: Session, turn: int, call: int) -> Any:
         self.ctx.fit()  # may drop old turns, or raise ContextFull
         seed = (request_seed(self.seed, session.game.game_id, self.pass_, turn, call)
                 if self.cfg.agent.seeded_sampling else None)
         messages = self.ctx.messages()
+        n = self.conv.request(self.ctx.message_ids(), turn=turn, call=call, seed=seed, estimate=self.ctx.estimate())
         try:
             reply = self.client.chat(messages, self.tools, seed=seed, deadline=session.deadline)
-        except ContextOverflow:
-            self.ctx.budget = int(self.ctx.budget * 0.8)  # the server knows better: shrink and retry
+        except ModelError as e:
+            self.conv.error(n, e)
+            if isinstance(e, ContextOverflow):
+                self.ctx.budget = int(self.ctx.budget * 0.8)  # the server knows better: shrink and retry
             raise
-        self.ctx.add(reply.message())
+        self.conv.reply(n, self.ctx.add(reply.message(), call=call), reply)
         self.ctx.observe(len(messages), reply.prompt_tokens, reply.completion_tokens)
         self.notes.from_reply(reply.content, reply.reasoning)
         session.event("model", f"turn {turn} call {call}",

@@ -7,6 +7,7 @@ stop grace (`kaggle.stop_grace_s`), so that a hung game cannot hold up the score
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import threading
@@ -54,7 +55,8 @@ def scheduler_runner(cfg: Config, source: GameSource, play_policy: Callable[[str
     `kaggle.margin_s`, already taken)."""
     return Runner(make_policy(cfg.scheduler.policy, cfg.scheduler), slots=cfg.scheduler.slots,
                   budget_s=max(0.0, deadline - time.time()), source=source, play_policy=play_policy,
-                  max_actions=cfg.play.max_actions, records_dir=records_dir)
+                  max_actions=cfg.play.max_actions, records_dir=records_dir,
+                  worker=functools.partial(play_game, conversation=cfg.play.conversations))
 
 
 def run_scheduler(runner: Runner, game_ids: list[str], deadline: float, grace_s: float) -> dict[str, dict[str, Any]]:
@@ -105,7 +107,8 @@ def run_pool(cfg: Config, source: GameSource, game_ids: list[str], play_policy: 
         game_deadline = min(time.monotonic() + allot, end_mono)
         r = play_game(source, game_id, play_policy(game_id), max_actions=cfg.play.max_actions,
                       record_path=record_path(game_id), stop=stop, deadline=game_deadline,
-                      seed=cfg.play.seed, config={"runner": "pool", "mode": mode})
+                      seed=cfg.play.seed, config={"runner": "pool", "mode": mode},
+                      conversation=cfg.play.conversations)
         results[game_id] = _result_dict(r)
         log.info("%s: %s", game_id, results[game_id])
 

@@ -23,8 +23,9 @@ error and the others go on. The games end `kaggle.margin_s` before the notebook'
 happened the scorecard is closed and vLLM stopped.
 
 Outputs (under `kaggle.working_dir`, which Kaggle keeps): `submission.parquet` (interactive
-only), `duck/records/<game>.jsonl`, `duck/score.json` (interactive), `duck/summary.json`,
-`duck/run.log`, `duck/vllm.log`.
+only), `duck/records/<game>.jsonl`, `duck/conversations/<game>.jsonl.gz` (every message of
+each game the model played: the only way to study a rerun; duck.play.conversation),
+`duck/score.json` (interactive), `duck/summary.json`, `duck/run.log`, `duck/vllm.log`.
 
 The steps are here; what they rely on is in modules of their own: `duck.kaggle.inputs`
 (the mode, finding the inputs, vLLM's offline install), `duck.llm.health` (the model-down

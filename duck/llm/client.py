@@ -235,7 +235,7 @@ class ModelClient:
         # ("" is `{}` to vLLM: kept when the reply ended normally, and the agent says the code is missing)
         keep = [json_object(c.arguments) or (c.arguments == "" and reply.cut is None) for c in every]
         reply.tool_calls = [c for c, k in zip(every, keep) if k]
-        reply.dropped = [{"name": c.name, "why": reply.cut or "invalid", "arguments": c.arguments[:200]}
+        reply.dropped = [{"name": c.name, "why": reply.cut or "invalid", "arguments": c.arguments}
                          for c, k in zip(every, keep) if not k]
         if reply.dropped:
             log.warning("dropped %d tool call(s) with unreadable arguments (%s)", len(reply.dropped),

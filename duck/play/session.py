@@ -21,6 +21,7 @@ from typing import Any, Callable, Iterator, Protocol
 
 from duck.game.actions import Action
 from duck.game.source import Game, GameError, GameSource, Observation
+from duck.play.conversation import NULL, ConversationWriter, conversation_path
 from duck.play.record import RecordWriter, read_record
 from duck.play.scoring import score_record
 from duck.seeds import stable_hash
@@ -73,8 +74,11 @@ class Session:
     def __init__(self, game: Game, writer: RecordWriter, *, max_actions: int,
                  stop: threading.Event | None = None, deadline: float | None = None,
                  on_progress: Callable[[Progress], None] | None = None,
-                 fresh: threading.Event | None = None) -> None:
+                 fresh: threading.Event | None = None, conversation: ConversationWriter | None = None) -> None:
         self.game = game
+        # Where a model-driven policy writes its conversation (duck.play.conversation); the
+        # null writer when none is kept.
+        self.conversation = conversation or NULL
         # Set by the scheduler to ask for a fresh start of the policy's context (same game,
         # same level, a new attempt); a policy that keeps no context may ignore it.
         self.fresh = fresh
@@ -144,9 +148,11 @@ def play_game(source: GameSource, game_id: str, policy: Policy, *, max_actions: 
               record_path: str | Path, stop: threading.Event | None = None,
               deadline: float | None = None, on_progress: Callable[[Progress], None] | None = None,
               seed: int | None = None, config: dict[str, Any] | None = None,
-              pass_: int = 0, fresh: threading.Event | None = None) -> GameResult:
+              pass_: int = 0, fresh: threading.Event | None = None, conversation: bool = True) -> GameResult:
     """Play one game to its end, its budget, its deadline or a stop signal.
 
+    With `conversation`, a policy that talks to a model writes its conversation beside the
+    record (duck.play.conversation.conversation_path; gzipped at the end).
     Never raises for a game's or a policy's failure: the error goes into the record and
     the result, so one broken game cannot stop the others."""
     writer = RecordWriter(Path(record_path))
@@ -160,8 +166,9 @@ def play_game(source: GameSource, game_id: str, policy: Policy, *, max_actions: 
         return GameResult(game_id, 0, 0, 0.0, "error", "ERROR", str(e))
     writer.header(game_id=game_id, title=game.title, baselines=game.baselines, obs=game.obs,
                   policy=policy.name, seed=seed, config=config, pass_=pass_)
+    conv = _conversation(record_path, game, policy, seed, pass_) if conversation else None
     session = Session(game, writer, max_actions=max_actions, stop=stop, deadline=deadline,
-                      on_progress=on_progress, fresh=fresh)
+                      on_progress=on_progress, fresh=fresh, conversation=conv)
     reason, error = "policy_done", None
     try:
         policy.play(session)
@@ -177,8 +184,21 @@ def play_game(source: GameSource, game_id: str, policy: Policy, *, max_actions: 
     if not source.competition:
         _record_toolkit_score(source, game_id, writer)
     writer.end(reason, game.levels, game.actions, game.obs.state)
+    if conv is not None:
+        conv.close(reason)
     s = score_record(read_record(record_path))  # the score from the record, the run's truth
     return GameResult(game_id, game.levels, game.actions, s.score, reason, game.obs.state, error)
+
+
+def _conversation(record_path: str | Path, game: Game, policy: Policy, seed: int | None,
+                  pass_: int) -> ConversationWriter:
+    """A new conversation for this game (a stale one from an earlier run is removed)."""
+    path = conversation_path(record_path)
+    for old in (path, path.with_name(path.name + ".gz")):
+        old.unlink(missing_ok=True)
+    return ConversationWriter(path, board=lambda: (game.actions, game.obs.grid),
+                              start={"game_id": game.game_id, "pass": pass_, "seed": seed,
+                                     "policy": policy.name, "record": Path(record_path).name})
 
 
 def _record_toolkit_score(source: GameSource, game_id: str, writer: RecordWriter) -> None:

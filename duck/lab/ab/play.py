@@ -47,7 +47,7 @@ def _run_arm(task: dict[str, Any]) -> dict[str, Any]:
     res = play_game(GameSource.offline(task["games_dir"]), task["game_id"],
                     make_policy(cfg.play.policy, task["seed"], **opts),
                     max_actions=cfg.play.max_actions, record_path=path, seed=task["seed"],
-                    deadline=deadline, pass_=task["pass"],
+                    deadline=deadline, pass_=task["pass"], conversation=cfg.play.conversations,
                     config={"arm": task["arm"], "url": task["url"], **cfg.model_dump(mode="json")})
     return {"arm": task["arm"], "game_id": res.game_id, "pass": task["pass"], "score": res.score,
             "levels": res.levels, "actions": res.actions, "end": res.end_reason,

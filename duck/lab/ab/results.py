@@ -16,6 +16,7 @@ from duck.lab.ab.scores import (_record_files, arm_scores, filter_passes, load_s
 from duck.config import Config
 from duck.lab.report.ab import ab_html
 from duck.lab.stats import compare
+from duck.play.conversation import conversation_path, find_conversation
 
 
 def ab_document(out: Path, plan: dict[str, Any], *, n_boot: int = 10000, n_perm: int = 20000,
@@ -64,6 +65,10 @@ def merge(out: Path, shards: list[Path], *, n_boot: int = 10000, n_perm: int = 2
             dst.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(f, dst)
             copied += 1
+            if (conv := find_conversation(f)) is not None:  # the game's conversation goes with it
+                target = conversation_path(dst).with_name(conv.name)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(conv, target)
     plan = dict(base) | {"shard": None, "games": sorted({g for p in plans for g in p["games"]}),
                          "passes": max(p["passes"] for p in plans),
                          "max_passes": max(p.get("max_passes", p["passes"]) for p in plans),

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from duck.lab.report.html import Raw, esc, fmt, page, table
+from duck.lab.report.blocks import Raw, esc, fmt, page, table
 from duck.lab.report.plots import _matplotlib_headless, fig_png, png_data_uri
 
 

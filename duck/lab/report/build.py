@@ -9,7 +9,9 @@ Sections: the overall score; a table per game (levels, actions, score, time, mod
 tokens when a model played, errors, the Duck's per-game mean for public games); then per game
 the levels (actions versus the human baseline, score per level, time), plots of levels over
 time and over actions and of actions versus baseline, the first and last frame of every level
-reached, the notes at each level's end, and the errors and time-outs.
+reached, the notes at each level's end, the errors and time-outs, and, when the game has a
+conversation file (RUN/conversations/, duck.play.conversation), the conversation: where the
+actions went per level and every turn (duck.lab.report.conversation).
 
 What the report reads from a record beyond actions (all optional):
 * model use: `event` lines of kind `model` (one per model call; `data` with `prompt_tokens`,
@@ -57,18 +59,20 @@ def build_report(run_dir: str | Path, duck_summary: str | Path | None = None) ->
 
 
 def write_report(run_dir: str | Path, out: str | Path | None = None, *,
-                 duck_summary: str | Path | None = None, frames: bool = True) -> dict[str, Path]:
+                 duck_summary: str | Path | None = None, frames: bool = True,
+                 conversations: bool = True) -> dict[str, Path]:
     report = build_report(run_dir, duck_summary)
     out = Path(out) if out else Path(run_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = {"html": out / "report.html", "md": out / "report.md"}
-    paths["html"].write_text(report.html(frames=frames), encoding="utf-8")
+    paths["html"].write_text(report.html(frames=frames, conversations=conversations), encoding="utf-8")
     paths["md"].write_text(report.markdown(), encoding="utf-8")
     return paths
 
 
 def _cmd(args: argparse.Namespace) -> int:
-    paths = write_report(args.run_dir, args.out, duck_summary=args.duck_summary, frames=not args.no_frames)
+    paths = write_report(args.run_dir, args.out, duck_summary=args.duck_summary, frames=not args.no_frames,
+                         conversations=not args.no_conversations)
     print(json.dumps({k: str(v) for k, v in paths.items()}))
     return 0
 
@@ -81,6 +85,8 @@ def register(sub: Any) -> None:
                    help="the Duck's summary.json for reference means (default: ../shared/duck-traces/"
                         "summary.json or $DUCK_TRACES_SUMMARY; absent file: column left out)")
     p.add_argument("--no-frames", action="store_true", help="leave the level frames out (smaller file)")
+    p.add_argument("--no-conversations", action="store_true",
+                   help="leave the conversation views out of report.html (smaller file)")
     p.set_defaults(func=_cmd)
 
 

@@ -1,83 +1,20 @@
-"""HTML and Markdown rendering of `duck report`: the building blocks (the inline CSS, escaping,
-a page, tables, number formats), which the A/B page (duck.lab.report.ab) shares, and the run
-report's sections: overall, games, and per game the levels, plots, frames, notes and errors."""
+"""HTML and Markdown rendering of `duck report`: the run report's sections: overall, games,
+and per game the levels, plots, frames, notes, errors and the conversation
+(duck.lab.report.conversation). The building blocks are duck.lab.report.blocks."""
 
 from __future__ import annotations
 
-import html
 import json
-import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from duck.game.frames import grid_png
+from duck.lab.report.blocks import Raw, esc, fmt, fmt_int, md_table, page, table
+from duck.lab.report.conversation import CSS as CONVERSATION_CSS, conversation_html, conversation_markdown
 from duck.lab.report.plots import game_plot, overview_plot, png_data_uri
 from duck.lab.report.views import GameView
 from duck.play.scoring import overall
-
-
-
-# ---------------------------------------------------------------------------------------
-# Building blocks
-# ---------------------------------------------------------------------------------------
-
-CSS = """
-body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:1.2em auto;
-max-width:1200px;padding:0 1em;color:#222}
-h1{font-size:1.5em}h2{font-size:1.2em;border-top:2px solid #ddd;padding-top:.6em;margin-top:1.6em}
-h3{font-size:1em;margin:.9em 0 .3em}
-table{border-collapse:collapse;font-size:.85em;margin:.4em 0}
-th,td{border:1px solid #ddd;padding:.2em .5em;text-align:right}
-th{background:#f4f4f4}td.l,th.l{text-align:left}
-.muted{color:#777;font-size:.85em}.bad{color:#b00}.good{color:#070}
-.frames{display:flex;flex-wrap:wrap;gap:.8em}
-.lvl{border:1px solid #ddd;padding:.3em;font-size:.8em}
-.lvl img{width:192px;height:192px;image-rendering:pixelated;margin-right:.2em}
-pre{background:#f7f7f7;padding:.5em;white-space:pre-wrap;font-size:.8em;max-height:24em;overflow:auto}
-img.plot{max-width:100%}
-"""
-
-
-def esc(x: Any) -> str:
-    return html.escape(str(x), quote=True)
-
-
-def page(title: str, body: str) -> str:
-    return (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f"<title>{esc(title)}</title><style>{CSS}</style></head>\n<body>\n{body}\n</body></html>\n")
-
-
-def table(head: list[str], rows: Iterable[list[Any]], left: int = 1) -> str:
-    th = "".join(f"<th{' class=l' if i < left else ''}>{esc(h)}</th>" for i, h in enumerate(head))
-    body = []
-    for r in rows:
-        tds = "".join(f"<td{' class=l' if i < left else ''}>{c if isinstance(c, Raw) else esc(c)}</td>"
-                      for i, c in enumerate(r))
-        body.append(f"<tr>{tds}</tr>")
-    return f"<table><thead><tr>{th}</tr></thead><tbody>{''.join(body)}</tbody></table>"
-
-
-class Raw(str):
-    """Already-escaped HTML for a table cell."""
-
-
-def md_table(head: list[str], rows: Iterable[list[Any]]) -> str:
-    def cell(c: Any) -> str:
-        return str(c).replace("|", "\\|").replace("\n", " ")
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    lines += ["| " + " | ".join(cell(c) for c in r) + " |" for r in rows]
-    return "\n".join(lines)
-
-
-def fmt(x: float | None, nd: int = 2) -> str:
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "–"
-    return f"{x:.{nd}f}"
-
-
-def fmt_int(x: float | None) -> str:
-    return "–" if x is None else f"{int(round(x)):,}"
 
 
 def _anchor(game_id: str) -> str:
@@ -88,7 +25,7 @@ def _anchor(game_id: str) -> str:
 # The run report
 # ---------------------------------------------------------------------------------------
 
-def report_html(report: Report, frames: bool = True) -> str:
+def report_html(report: Report, frames: bool = True, conversations: bool = True) -> str:
     """The run report as one self-contained HTML page (Report.html)."""
     o = report.overall()
     parts = [f"<h1>Run report: {esc(report.run_dir.name)}</h1>",
@@ -113,11 +50,11 @@ def report_html(report: Report, frames: bool = True) -> str:
                  + "</section>")
 
     for v in report.views:
-        parts.append(_game_html(report, v, frames))
-    return page(f"duck report: {report.run_dir.name}", "\n".join(parts))
+        parts.append(_game_html(report, v, frames, conversations))
+    return page(f"duck report: {report.run_dir.name}", "\n".join(parts), CONVERSATION_CSS)
 
 
-def _game_html(report: Report, v: GameView, frames: bool) -> str:
+def _game_html(report: Report, v: GameView, frames: bool, conversations: bool = True) -> str:
     s = v.score
     h = [f"<section class=game id=\"{_anchor(v.game_id)}\" data-game=\"{esc(v.game_id)}\">",
          f"<h2>{esc(v.game_id)} <span class=muted>{esc(v.record.header.get('title', ''))}</span></h2>"]
@@ -130,6 +67,8 @@ def _game_html(report: Report, v: GameView, frames: bool) -> str:
                  f"{fmt(v.duck.get('mean_actions'), 0)} actions)")
     if v.model:
         line += f" · {fmt_int(v.model.get('calls'))} model calls, {fmt_int(v.model.get('total_tokens'))} tokens"
+    if v.conversation is not None:
+        line += f" · <a href=\"#{_anchor(v.game_id)}-conversation\">conversation</a>"
     h.append(f"<p>{line}</p>")
     head, rows = report.level_rows(v)
     h.append("<h3>Levels</h3>" + (table(head, rows) if rows else "<p class=muted>no level played</p>"))
@@ -172,6 +111,10 @@ def _game_html(report: Report, v: GameView, frames: bool) -> str:
             ["kind", "level", "after action", "t (s)", "message"],
             [[e.get("kind"), e.get("level"), e.get("after_action"), fmt(e.get("t"), 1),
               _short(e.get("message", ""), 300)] for e in v.other_events[:50]]))
+    if conversations and v.conversation is not None:
+        h.append(conversation_html(v.conversation, v.grids, anchor=f"{_anchor(v.game_id)}-conversation"))
+    elif v.conversation_error:
+        h.append(f"<h3>Conversation</h3><p class=bad>unreadable: {esc(v.conversation_error)}</p>")
     h.append("</section>")
     return "\n".join(h)
 
@@ -200,6 +143,8 @@ def report_markdown(report: Report) -> str:
             if lev.notes:
                 out += [f"Notes at the end of level {lev.number}:", "", "```",
                         notes_text(lev.notes[-1]), "```", ""]
+        if v.conversation is not None:
+            out += conversation_markdown(v.conversation)
         if v.problems:
             out += ["Errors and time-outs:", ""]
             out += [f"- {e.get('kind')} (level {e.get('level')}, after action {e.get('after_action')}): "
@@ -301,8 +246,8 @@ class Report:
                          "completed" if lev.completed else "unfinished"])
         return head, rows
 
-    def html(self, frames: bool = True) -> str:
-        return report_html(self, frames)
+    def html(self, frames: bool = True, conversations: bool = True) -> str:
+        return report_html(self, frames, conversations)
 
     def markdown(self) -> str:
         return report_markdown(self)

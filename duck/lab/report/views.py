@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from duck.paths import SHARED
+from duck.play.conversation import find_conversation, read_conversation
 from duck.play.record import Record
 from duck.play.scoring import GameScore, score_record
 
@@ -66,6 +67,9 @@ class GameView:
     model: dict[str, float] | None
     seconds: float
     duck: dict[str, Any] | None = None
+    grids: dict[int, np.ndarray] = field(default_factory=dict)  # action index → board after it
+    conversation: Any = None  # duck.play.conversation.Conversation, when the game has one
+    conversation_error: str | None = None  # why a conversation file could not be read
 
     @property
     def game_id(self) -> str:
@@ -207,7 +211,13 @@ def game_view(rec: Record, duck: dict[str, Any] | None = None) -> GameView:
     for lev in levels:
         lev.notes = [e for e in events if e.get("kind") == "notes" and e.get("level") == lev.number]
     # Levels before the record's start (a record that began mid-game) have no frames: skip.
-    return GameView(rec, score, levels, curve, events, model_stats(rec), t_end, duck)
+    view = GameView(rec, score, levels, curve, events, model_stats(rec), t_end, duck, grids)
+    if rec.path is not None and (path := find_conversation(rec.path)) is not None:
+        try:
+            view.conversation = read_conversation(path)
+        except (OSError, EOFError, ValueError) as e:  # a damaged file: say so, report the rest
+            view.conversation_error = f"{path.name}: {type(e).__name__}: {e}"
+    return view
 
 
 # ---------------------------------------------------------------------------------------

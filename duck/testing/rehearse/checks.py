@@ -139,7 +139,8 @@ def check_run(rep: Report, paths: dict[str, Path], run: dict[str, Any], listed: 
     # Outputs where Kaggle expects them.
     sub = working / "submission.parquet"
     outputs = {"summary.json": summary_path.exists(), "run.log": (working / "duck" / "run.log").exists(),
-               "records": len(records)}
+               "records": len(records),  # and the model's conversations (informative: a fault may have none)
+               "conversations": len(list((working / "duck" / "conversations").glob("*.jsonl*")))}
     if rep.mode == "interactive":
         cols = None
         if sub.exists():

@@ -11,16 +11,23 @@
   recorded), and its Python snippet as the tool call (the number of actions each snippet
   executed in the record is the replay kernel's business: duck.lab.replay_caps).
 * `SolutionModel(games_dir)`: plays the bundled games' solution.json, one conversation per game.
+* `ConversationModel(conversations)`: serves the replies of saved conversations
+  (duck.play.conversation) in order, one file per game, and checks each request against the
+  one recorded (`mismatches`): a conversation from a real run becomes a regression test.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import threading
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from duck.game.actions import OUR_DIALECT_NAMES, Action
+
+if TYPE_CHECKING:  # (imported where used: numpy and arc_agi would slow the stand-in vLLM's start)
+    from duck.play.conversation import Conversation
 
 class FixedModel:
     """The given replies in order; then `loop` them, or answer 410 Gone."""
@@ -116,3 +123,106 @@ class SolutionModel:
                     "reasoning": "Look first.", "code": "print(current_frame.level, valid_actions)"}
         return {"content": f"Goal model: reach the end of level {level + 1}.",
                 "code": action_code(levels[level])}
+
+
+# The kernel's timers in tool results: the only part of a replayed request that may differ.
+_TIMERS = re.compile(r'("(?:run_elapsed_seconds|time_remaining_seconds)":\s*)(?:-?[0-9.]+(?:[eE][-+]?[0-9]+)?|null)')
+
+
+def comparable(messages: list[dict[str, Any]], images: bool = True) -> list[dict[str, Any]]:
+    """Messages with the kernel's timer values blanked (they differ from run to run), and
+    without `images` every image reduced to its type (no record to rebuild them from)."""
+    out = []
+    for m in messages:
+        c = m.get("content")
+        if isinstance(c, str):
+            m = dict(m, content=_TIMERS.sub(r"\g<1>0", c))
+        elif isinstance(c, list) and not images:
+            m = dict(m, content=[{"type": p["type"]} if p.get("type") == "image_url" else p for p in c])
+        out.append(m)
+    return out
+
+
+class ConversationModel:
+    """Serves saved conversations' replies in request order: the recorded content, reasoning,
+    tool calls (their ids, and the dropped ones), finish reason and token counts, so the
+    client classifies each reply as it did (cut, dropped calls) and the context evicts where
+    it did; a failed request fails again (ContextOverflow as vLLM says it). Conversations are
+    matched to the agent's sessions by game id (one conversation serves any session).
+
+    Each request is compared with the recorded one (`comparable`); differences go to
+    `mismatches` (request number and the first differing message), and with `strict` the
+    request is refused with HTTP 409. `timeout_stall_s`: a reply the time limit cut is served
+    with a stall of this length before its end, so that the replay's client cuts it too (set
+    it above the replay's model.timeout_s; None serves it whole)."""
+
+    def __init__(self, conversations: list[Conversation] | Conversation, *, strict: bool = False,
+                 timeout_stall_s: float | None = None) -> None:
+        convs = conversations if isinstance(conversations, list) else [conversations]
+        self.convs = {c.game_id: c for c in convs}
+        self.grids: dict[str, dict[int, Any] | None] = {c.game_id: _grids(c) for c in convs}
+        self.strict, self.timeout_stall_s = strict, timeout_stall_s
+        self.cursor: dict[str, int] = {}
+        self.mismatches: list[dict[str, Any]] = []
+        self.replies = [r for c in convs for r in c.replies]  # (for the command line's banner)
+        self.lock = threading.Lock()
+
+    @classmethod
+    def from_files(cls, paths: list[str | Path], **kw: Any) -> "ConversationModel":
+        from duck.play.conversation import read_conversation
+        return cls([read_conversation(p) for p in paths], **kw)
+
+    def _conversation(self, session: str) -> Conversation | None:
+        if len(self.convs) == 1:
+            return next(iter(self.convs.values()))
+        game = session.rsplit(":", 1)[0]
+        return self.convs.get(game) or next((c for g, c in self.convs.items() if g.split("-")[0] == game), None)
+
+    def reply(self, request: dict[str, Any]) -> dict[str, Any]:
+        session = request.get("_session", "default")
+        conv = self._conversation(session)
+        if conv is None:
+            return {"status": 404, "error": f"no conversation for session {session!r}"}
+        n = self.cursor.get(session, 0)  # (one agent per session: its requests come one at a time)
+        if n >= len(conv.requests):
+            return {"status": 410, "error": f"the conversation's {len(conv.requests)} requests are used up"}
+        grids = self.grids[conv.game_id]
+        expected = comparable(conv.request_messages(n, grids), images=grids is not None)
+        got = comparable(list(request.get("messages") or []), images=grids is not None)
+        if got != expected:
+            k = next((i for i, (a, b) in enumerate(zip(got, expected)) if a != b), min(len(got), len(expected)))
+            with self.lock:
+                self.mismatches.append({"session": session, "request": n, "message": k,
+                                        "sent": len(got), "recorded": len(expected)})
+            if self.strict:  # not served: a retry is compared with the same recorded request
+                return {"status": 409, "error": f"request {n} differs from the recorded one at message {k}"}
+        with self.lock:
+            self.cursor[session] = n + 1
+        if n in conv.errors:
+            e = conv.errors[n]
+            if e["error"] == "ContextOverflow":
+                return {"status": 400, "error": "This model's maximum context length is exceeded (replayed: "
+                                                f"{e['message'][:300]})"}
+            return {"status": 422, "error": f"replayed failure: {e['message'][:300]}"}  # not retried
+        r = conv.reply_of(n)
+        if r is None:
+            return {"status": 410, "error": f"request {n} has no recorded reply (the run ended during it)"}
+        calls = [{"id": c["id"], "name": c["name"], "arguments": c["arguments"]} for c in r["tool_calls"]]
+        calls += [{"name": d.get("name") or "python", "arguments": d.get("arguments", "")} for d in r["dropped"]]
+        out = {"content": r["content"], "reasoning": r["reasoning"], "tool_calls": calls,
+               "finish_reason": r.get("finish_reason") or ("tool_calls" if calls else "stop"),
+               "completion_tokens": r.get("completion_tokens"), "prompt_tokens": r.get("prompt_tokens"),
+               "cached_tokens": r.get("cached_tokens")}
+        if r.get("cut") == "timeout" and self.timeout_stall_s:
+            out["stall_end_s"] = self.timeout_stall_s
+        return out
+
+
+def _grids(conv: Conversation) -> dict[int, Any] | None:
+    """The boards of the record beside a conversation (to rebuild its images), or None."""
+    from duck.play.conversation import record_of
+    from duck.play.record import read_record
+    path = record_of(conv.path) if conv.path else None
+    if path is None or not path.exists():
+        return None
+    return dict(read_record(path).grids())

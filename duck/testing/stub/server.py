@@ -16,7 +16,9 @@ reading in duck.testing.stub.traces.
 
 `duck stub-server --port P --replies FILE` serves fixed replies (a JSON list of
 `{"content", "reasoning", "code"}` or `tool_calls`); `--traces DIR --game G --pass N` replays a
-Duck run; `--solutions DIR` plays the bundled games' solutions.
+Duck run; `--solutions DIR` plays the bundled games' solutions; `--conversation FILE...`
+replays saved conversations (duck.play.conversation; `--strict` refuses a request that
+differs from the recorded one).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from duck.testing.stub.models import FixedModel, SolutionModel, TraceModel
+from duck.testing.stub.models import ConversationModel, FixedModel, SolutionModel, TraceModel
 from duck.testing.stub.render import (ChatTemplate, HistoryError, approx_tokens, common_prefix,
                                       default_template, image_hashes, keyed, prompt_tokens)
 from duck.testing.stub.traces import load_trace
@@ -197,13 +199,18 @@ def _handler(server: StubServer) -> type[BaseHTTPRequestHandler]:
                      "total_tokens": prompt_tokens + completion,
                      "prompt_tokens_details": {"cached_tokens": cached}}
             finish = r.get("finish_reason") or ("tool_calls" if calls else "stop")
-            tool_calls = [{"index": k, "id": f"call_{abs(hash((content, k, time.time_ns()))) % 10**10}",
+            if r.get("prompt_tokens") is not None:  # a replayed reply: the recorded server's counts
+                prompt_tokens, cached = r["prompt_tokens"], r.get("cached_tokens") or 0
+                usage.update(prompt_tokens=prompt_tokens, total_tokens=prompt_tokens + completion,
+                             prompt_tokens_details={"cached_tokens": cached})
+            tool_calls = [{"index": k, "id": c.get("id") or f"call_{abs(hash((content, k, time.time_ns()))) % 10**10}",
                            "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
                           for k, c in enumerate(calls)]
             server.generated(conversation, body, {"role": "assistant", "content": content, "reasoning": reasoning,
                                                   "tool_calls": tool_calls})
             if body.get("stream"):
-                self._stream(body, content, reasoning, tool_calls, finish, usage, r.get("stall_s"))
+                self._stream(body, content, reasoning, tool_calls, finish, usage, r.get("stall_s"),
+                             r.get("stall_end_s"))
             else:
                 msg = {"role": "assistant", "content": content or None, "reasoning": reasoning or None,
                        "reasoning_content": reasoning or None, "tool_calls": tool_calls}
@@ -211,7 +218,7 @@ def _handler(server: StubServer) -> type[BaseHTTPRequestHandler]:
                                  "model": server.model_name, "usage": usage,
                                  "choices": [{"index": 0, "message": msg, "finish_reason": finish}]})
 
-        def _stream(self, body, content, reasoning, tool_calls, finish, usage, stall_s) -> None:
+        def _stream(self, body, content, reasoning, tool_calls, finish, usage, stall_s, stall_end_s=None) -> None:
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.send_header("Cache-Control", "no-cache")
@@ -242,6 +249,8 @@ def _handler(server: StubServer) -> type[BaseHTTPRequestHandler]:
                                           "function": {"name": tc["function"]["name"], "arguments": ""}}]})
                     for piece in _pieces(tc["function"]["arguments"], 300):
                         send({"tool_calls": [{"index": tc["index"], "function": {"arguments": piece}}]})
+                if stall_end_s:  # everything sent but the end: the client's time limit cuts the reply
+                    time.sleep(stall_end_s)
                 send({}, finish)
                 if (body.get("stream_options") or {}).get("include_usage"):
                     send(None, usage_=usage)
@@ -267,6 +276,9 @@ def _main(args: argparse.Namespace) -> int:
         model: Any = TraceModel(load_trace(args.traces, args.game, args.pass_))
     elif args.solutions:
         model = SolutionModel(args.solutions)
+    elif args.conversation:
+        model = ConversationModel.from_files(args.conversation, strict=args.strict,
+                                             timeout_stall_s=args.timeout_stall_s)
     elif args.replies:
         model = FixedModel(json.loads(Path(args.replies).read_text()), loop=args.loop)
     else:
@@ -280,6 +292,8 @@ def _main(args: argparse.Namespace) -> int:
     finally:
         server.httpd.server_close()
         log.info("stub server stats: %s", server.stats())
+        if getattr(model, "mismatches", None):
+            print(json.dumps({"mismatches": model.mismatches}), flush=True)
     return 0
 
 
@@ -295,4 +309,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--loop", action="store_true", help="repeat the fixed replies forever")
     p.add_argument("--solutions", default=None,
                    help="a games folder with solution.json files: play them (one conversation per game)")
+    p.add_argument("--conversation", nargs="+", default=None, metavar="FILE",
+                   help="saved conversation file(s) (RUN/conversations/<game>.jsonl[.gz]): serve their replies "
+                        "in order, one file per game")
+    p.add_argument("--strict", action="store_true",
+                   help="with --conversation: refuse (HTTP 409) a request that differs from the recorded one")
+    p.add_argument("--timeout-stall-s", type=float, default=None,
+                   help="with --conversation: stall this long before the end of a reply the time limit cut "
+                        "(above the replaying client's model.timeout_s)")
     p.set_defaults(func=_main)
