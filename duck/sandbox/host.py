@@ -355,10 +355,10 @@ class Kernel:
                     self._action(msg, call, info)
                 else:
                     done = msg
-        except trust.Misbehaved as e:
-            crash = f"protocol violation: {e}"
-        except (wire.WireError, OSError) as e:
+        except (wire.PipeClosed, OSError) as e:
             crash = f"{e}"
+        except wire.WireError as e:  # a message the protocol does not allow (trust.Misbehaved too)
+            crash = f"protocol violation: {e}"
         if crash is not None:
             try:
                 status = self.proc.wait(timeout=0.2) if self.proc else None

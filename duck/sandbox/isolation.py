@@ -21,6 +21,7 @@ import tempfile
 from dataclasses import dataclass
 from typing import Any
 
+from duck.play import record
 from duck.sandbox import landlock
 
 UID_BASE = 1_790_000  # far above any distribution's ranges; each worker takes one free uid
@@ -229,3 +230,6 @@ def dir_size(path: str, stop_at: int) -> int:
         except OSError:
             pass
     return total
+
+
+record.HEADER_EXTRAS["sandbox"] = report  # every record header says which layers confine the kernel

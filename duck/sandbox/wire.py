@@ -28,6 +28,10 @@ class WireError(RuntimeError):
     """The other side closed the pipe or sent something unreadable."""
 
 
+class PipeClosed(WireError):
+    """The other side is gone (its end of the pipe is closed)."""
+
+
 def send(fd: int, obj: dict[str, Any], blob: bytes = b"", deadline: float | None = None) -> None:
     """Write one message. With a `deadline` (the host's side, whose write end is non-blocking)
     a reader that does not keep up raises WireError instead of blocking forever."""
@@ -46,7 +50,7 @@ def send(fd: int, obj: dict[str, Any], blob: bytes = b"", deadline: float | None
         except BlockingIOError:
             continue
         except (BrokenPipeError, ConnectionError) as e:
-            raise WireError(f"pipe closed ({e})") from None
+            raise PipeClosed(f"pipe closed ({e})") from None
         view = view[n:]
 
 
@@ -69,7 +73,7 @@ class Reader:
                     return False
             chunk = os.read(self.fd, max(65536, n - len(self.buf)))
             if not chunk:
-                raise WireError("pipe closed")
+                raise PipeClosed("pipe closed")
             self.buf += chunk
         return True
 
