@@ -151,13 +151,14 @@ class GameInfo:
 def _unloadable(games_dir: Path, loaded: set[str]) -> list[GameInfo]:
     """The metadata.json files under `games_dir` that the toolkit skipped (it only logs a
     warning), each as a game with an error: named by its `game_id` if one can be read, else
-    by its folder."""
+    by its folders (`zc01/00000001` -> `zc01-00000001`, the toolkit's own naming)."""
     out = []
     for meta in sorted(games_dir.rglob("metadata.json")):
         folder = str(meta.parent)
         if folder in loaded:
             continue
-        gid, why = meta.parent.name, "corrupt or incomplete metadata.json"
+        rel = meta.parent.relative_to(games_dir).parts  # <id>/<version>/ by the toolkit's layout
+        gid, why = "-".join(rel) or games_dir.name, "corrupt or incomplete metadata.json"
         try:
             data = json.loads(meta.read_text(encoding="utf-8"))
             if isinstance(data, dict) and isinstance(data.get("game_id"), str) and data["game_id"].strip():
