@@ -51,10 +51,10 @@ def _writable_out(out: Path) -> None:
 
 
 @contextmanager
-def _games_for_play(games_dir: Path, records: Path) -> Iterator[Path]:
+def _games_for_play(games_dir: Path, records: Path, off: list[str]) -> Iterator[Path]:
     """The folder to play from: `games_dir` itself, or a root-only copy when file modes are
     the only wall between the kernel's uid and the games (records closed the same way)."""
-    if not isolation.relies_on_file_modes():
+    if not isolation.relies_on_file_modes(off):
         yield games_dir
         return
     records.chmod(0o700)
@@ -98,7 +98,7 @@ def play_folder(games_dir: str | Path, out: str | Path, cfg: Config | None = Non
     _writable_out(out)
     for f in old:  # only now: the new run has its games and a folder it can write
         f.unlink()
-    with _games_for_play(games_dir, out / "records") as play_dir:
+    with _games_for_play(games_dir, out / "records", cfg.kernel.layers_off) as play_dir:
         args = [(str(play_dir), g, cfg, str(out)) for g in ids]
         if cfg.play.workers > 1:
             with ProcessPoolExecutor(max_workers=cfg.play.workers) as pool:

@@ -24,6 +24,7 @@ from duck.game.source import GameSource
 from duck.play.record import RecordWriter, read_record
 from duck.play.session import Session
 from duck.sandbox import isolation
+from duck.sandbox.confine import closed_ancestor
 from duck.sandbox.host import Kernel
 
 
@@ -125,3 +126,40 @@ def test_restart_keeps_the_game_and_says_why(attacked_kernel):
     assert r.kind == "crash" and r.restarted and "protocol violation" in r.message["error"]
     r = k.run("print(len(history), 'keep' in globals())")
     assert r.stdout == f"{before} False\n"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the fallback of interest is root without Landlock or namespaces")
+def test_fallback_without_landlock_and_namespaces(tmp_path):
+    """Layers turned off (`kernel.layers_off`) as on a machine without them: seccomp still
+    stands; the host measures the temp dir (a restart past `kernel.disk_mb`) and ends a thread
+    that outlives its call; where the Python installation is open to other users (Kaggle's),
+    the uid stands too and file modes keep a root-only games copy and records folder closed.
+    Where it is not (pyenv under /root, as here), the uid layer says so and is off."""
+    games, canary = canary_games(tmp_path / "private" / "games")
+    (tmp_path / "private").chmod(0o700)  # what duck.run's root-only copy is
+    source = GameSource.offline(games)
+    g = source.make(source.game_ids()[0])
+    (tmp_path / "private" / "records").mkdir()
+    writer = RecordWriter(tmp_path / "private" / "records" / "r.jsonl")
+    writer.header(game_id=g.game_id, title=g.title, baselines=g.baselines, obs=g.obs, policy="test", seed=0)
+    cfg = KernelConfig(call_timeout_s=3.0, memory_mb=1024, disk_mb=40, layers_off=["landlock", "namespaces"])
+    closed = [p for p in isolation.python_paths() if closed_ancestor(p)]
+    where = {"repo": str(ROOT), "games": str(games), "port": 1}
+    with Kernel(Session(g, writer, max_actions=50), cfg) as k:
+        k.start()
+        assert k.layers["filesystem"] == "off: turned off" and k.layers["mounts"] == "off: turned off"
+        assert k.layers["seccomp"].startswith("on") and k.layers["disk_quota"].startswith("on: the host")
+        for name in ("children-outlive-the-call", "tcp-to-local-port", "ctypes-kill-parent", "renice-parent"):
+            _check(k, next(a for a in ATTACKS if a.name == name), where, canary)
+        if closed:
+            assert k.layers["uid"].startswith("off: the Python installation")
+            r = k.run("import sys\nsys.modules['_thread'].start_new_thread(sys.modules['time'].sleep, (1000,))")
+            assert r.restarted and "thread" in r.message["kernel"]
+        else:
+            assert k.layers["uid"].startswith("on") and isolation.relies_on_file_modes(cfg.layers_off)
+            for name in ("walk-played-games", "append-forged-level-lines", "threads-outlive-the-call",
+                         "edit-the-checkout"):
+                _check(k, next(a for a in ATTACKS if a.name == name), where, canary)
+        r = k.run("for i in range(20):\n    open(f'f{i}', 'wb').write(b'0' * (8 << 20))")
+        assert r.restarted and "disk quota of 40 MB" in r.text
+        alive(k)

@@ -164,11 +164,12 @@ def confine(plan: dict[str, Any]) -> dict[str, str]:
         seccomp_error = f"{type(e).__name__}: {e}"
     root = os.geteuid() == 0
     uid = plan.get("uid")
+    off = set(plan.get("off", ()))
     mounts = False
-    if root:
+    if root and "namespaces" not in off:
         mounts = _namespaces(plan, layers)
     else:
-        layers["network"] = layers["mounts"] = "off: not root (no namespaces)"
+        layers["network"] = layers["mounts"] = "off: " + ("not root (no namespaces)" if not root else "turned off")
     if not mounts:
         layers["disk_quota"] = "on: the host checks the temp dir's size after each message"
     if plan.get("landlock", True):
@@ -182,14 +183,21 @@ def confine(plan: dict[str, Any]) -> dict[str, str]:
         except OSError as e:
             layers["filesystem"] = f"off: {e}"
     else:
-        layers["filesystem"] = "off: landlock not planned"
+        layers["filesystem"] = "off: " + ("turned off" if "landlock" in off else "no landlock on this kernel")
+    closed = [p for p in plan["read"] if closed_ancestor(p)] if uid is not None and not mounts else []
+    if closed:  # the dropped uid could not even import the standard library
+        uid = None
+        layers["uid"] = (f"off: the Python installation ({closed[0]}) is closed to other users and "
+                         "no mount namespace can re-expose it")
     layers["limits"] = set_limits(plan, one_process=uid is not None and root)
     if uid is not None and root:
         _drop(uid, int(plan["gid"]))  # an error here is fatal: the host sees no `ready`
         layers["uid"] = f"on: uid {uid}, gid {plan['gid']}, no groups"
-    else:
-        layers["uid"] = "off: " + ("not root" if not root else "not planned")
-    if seccomp_error is None:
+    elif "uid" not in layers:
+        layers["uid"] = "off: " + ("not root" if not root else "turned off")
+    if "seccomp" in off:
+        layers["seccomp"] = "off: turned off"
+    elif seccomp_error is None:
         try:
             layers["seccomp"] = f"on: {seccomp_filter.load()} rules (libseccomp)"
         except OSError as e:

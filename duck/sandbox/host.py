@@ -158,7 +158,7 @@ class Kernel:
     # --- process management ----------------------------------------------------------
     def start(self) -> None:
         t0 = time.monotonic()
-        if os.geteuid() == 0 and self.lease is None:
+        if os.geteuid() == 0 and self.lease is None and "uid" not in self.cfg.layers_off:
             self.lease = isolation.UidLease.take()
         uid = self.lease.uid if self.lease else None
         self.workdir = tempfile.mkdtemp(prefix="duck-kernel-")
@@ -168,7 +168,7 @@ class Kernel:
         w2h_r, w2h_w = os.pipe()
         plan = isolation.plan(workdir=self.workdir, uid=uid, memory_mb=self.cfg.memory_mb,
                               file_mb=self.cfg.file_mb, open_files=self.cfg.open_files,
-                              disk_mb=self.cfg.disk_mb, hide=self.hide)
+                              disk_mb=self.cfg.disk_mb, hide=self.hide, off=self.cfg.layers_off)
         cfg = {"plan": plan, "deny_read": self.deny_read, "notes_chars": self.cfg.notes_dict_chars,
                "dialect": self.dialect.name}
         env = {"PATH": "/usr/bin:/bin:/usr/sbin:/sbin", "HOME": self.workdir, "TMPDIR": self.workdir,
@@ -254,11 +254,12 @@ class Kernel:
         limit = self.cfg.disk_mb << 20
         return isolation.dir_size(self.workdir, limit) > limit
 
-    def _ended_leftovers(self) -> str | None:
+    def _ended_leftovers(self) -> tuple[str | None, bool]:
         """End what outlived the call: processes are killed; a thread cannot be ended alone,
-        so the worker is restarted. Returns what was done, for the model."""
+        so the worker is restarted. Returns what was done, for the model, and whether the
+        worker was restarted."""
         if self.proc is None or self.proc.poll() is not None:
-            return None
+            return None, False
         said = []
         others = isolation.leftovers(self.proc.pid, self.lease.uid if self.lease else None)
         for p in others:
@@ -268,11 +269,12 @@ class Kernel:
                 pass
         if others:
             said.append(f"{len(others)} process(es) started by your code outlived the call and were ended")
-        if isolation.threads(self.proc.pid) > 1:
+        restarted = isolation.threads(self.proc.pid) > 1
+        if restarted:
             self.restart()
             said.append("a thread started by your code outlived the call: the kernel was restarted, your "
                         "functions and variables are gone (game variables and notes are restored)")
-        return "; ".join(said) or None
+        return "; ".join(said) or None, restarted
 
     def restart(self) -> None:
         self._kill()
@@ -393,9 +395,10 @@ class Kernel:
                 notes = trust.clean(notes)
                 if len(json.dumps(notes)) <= self.cfg.notes_dict_chars:
                     self.notes = notes
-            res.notice = self._ended_leftovers()
+            res.notice, res.restarted = self._ended_leftovers()
             if res.notice is None and self._over_quota():
                 self.restart()
+                res.restarted = True
                 res.notice = (f"the kernel's temp dir outgrew the disk quota of {self.cfg.disk_mb} MB: the "
                               "kernel was restarted, your functions, variables and files are gone")
         if died and not res.restarted:

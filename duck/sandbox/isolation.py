@@ -23,6 +23,7 @@ from typing import Any
 
 from duck.play import record
 from duck.sandbox import landlock
+from duck.sandbox.confine import closed_ancestor
 
 UID_BASE = 1_790_000  # far above any distribution's ranges; each worker takes one free uid
 UID_SLOTS = 4096
@@ -65,8 +66,11 @@ def report() -> dict[str, str]:
     ns = _probe_namespaces() if root else "not root"
     abi = landlock.abi()
     sec = _seccomp_ready()
+    closed = [p for p in python_paths() if closed_ancestor(p)] if ns is not None else []
     out = {
-        "uid": "on: a uid of its own per worker, no groups" if root else "off: the host is not root",
+        "uid": ("off: the host is not root" if not root else
+                f"off: the Python installation ({closed[0]}) is closed to other users" if closed else
+                "on: a uid of its own per worker, no groups"),
         "seccomp": "on: libseccomp filter" if sec is None else f"off: {sec}",
         "network": ("on: network namespace" if ns is None else
                     "on: seccomp allows AF_UNIX sockets only" if sec is None else
@@ -82,19 +86,23 @@ def report() -> dict[str, str]:
     return out
 
 
-def relies_on_file_modes() -> bool:
-    """No landlock and no mount namespace: the worker's uid is kept from the games and the
-    records only by file modes, so they must be played from root-only copies."""
+def relies_on_file_modes(off: list[str] | tuple[str, ...] = ()) -> bool:
+    """No landlock and no mount namespace (on this machine, or turned off by `kernel.layers_off`):
+    the worker's uid is kept from the games and the records only by file modes, so they must be
+    played from root-only copies."""
     r = report()
-    return r["uid"].startswith("on") and not r["filesystem"].startswith("on: landlock") \
-        and not r["mounts"].startswith("on")
+    return r["uid"].startswith("on") and "uid" not in off \
+        and (not r["filesystem"].startswith("on: landlock") or "landlock" in off) \
+        and (not r["mounts"].startswith("on") or "namespaces" in off)
 
 
 def plan(*, workdir: str, uid: int | None, memory_mb: int, file_mb: int, open_files: int,
-         disk_mb: int, hide: list[str]) -> dict[str, Any]:
+         disk_mb: int, hide: list[str], off: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
+    """What the worker applies to itself (duck.sandbox.confine); `off`: layers left out."""
     return {"workdir": workdir, "uid": uid, "gid": uid, "memory_mb": memory_mb, "file_mb": file_mb,
             "open_files": open_files, "disk_mb": disk_mb, "read": python_paths(),
-            "hide": sorted({os.path.realpath(h) for h in hide}), "landlock": landlock.abi() >= 1}
+            "hide": sorted({os.path.realpath(h) for h in hide}), "off": sorted(off),
+            "landlock": landlock.abi() >= 1 and "landlock" not in off}
 
 
 # --- a uid per worker ------------------------------------------------------------------
