@@ -153,12 +153,37 @@ def _drop(uid: int, gid: int) -> None:
     raise OSError("root could be regained after the drop")
 
 
+def _import_pyseccomp() -> None:
+    """Import the binding. It looks libseccomp up with ctypes.util.find_library, which runs
+    `ldconfig -p` in a subprocess (~30 ms of every worker start); the sonames are known, so
+    they are tried first and the lookup is used only if that fails."""
+    import ctypes.util
+
+    real = ctypes.util.find_library
+
+    def find(name: str) -> str | None:
+        soname = {"seccomp": "libseccomp.so.2", "c": "libc.so.6"}.get(name)
+        if soname:
+            try:
+                ctypes.CDLL(soname)
+                return soname
+            except OSError:
+                pass
+        return real(name)
+
+    ctypes.util.find_library = find
+    try:
+        import pyseccomp  # noqa: F401
+    finally:
+        ctypes.util.find_library = real
+
+
 def confine(plan: dict[str, Any]) -> dict[str, str]:
     """Apply the plan's layers to this process, in order; returns what was applied."""
     layers: dict[str, str] = {}
     try:  # before any file-system rule: the binding finds and loads libseccomp
         from duck.sandbox import seccomp_filter
-        import pyseccomp  # noqa: F401
+        _import_pyseccomp()
         seccomp_error = None
     except (ImportError, OSError, AttributeError, TypeError) as e:
         seccomp_error = f"{type(e).__name__}: {e}"
