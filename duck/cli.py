@@ -7,6 +7,7 @@ import argparse
 import json
 import logging
 import sys
+from pathlib import Path
 
 from duck.config import POLICIES, ConfigError, PlayConfig, load_config, with_values
 from duck.game.source import GameError
@@ -19,6 +20,10 @@ from duck.testing.rehearse import run as rehearse
 from duck.testing.stub import server as stub_server
 from scheduler import cli as simulate
 
+class BadInput(ValueError):
+    """A command's input is wrong: reported in one line, exit status 2."""
+
+
 COMMAND_MODULES = (simulate, replay, report, ab, serve, stub_server, rehearse)
 
 
@@ -26,7 +31,7 @@ def _play(args: argparse.Namespace) -> int:
     # Here, not at the top: the policies bring the model client (openai, ~0.6 s to import),
     # which no other command needs.
     from duck.llm.client import join_urls
-    from duck.run import play_folder
+    from duck.run import RunError, play_folder
     cfg = load_config(args.config, args.set)
     # The flags replace the config's values; with a model URL and no --policy, the model plays.
     values = {f"play.{k}": getattr(args, k) for k in ("seed", "max_actions", "workers")
@@ -38,17 +43,36 @@ def _play(args: argparse.Namespace) -> int:
     if args.no_conversations:
         values["play.conversations"] = False
     cfg = with_values(cfg, values)
-    doc = play_folder(args.games or cfg.play.games_dir, args.out, cfg, games=args.only, overwrite=args.overwrite)
+    if args.games is not None and not Path(args.games).is_dir():
+        raise BadInput(f"--games {args.games}: no such folder")
+    try:
+        doc = play_folder(args.games or cfg.play.games_dir, args.out, cfg, games=args.only,
+                          overwrite=args.overwrite)
+    except RunError as e:
+        raise BadInput(str(e)) from None
     summary = {"score": round(doc["score"], 4), "toolkit_score": doc.get("toolkit_score"),
                "games": {g: {"levels": v["levels"], "actions": v["actions"],
                              "score": round(v["score"], 3), **({"error": v["error"]} if "error" in v else {})}
                          for g, v in doc["games"].items()}}
     print(json.dumps(summary, indent=1))
+    _warn_problems(doc)
     return 0
 
 
+def _warn_problems(doc: dict) -> None:
+    """One line each on stderr: records with skipped lines, scores the toolkit disagrees with."""
+    for game, problems in (doc.get("record_problems") or {}).items():
+        print(f"duck: warning: record of {game}: {len(problems)} line(s) skipped ({problems[0]})", file=sys.stderr)
+    if doc.get("disagrees"):
+        print(f"duck: warning: the toolkit's scorecard disagrees on {', '.join(doc['disagrees'])}", file=sys.stderr)
+
+
 def _score(args: argparse.Namespace) -> int:
-    print(json.dumps(write_score(args.run_dir), indent=1))
+    if not (Path(args.run_dir) / "records").is_dir():
+        raise BadInput(f"{args.run_dir} has no records/ folder")
+    doc = write_score(args.run_dir)
+    print(json.dumps(doc, indent=1))
+    _warn_problems(doc)
     return 0
 
 
@@ -94,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("arc_agi").setLevel(logging.WARNING if args.verbose else logging.ERROR)
     try:
         return args.func(args)
-    except (ConfigError, GameError) as e:  # bad input: one line, not a traceback
+    except (ConfigError, GameError, BadInput) as e:  # bad input: one line, not a traceback
         print(f"duck {args.command}: error: {e}", file=sys.stderr)
         return 2
 

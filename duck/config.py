@@ -110,6 +110,10 @@ class KernelConfig(Section):
     output_chars: PositiveInt = 4096  # head+tail kept of each call's output (the Duck's cap)
     memory_mb: PositiveInt = 2048  # address-space limit of the worker (numpy needs ~300 MB)
     file_mb: PositiveInt = 16  # largest file model code may write in its temp dir
+    disk_mb: PositiveInt = 256  # all of its temp dir (a tmpfs of this size where mounts work; else checked)
+    # Sandbox layers not to apply even where the machine allows them (duck.sandbox.isolation):
+    # for testing the fallbacks, and a way out if a layer misbehaves on some machine.
+    layers_off: list[Literal["uid", "namespaces", "landlock", "seccomp"]] = []
     open_files: PositiveInt = 64
     grace_s: NonNegativeFloat = 1.0  # after the soft interrupt, time to unwind before the process is killed
     notes_dict_chars: PositiveInt = 8000  # the kernel's `notes` dict, as JSON, is kept up to this size

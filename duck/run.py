@@ -4,22 +4,65 @@ A run folder holds `records/<game_id>.jsonl` (one per game, see duck.play.record
 `conversations/<game_id>.jsonl.gz` (one per game a model played, see duck.play.conversation;
 `play.conversations` false: none) and `score.json` (see duck.play.scoring). The engine is pure Python under the GIL, so games run
 in separate processes when `play.workers > 1`; each worker opens its own `GameSource`.
+
+Bad input is a `RunError` (one line, before anything is touched): an `--out` that is a file
+or cannot be created or written, no games folder, an `--only` naming no game. Old records
+are removed (`overwrite`) only once the new run has found its games and checked its folder.
+Where the sandbox's only file-system wall is file modes (no Landlock, no mount namespace:
+duck.sandbox.isolation), the games are played from a root-only copy and the records folder
+is closed to other users, so the kernel's own uid can read neither.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import shutil
+import tempfile
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from duck.config import Config, load_config, with_values
-from duck.game.source import GameSource
+from duck.game.source import GameError, GameSource
 from duck.play.scoring import write_score
 from duck.play.session import GameResult, play_game
 from duck.policies import make_policy
+from duck.sandbox import isolation
 
 log = logging.getLogger(__name__)
+
+
+class RunError(ValueError):
+    """Bad input to a run, said in one line."""
+
+
+def _writable_out(out: Path) -> None:
+    """`out/records` exists and takes a file, or RunError."""
+    if out.exists() and not out.is_dir():
+        raise RunError(f"--out {out} is a file, not a folder")
+    try:
+        (out / "records").mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=out / "records", prefix=".probe-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise RunError(f"--out {out} cannot be written: {e.strerror or e}") from None
+
+
+@contextmanager
+def _games_for_play(games_dir: Path, records: Path, off: list[str]) -> Iterator[Path]:
+    """The folder to play from: `games_dir` itself, or a root-only copy when file modes are
+    the only wall between the kernel's uid and the games (records closed the same way)."""
+    if not isolation.relies_on_file_modes(off):
+        yield games_dir
+        return
+    records.chmod(0o700)
+    with tempfile.TemporaryDirectory(prefix="duck-games-") as tmp:  # mode 0700, root's
+        copy = Path(tmp) / "games"
+        shutil.copytree(games_dir, copy, symlinks=False)
+        yield copy
 
 
 def _play_one(games_dir: str, game_id: str, cfg: Config, out: str) -> GameResult:
@@ -42,23 +85,29 @@ def play_folder(games_dir: str | Path, out: str | Path, cfg: Config | None = Non
         values["explorer.options"] = dict(options)
     cfg = with_values(cfg or load_config(), values)
     games_dir, out = Path(games_dir), Path(out)
+    if out.exists() and not out.is_dir():
+        raise RunError(f"--out {out} is a file, not a folder")
     old = sorted((out / "records").glob("*.jsonl"))
     if old and not overwrite:
-        raise SystemExit(f"{out} already holds records; choose another --out or pass --overwrite")
-    ids = GameSource.offline(games_dir).game_ids(games)
+        raise RunError(f"{out} already holds records; choose another --out or pass --overwrite")
+    try:
+        ids = GameSource.offline(games_dir).game_ids(games)
+    except GameError as e:
+        raise RunError(str(e)) from None
     if not ids:
-        raise SystemExit(f"no games found under {games_dir}")
-    for f in old:
+        raise RunError(f"no games found under {games_dir}")
+    _writable_out(out)
+    for f in old:  # only now: the new run has its games and a folder it can write
         f.unlink()
     for f in (out / "conversations").glob("*.jsonl*"):  # (play_game replaces those it plays)
         f.unlink()
-    (out / "records").mkdir(parents=True, exist_ok=True)
-    args = [(str(games_dir), g, cfg, str(out)) for g in ids]
-    if cfg.play.workers > 1:
-        with ProcessPoolExecutor(max_workers=cfg.play.workers) as pool:
-            results = list(pool.map(_play_one, *zip(*args)))
-    else:
-        results = [_play_one(*a) for a in args]
+    with _games_for_play(games_dir, out / "records", cfg.kernel.layers_off) as play_dir:
+        args = [(str(play_dir), g, cfg, str(out)) for g in ids]
+        if cfg.play.workers > 1:
+            with ProcessPoolExecutor(max_workers=cfg.play.workers) as pool:
+                results = list(pool.map(_play_one, *zip(*args)))
+        else:
+            results = [_play_one(*a) for a in args]
     for r in results:
         log.info("%s: levels %d, actions %d, %s%s", r.game_id, r.levels, r.actions, r.end_reason,
                  f" ({r.error})" if r.error else "")

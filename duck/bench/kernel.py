@@ -8,7 +8,9 @@ in interleaved rounds: host step, engine, record line, result, delta over the pi
 frame objects and the animation summary included.
 
 Prints JSON: {"median_ms": {"10": ..., "100": ..., "500": ..., "1000": ...},
-"ratio_1000_10": ..., "game": ...}. Options: --game ID, --games DIR, --samples N.
+"ratio_1000_10": ..., "game": ..., "startup_ms": ...}. `startup_ms`: the median time from
+starting a worker (and its confinement) to the answer of its first snippet, over 10 starts.
+Options: --game ID, --games DIR, --samples N.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import argparse
 import json
 import statistics
 import tempfile
+import time
 from pathlib import Path
 
 from duck.paths import BUNDLED_GAMES, PUBLIC_GAMES
@@ -115,13 +118,25 @@ def measure(games_dir: str, game_id: str | None = None, samples: int = 60, round
                     if not got:
                         raise RuntimeError(f"no action could be timed: {res.text[:500]}")
                     times[n] += got
+            startup = _startup(kernels[LENGTHS[0]])
         finally:
             for kernel in kernels.values():
                 kernel.close()
                 kernel.session.writer.close()
     medians = {str(n): round(statistics.median(t), 3) for n, t in times.items()}
     return {"median_ms": medians, "ratio_1000_10": round(medians["1000"] / medians["10"], 3),
-            "game": gid, "samples": samples}
+            "game": gid, "samples": samples, "startup_ms": startup}
+
+
+def _startup(kernel: Kernel, n: int = 10) -> float:
+    """Median ms of a restart of the worker up to the answer of its first snippet."""
+    times = []
+    for _ in range(n):
+        t = time.perf_counter()
+        kernel.restart()
+        kernel.run("pass")
+        times.append((time.perf_counter() - t) * 1000)
+    return round(statistics.median(times), 1)
 
 
 def main(argv: list[str]) -> int:

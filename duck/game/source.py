@@ -18,6 +18,7 @@ swallows exceptions and returns None.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import threading
@@ -144,6 +145,29 @@ class GameInfo:
     title: str
     baselines: list[int] | None
     local_dir: str | None
+    error: str | None = None  # its metadata.json could not be read: listed, played as an error
+
+
+def _unloadable(games_dir: Path, loaded: set[str]) -> list[GameInfo]:
+    """The metadata.json files under `games_dir` that the toolkit skipped (it only logs a
+    warning), each as a game with an error: named by its `game_id` if one can be read, else
+    by its folders (`zc01/00000001` -> `zc01-00000001`, the toolkit's own naming)."""
+    out = []
+    for meta in sorted(games_dir.rglob("metadata.json")):
+        folder = str(meta.parent)
+        if folder in loaded:
+            continue
+        rel = meta.parent.relative_to(games_dir).parts  # <id>/<version>/ by the toolkit's layout
+        gid, why = "-".join(rel) or games_dir.name, "corrupt or incomplete metadata.json"
+        try:
+            data = json.loads(meta.read_text(encoding="utf-8"))
+            if isinstance(data, dict) and isinstance(data.get("game_id"), str) and data["game_id"].strip():
+                gid = data["game_id"].strip()
+            why = "incomplete metadata.json (the toolkit could not load it)"
+        except (OSError, UnicodeDecodeError, ValueError) as e:
+            why = f"corrupt metadata.json ({type(e).__name__}: {str(e)[:120]})"
+        out.append(GameInfo(gid, gid, None, folder, f"{gid}: {why} at {meta}"))
+    return out
 
 
 def matches(game_id: str, names: Iterable[str]) -> bool:
@@ -189,10 +213,16 @@ class GameSource:
         return cls(arcade, competition=True)
 
     def games(self) -> list[GameInfo]:
+        """Every game of the source; offline, also those whose metadata.json the toolkit could
+        not load (with `error` set: `make` raises it, so the run records the game as failed)."""
         seen: dict[str, GameInfo] = {}
         for e in self.arcade.get_environments():
             seen.setdefault(e.game_id, GameInfo(e.game_id, e.title or e.game_id,
                                                 e.baseline_actions, e.local_dir))
+        if self.games_dir is not None:
+            loaded = {str(Path(g.local_dir).resolve()) for g in seen.values() if g.local_dir}
+            for g in _unloadable(self.games_dir, loaded):
+                seen.setdefault(g.game_id, g)
         return sorted(seen.values(), key=lambda g: g.game_id)
 
     def game_ids(self, only: Iterable[str] | None = None) -> list[str]:
@@ -218,6 +248,8 @@ class GameSource:
         with self._lock:
             card = self.open_scorecard()
             info = next((g for g in self.games() if g.game_id == game_id), None)
+            if info is not None and info.error:
+                raise GameError(info.error)
             try:
                 env = self.arcade.make(game_id, scorecard_id=card)
             except Exception as e:  # a broken game file raises from exec() or the constructor

@@ -16,6 +16,12 @@ Lines (one JSON object each, `"type"` first):
 * `event`: something worth keeping that is not an action (an error, a refused action, a
   model-server failure, notes at a level's end): `kind`, `message`, optional `data`.
 * `end`: `reason`, `levels`, `actions`, `state`, `t`.
+
+Reading is forgiving and says so: a garbage or torn line anywhere is skipped and named in
+`Record.problems`, and every valid line after it is kept; a file that cannot be read at all
+becomes, in `read_records`, a record of that game with state ERROR and the problem, so one
+bad file never hides the others. Header fields registered in `HEADER_EXTRAS` by a higher
+layer (the sandbox's isolation report) are added to every header written.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ import zlib
 from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -51,6 +57,11 @@ def unpack_grid(text: str) -> np.ndarray:
     shape, data = text.split(":", 1)
     h, w = (int(v) for v in shape.split("x"))
     return np.frombuffer(zlib.decompress(base64.b64decode(data)), dtype=np.int8).reshape(h, w)
+
+
+# name -> a function whose result every header keeps under that name (registered by the
+# layers above, e.g. duck.sandbox.isolation: which OS layers confine the kernel here).
+HEADER_EXTRAS: dict[str, Callable[[], Any]] = {}
 
 
 def versions() -> dict[str, str]:
@@ -92,6 +103,8 @@ class RecordWriter:
                                 "win_levels": obs.win_levels if obs else 0, "policy": policy, "seed": seed,
                                 "pass": pass_, "config": config or {}, "versions": versions(),
                                 "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        for name, extra in HEADER_EXTRAS.items():
+            line[name] = extra()
         if obs is None:
             line |= {"levels": 0, "state": "ERROR"}
         else:
@@ -133,13 +146,15 @@ class RecordWriter:
 
 @dataclass
 class Record:
-    """A record read back. Tolerates a torn last line (a run killed mid-write)."""
+    """A record read back. `problems`: lines that were skipped (torn or garbage), or why the
+    file could not be read at all."""
 
     header: dict[str, Any]
     actions: list[dict[str, Any]]
     events: list[dict[str, Any]]
     end: dict[str, Any] | None
     path: Path | None = None
+    problems: list[str] = field(default_factory=list)
 
     @property
     def game_id(self) -> str:
@@ -147,6 +162,8 @@ class Record:
 
     def grids(self) -> Iterator[tuple[int, np.ndarray]]:
         """(action index, final grid) for the header (index 0) and every action."""
+        if "grid" not in self.header:
+            return
         grid = unpack_grid(self.header["grid"])
         yield 0, grid
         for a in self.actions:
@@ -155,28 +172,59 @@ class Record:
             yield a["i"], grid
 
 
+_NEEDS = {"header": ("game_id",), "action": ("i", "levels", "action"), "event": ("kind", "message"),
+          "end": ("reason",)}
+
+
 def read_record(path: str | Path) -> Record:
+    """Every valid line of a record; a line that is not a JSON object of a known type with
+    its fields (torn by a kill, garbage) is skipped and named in `problems`, and reading goes
+    on. Raises OSError if the file cannot be read, ValueError if it has no header."""
     header, actions, events, end = None, [], [], None
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f):
+    problems: list[str] = []
+    with open(path, "rb") as f:
+        for n, raw in enumerate(f, start=1):
             try:
-                obj = json.loads(line)
-            except json.JSONDecodeError:
-                break  # a torn last line: everything before it is intact
-            kind = obj.get("type")
+                obj = json.loads(raw.decode("utf-8"))
+            except (UnicodeDecodeError, ValueError, RecursionError):
+                obj = None
+            kind = obj.get("type") if isinstance(obj, dict) else None
+            if kind not in _NEEDS or any(k not in obj for k in _NEEDS[kind]) or \
+                    (kind == "action" and not (isinstance(obj["i"], int) and isinstance(obj["levels"], int))):
+                if raw.strip():
+                    problems.append(f"line {n}: {'torn' if not raw.endswith(b'\n') else 'not a record line'}")
+                continue
             if kind == "header":
-                header = obj
+                if header is None:
+                    header = obj
+                else:
+                    problems.append(f"line {n}: a second header (ignored)")
             elif kind == "action":
                 actions.append(obj)
             elif kind == "event":
                 events.append(obj)
-            elif kind == "end":
+            else:
                 end = obj
     if header is None:
         raise ValueError(f"{path}: no header line; not a run record")
-    return Record(header, actions, events, end, Path(path))
+    return Record(header, actions, events, end, Path(path), problems)
+
+
+def unreadable(path: Path, why: str) -> Record:
+    """The stand-in for a record that cannot be read: its game, state ERROR, the reason."""
+    header = {"type": "header", "game_id": path.stem, "title": path.stem, "baselines": [], "win_levels": 0,
+              "levels": 0, "state": "ERROR"}
+    event = {"type": "event", "kind": "error", "message": f"record unreadable: {why}"}
+    return Record(header, [], [event], None, path, [f"unreadable: {why}"])
 
 
 def read_records(run_dir: str | Path) -> list[Record]:
+    """Every record of a run folder; one that cannot be read is `unreadable(...)`, not an error."""
     folder = Path(run_dir) / "records"
-    return [read_record(p) for p in sorted(folder.glob("*.jsonl"))]
+    out = []
+    for p in sorted(folder.glob("*.jsonl")):
+        try:
+            out.append(read_record(p))
+        except (OSError, ValueError) as e:
+            out.append(unreadable(p, f"{type(e).__name__}: {e}"))
+    return out

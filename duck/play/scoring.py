@@ -8,6 +8,12 @@ The same arithmetic as `arc_agi.scorecard` (checked against it in tests):
   for level 2, …; uncompleted levels score 0), capped at the weight share of the completed
   levels (so 115% efficiency cannot buy unplayed levels);
 * the total is the mean over games. Percent units, like the leaderboard (Duck: 1.60).
+
+`score.json` keeps, beside our score, the toolkit's own scorecard (`toolkit_score`, overall
+and per game, from the `scorecard` event the host writes at each game's end) and flags every
+game where the two disagree (`disagrees`: [game ids], and `toolkit_disagrees` per game), so
+a record that does not tell the truth cannot raise a score unnoticed. Records with skipped
+lines or that could not be read are listed under `record_problems`.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from typing import Iterable
 from duck.play.record import Record, read_records
 
 LEVEL_CAP = 115.0
+TOLERANCE = 1e-6  # percent points: ours and the toolkit's differ only by float rounding
 
 
 def level_score(baseline: int, actions: int) -> float:
@@ -52,12 +59,23 @@ class GameScore:
     level_actions: list[int] = field(default_factory=list)
     level_scores: list[float] = field(default_factory=list)
     error: str | None = None
+    toolkit_score: float | None = None  # the arc_agi scorecard's score of this game, if recorded
+    problems: list[str] = field(default_factory=list)  # lines of its record that were skipped
+
+    @property
+    def disagrees(self) -> bool:
+        return self.toolkit_score is not None and abs(self.toolkit_score - self.score) > TOLERANCE
 
     def to_json(self) -> dict:
         d = asdict(self)
         d.pop("game_id")
-        if d["error"] is None:
-            d.pop("error")
+        for k in ("error", "toolkit_score"):
+            if d[k] is None:
+                d.pop(k)
+        if not d["problems"]:
+            d.pop("problems")
+        if self.disagrees:
+            d["toolkit_disagrees"] = True
         return d
 
 
@@ -74,6 +92,8 @@ def score_record(rec: Record) -> GameScore:
             start, levels = a["i"], a["levels"]
     total = rec.actions[-1]["i"] if rec.actions else 0
     err = next((e["message"] for e in rec.events if e["kind"] == "error"), None)
+    card = next((e.get("data") for e in rec.events if e["kind"] == "scorecard"), None)
+    toolkit = card.get("score") if isinstance(card, dict) else None
     return GameScore(
         game_id=rec.game_id,
         score=game_score(baselines, level_actions),
@@ -83,6 +103,8 @@ def score_record(rec: Record) -> GameScore:
         level_actions=level_actions,
         level_scores=[level_score(b, a) for b, a in zip(baselines, level_actions)],
         error=err,
+        toolkit_score=float(toolkit) if isinstance(toolkit, (int, float)) else None,
+        problems=list(rec.problems),
     )
 
 
@@ -93,21 +115,22 @@ def overall(scores: Iterable[GameScore]) -> float:
 
 def score_json(scores: list[GameScore]) -> dict:
     """The `score.json` document of a run folder."""
-    return {"score": overall(scores), "games": {s.game_id: s.to_json() for s in scores}}
+    doc: dict = {"score": overall(scores), "games": {s.game_id: s.to_json() for s in scores}}
+    toolkit = [s.toolkit_score for s in scores if s.toolkit_score is not None]
+    if scores and len(toolkit) == len(scores):
+        # The toolkit's own per-game scores, kept beside ours so anyone can compare them.
+        doc["toolkit_score"] = sum(toolkit) / len(toolkit)
+    doc["disagrees"] = [s.game_id for s in scores if s.disagrees]
+    problems = {s.game_id: s.problems for s in scores if s.problems}
+    if problems:
+        doc["record_problems"] = problems
+    return doc
 
 
 def write_score(run_dir: str | Path) -> dict:
-    """Recompute `score.json` from the records of a run folder."""
+    """Recompute `score.json` from the records of a run folder (one unreadable record is a
+    game with an error, never a reason to stop)."""
     run_dir = Path(run_dir)
-    records = read_records(run_dir)
-    doc = score_json([score_record(r) for r in records])
-    toolkit = {}
-    for r in records:
-        ev = next((e for e in r.events if e["kind"] == "scorecard"), None)
-        if ev:
-            toolkit[r.game_id] = ev["data"]["score"]
-    if toolkit and len(toolkit) == len(records):
-        # The toolkit's own per-game scores, kept beside ours so anyone can compare them.
-        doc["toolkit_score"] = sum(toolkit.values()) / len(toolkit)
+    doc = score_json([score_record(r) for r in read_records(run_dir)])
     (run_dir / "score.json").write_text(json.dumps(doc, indent=1))
     return doc

@@ -55,7 +55,7 @@ def parse(items: list[dict[str, Any]], names: ModelNames) -> tuple[list[Action],
         if aid == CLICK_ID:
             try:
                 out.append(Action.at(item["row"], item["col"]))
-            except (KeyError, TypeError, ValueError):
+            except (KeyError, TypeError, ValueError, OverflowError):
                 return [], f"MOUSE action at index {i} requires integer row and col arguments."
         else:
             out.append(Action(aid))

@@ -1,10 +1,10 @@
-"""The kernel worker's fences: what model code may import, call and touch.
+"""The kernel worker's in-process fences: clear messages for what model code may not do.
 
-The model is careless, not malicious; these keep its mistakes from hurting the run or
-the machine, and tell it clearly what happened:
+These run inside the interpreter they police, so deliberate code can reach them (the guard
+object through `gc`, `sys.modules`, the loaded ctypes): they are not the wall. The wall is
+the operating system (duck.sandbox.confine: its own uid, Landlock, seccomp, namespaces, hard
+limits). What stays here tells a careless model at once, in words, why something failed:
 
-* resource limits: address space (a memory bomb raises MemoryError), file size (EFBIG, not
-  a killed process), open files, no core dumps; CPU time is set per call by the worker;
 * an audit hook (`Guard`) refusing new processes, signals to other processes, sockets,
   ctypes, and any write, rename or delete outside the kernel's temp directory; reads of
   the games' source folders are refused too (no peeking at the rules);
@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import builtins
 import os
-import resource
-import signal
 from typing import Any
 
 # Refused at snippet level in our namespace: processes, threads, network, host access.
@@ -72,16 +70,3 @@ def kernel_import(name: str, globals: Any = None, locals: Any = None, fromlist: 
                           "threads, network or host access); numpy and the rest of the "
                           "standard library are.")
     return builtins.__import__(name, globals, locals, fromlist, level)
-
-
-def set_limits(cfg: dict[str, Any]) -> None:
-    mb = 1 << 20
-    for lim, value in ((resource.RLIMIT_AS, cfg.get("memory_mb", 2048) * mb),
-                       (resource.RLIMIT_FSIZE, cfg.get("file_mb", 16) * mb),
-                       (resource.RLIMIT_NOFILE, cfg.get("open_files", 64)),
-                       (resource.RLIMIT_CORE, 0)):
-        try:
-            resource.setrlimit(lim, (value, value))
-        except (ValueError, OSError):
-            pass
-    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a too-large file fails, not the kernel

@@ -14,6 +14,14 @@ restored from the host's copy, and the message tells the model its definitions w
 Crashes (os._exit, a segfault, a closed pipe) are handled the same way. Printed output is
 kept even then (head streamed as written, tail synced every 0.25 s).
 
+The worker is untrusted once it has run a snippet. The threat model and the layers around it
+(its own uid, Landlock, seccomp, namespaces, hard limits; the guard only for messages) are in
+the package's docstring (duck/sandbox/__init__.py). Here, the host's half: every message
+from the worker is checked and cut to size (duck.sandbox.trust), every write to it has a
+deadline, threads and processes that outlive a call are ended, the temp dir's size is
+watched where no tmpfs bounds it, and a worker that misbehaves is killed and restarted with
+a message that says why.
+
 The dialect (`duck.sandbox.dialect`) is chosen once per kernel: `OURS` (the default, what our
 agent plays with) or `DUCK` (the old agent's sandbox, for replaying its recorded code). The
 fences and why: `duck.sandbox.guard`.
@@ -44,12 +52,15 @@ from duck.config import KernelConfig
 from duck.game.actions import Action, display
 from duck.game.source import Observation
 from duck.play.session import Session
-from duck.sandbox import wire
+from duck.sandbox import isolation, trust, wire
 from duck.sandbox.actions import ActionHost, CallActions, Gate
 from duck.sandbox.dialect import OURS, Dialect
 
 # Where the `duck` package is imported from, for the worker's PYTHONPATH.
 _IMPORT_ROOT = Path(__file__).resolve().parents[2]
+WRITE_DEADLINE_S = 10.0  # a worker that reads nothing for this long is dead to the host
+MAX_WORKER_MESSAGE = 8 << 20  # bytes; larger is a protocol violation
+QUOTA_CHECK_S = 0.5  # how often the temp dir's size is checked while a call runs (no tmpfs)
 
 
 # ok; error (an exception); syntax; timeout (the call's limit); stopped (its gate ended it);
@@ -72,6 +83,7 @@ class CallResult:
     wall_ms: float = 0.0
     stdout_total: int = 0
     error_kind: str | None = None
+    notice: str | None = None  # what the host did about the worker (ended a thread, a process)
 
     @property
     def text(self) -> str:
@@ -88,6 +100,11 @@ class Kernel:
         # Model code may not read the games' files (their source holds the rules and solutions).
         own = [session.game.files_dir] if session.game.files_dir else []
         self.deny_read = [*own, *(str(p) for p in deny_read)]
+        # Hidden from the worker where a mount namespace allows: the games and the records.
+        self.hide = [*self.deny_read, str(Path(session.writer.path).resolve().parent)]
+        self.lease: isolation.UidLease | None = None
+        self.layers: dict[str, str] = {}
+        self.tmpfs = False
         # The host's copy of the game variables: enough to restore a fresh worker.
         self.entries: list[tuple[str, int, int]] = []  # (action display, step, level)
         self.grids: list[np.ndarray] = []
@@ -140,13 +157,21 @@ class Kernel:
 
     # --- process management ----------------------------------------------------------
     def start(self) -> None:
+        t0 = time.monotonic()
+        if os.geteuid() == 0 and self.lease is None and "uid" not in self.cfg.layers_off:
+            self.lease = isolation.UidLease.take()
+        uid = self.lease.uid if self.lease else None
         self.workdir = tempfile.mkdtemp(prefix="duck-kernel-")
+        if uid is not None:
+            os.chown(self.workdir, uid, uid)
         h2w_r, h2w_w = os.pipe()
         w2h_r, w2h_w = os.pipe()
-        cfg = {"memory_mb": self.cfg.memory_mb, "file_mb": self.cfg.file_mb,
-               "open_files": self.cfg.open_files, "deny_read": self.deny_read,
-               "notes_chars": self.cfg.notes_dict_chars, "dialect": self.dialect.name}
-        env = {"PATH": "/usr/bin:/bin", "HOME": self.workdir, "TMPDIR": self.workdir,
+        plan = isolation.plan(workdir=self.workdir, uid=uid, memory_mb=self.cfg.memory_mb,
+                              file_mb=self.cfg.file_mb, open_files=self.cfg.open_files,
+                              disk_mb=self.cfg.disk_mb, hide=self.hide, off=self.cfg.layers_off)
+        cfg = {"plan": plan, "deny_read": self.deny_read, "notes_chars": self.cfg.notes_dict_chars,
+               "dialect": self.dialect.name}
+        env = {"PATH": "/usr/bin:/bin:/usr/sbin:/sbin", "HOME": self.workdir, "TMPDIR": self.workdir,
                "LANG": "C.UTF-8", "PYTHONPATH": str(_IMPORT_ROOT), "PYTHONHASHSEED": "0",
                "PYTHONDONTWRITEBYTECODE": "1", "PYTHONIOENCODING": "utf-8", "PYTHONBREAKPOINT": "0",
                "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
@@ -158,21 +183,45 @@ class Kernel:
         err.close()
         os.close(h2w_r)
         os.close(w2h_w)
-        self.wfd, self.reader = h2w_w, wire.Reader(w2h_r)
-        got = self.reader.recv(time.monotonic() + 30)
-        if got is None or got[0].get("op") != "ready":
+        os.set_blocking(h2w_w, False)  # writes wait with a deadline, never forever
+        self.wfd, self.reader = h2w_w, wire.Reader(w2h_r, MAX_WORKER_MESSAGE)
+        try:
+            got = self.reader.recv(time.monotonic() + 30)
+            msg = trust.check(got[0], ("ready",)) if got is not None else None
+        except wire.WireError:
+            msg = None
+        if msg is None:
+            log = self._worker_log()
             self._kill()
-            raise RuntimeError("the kernel worker did not start")
+            raise RuntimeError(f"the kernel worker did not start{': ' + log if log else ''}")
+        layers = {trust.text(k, 40): trust.text(v, 300) for k, v in msg["layers"].items()}
+        if layers != self.layers:  # the first start, or a restart that got other layers
+            self.session.event("sandbox", f"kernel worker confined in {(time.monotonic() - t0) * 1000:.0f} ms",
+                               layers)
+            self.layers = layers
+        self.tmpfs = layers.get("disk_quota", "").startswith("on: tmpfs")
         self.synced = 0
         self._sync(reset=True)
+
+    def _worker_log(self) -> str:
+        try:
+            with open(os.path.join(self.workdir or "", ".worker.log"), "rb") as f:
+                lines = f.read()[-2000:].decode("utf-8", "replace").strip().splitlines()
+            return lines[-1] if lines else ""
+        except OSError:
+            return ""
+
+    def _send(self, msg: dict[str, Any], blob: bytes = b"") -> None:
+        wire.send(self.wfd, msg, blob, deadline=time.monotonic() + WRITE_DEADLINE_S)
 
     def _sync(self, reset: bool = False) -> None:
         msg, blob = self._delta(self.synced)
         msg |= {"op": "sync", "reset": reset, "notes": self.notes}
-        wire.send(self.wfd, msg, blob)
+        self._send(msg, blob)
         got = self.reader.recv(time.monotonic() + 30)
-        if got is None or got[0].get("op") != "synced":
+        if got is None:
             raise wire.WireError("the kernel worker did not take the state")
+        trust.check(got[0], ("synced",))
         self.synced = len(self.entries)
 
     def _kill(self) -> None:
@@ -181,6 +230,11 @@ class Kernel:
                 os.killpg(self.proc.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
+            for p in ([] if self.lease else isolation.descendants(self.proc.pid)):
+                try:
+                    os.kill(p, signal.SIGKILL)
+                except OSError:
+                    pass
             self.proc.wait()
             self.proc = None
             for fd in (self.wfd, self.reader.fd):
@@ -188,9 +242,42 @@ class Kernel:
                     os.close(fd)
                 except OSError:
                     pass
+        if self.lease:
+            isolation.end_uid(self.lease.uid)  # whatever left the process group
         if self.workdir:
             shutil.rmtree(self.workdir, ignore_errors=True)
             self.workdir = None
+
+    def _over_quota(self) -> bool:
+        if self.tmpfs or not self.workdir:
+            return False
+        limit = self.cfg.disk_mb << 20
+        return isolation.dir_size(self.workdir, limit) > limit
+
+    def _ended_leftovers(self) -> tuple[str | None, bool]:
+        """End what outlived the call: processes are killed; a thread cannot be ended alone,
+        so the worker is restarted. Returns what was done, for the model, and whether the
+        worker was restarted."""
+        if self.proc is None or self.proc.poll() is not None:
+            return None, False
+        said = []
+        # Where the kernel itself refuses new processes (one process for the uid, or the
+        # seccomp rule) there is nothing to look for; the scan of /proc costs ~8 ms.
+        no_children = "one process" in self.layers.get("limits", "") or self.layers.get("seccomp", "").startswith("on")
+        others = [] if no_children else isolation.leftovers(self.proc.pid, self.lease.uid if self.lease else None)
+        for p in others:
+            try:
+                os.kill(p, signal.SIGKILL)
+            except OSError:
+                pass
+        if others:
+            said.append(f"{len(others)} process(es) started by your code outlived the call and were ended")
+        restarted = isolation.threads(self.proc.pid) > 1
+        if restarted:
+            self.restart()
+            said.append("a thread started by your code outlived the call: the kernel was restarted, your "
+                        "functions and variables are gone (game variables and notes are restored)")
+        return "; ".join(said) or None, restarted
 
     def restart(self) -> None:
         self._kill()
@@ -199,11 +286,14 @@ class Kernel:
     def close(self) -> None:
         if self.proc is not None:
             try:
-                wire.send(self.wfd, {"op": "exit"})
+                self._send({"op": "exit"})
                 self.proc.wait(timeout=2)
-            except (OSError, subprocess.TimeoutExpired):
+            except (OSError, wire.WireError, subprocess.TimeoutExpired):
                 pass
         self._kill()
+        if self.lease:
+            self.lease.release()
+            self.lease = None
 
     def __enter__(self) -> "Kernel":
         return self
@@ -232,6 +322,7 @@ class Kernel:
         call = CallActions(gate)
         head, tail = self.dialect.output_split(self.cfg.output_chars)
         out: list[str] = []
+        head_left = head
         tail_text, total = "", 0
         done: dict[str, Any] | None = None
         crash = None
@@ -240,32 +331,39 @@ class Kernel:
         try:
             if self.synced < len(self.entries):
                 self._sync()
-            wire.send(self.wfd, {"op": "run", "code": code, "call": self.calls, "head": head, "tail": tail,
-                                 "timeout": timeout})
+            self._send({"op": "run", "code": code, "call": self.calls, "head": head, "tail": tail,
+                        "timeout": timeout})
             while done is None:
                 limit = deadline if interrupted_at is None else interrupted_at + self.cfg.grace_s
-                got = self.reader.recv(limit)
+                got = self.reader.recv(limit if self.tmpfs else min(limit, time.monotonic() + QUOTA_CHECK_S))
                 if got is None:
+                    if self._over_quota():
+                        crash = f"its temp dir outgrew the disk quota of {self.cfg.disk_mb} MB"
+                        break
+                    if time.monotonic() < limit:
+                        continue
                     if interrupted_at is None:
                         interrupted_at = time.monotonic()
                         os.kill(self.proc.pid, signal.SIGUSR1)
                         continue
                     crash = "hung"
                     break
-                msg, _ = got
-                op = msg.get("op")
+                msg = trust.check(got[0], ("out", "tail", "action", "done"))
+                op = msg["op"]
                 if op == "out":
-                    out.append(str(msg.get("text", "")))
+                    part = trust.text(msg["text"], max(0, head_left))
+                    head_left -= len(part)
+                    out.append(part)
                 elif op == "tail":
-                    tail_text, total = str(msg.get("text", "")), int(msg.get("total", 0))
+                    tail_text, total = trust.text(msg["text"], tail), msg["total"]
                 elif op == "action":
                     self._action(msg, call, info)
-                elif op == "done":
-                    done = msg
                 else:
-                    raise wire.WireError(f"unexpected message {op!r}")
-        except (wire.WireError, OSError) as e:
+                    done = msg
+        except (wire.PipeClosed, OSError) as e:
             crash = f"{e}"
+        except wire.WireError as e:  # a message the protocol does not allow (trust.Misbehaved too)
+            crash = f"protocol violation: {e}"
         if crash is not None:
             try:
                 status = self.proc.wait(timeout=0.2) if self.proc else None
@@ -274,8 +372,9 @@ class Kernel:
             self._kill()
             self.start()
             kind = "timeout" if crash == "hung" or interrupted_at is not None else "crash"
-            res = CallResult(kind, restarted=True, actions=list(call.executed),
-                             error_kind="hung" if crash == "hung" else f"exit {status}")
+            error_kind = ("hung" if crash == "hung" else crash if crash.startswith(("protocol", "its temp"))
+                          else f"exit {status}")
+            res = CallResult(kind, restarted=True, actions=list(call.executed), error_kind=error_kind)
             res.stdout = _cut("".join(out), tail_text, total, head, tail)
             res.stdout_total = total or len(res.stdout)
         else:
@@ -283,28 +382,40 @@ class Kernel:
             kind: CallKind = ("stopped" if ended == "stopped" else
                               "timeout" if interrupted_at is not None or ended == "timeout" else
                               "syntax" if ended == "syntax" else "error" if done.get("error") else "ok")
-            res = CallResult(kind, error=done.get("error"), result=done.get("result"),
-                             action_results=list(done.get("results") or []),
-                             actions=list(call.executed), error_kind=done.get("kind"))
-            total = int(done.get("total", 0))
-            res.stdout = _cut("".join(out), str(done.get("tail", "")), total, head, tail)
+            results = [r for r in trust.clean(done["results"], budget=[2_000_000]) if isinstance(r, dict)]
+            res = CallResult(kind, error=trust.text(done["error"]) if done.get("error") else None,
+                             result=trust.clean(done.get("result")), action_results=results,
+                             actions=list(call.executed),
+                             error_kind=trust.text(ended, 100) if ended is not None else None)
+            total = done["total"]
+            res.stdout = _cut("".join(out), trust.text(done["tail"], tail), total, head, tail)
             res.stdout_total = total
-            if isinstance(done.get("last_result"), dict) and done["last_result"]:
-                self.last_result = done["last_result"]
-            if isinstance(done.get("notes"), dict):
-                self.notes = done["notes"]
+            last = trust.clean(done["last_result"])
+            if isinstance(last, dict) and last:
+                self.last_result = last
+            notes = done.get("notes")
+            if isinstance(notes, dict):
+                notes = trust.clean(notes)
+                if len(json.dumps(notes)) <= self.cfg.notes_dict_chars:
+                    self.notes = notes
+            res.notice, res.restarted = self._ended_leftovers()
+            if res.notice is None and self._over_quota():
+                self.restart()
+                res.restarted = True
+                res.notice = (f"the kernel's temp dir outgrew the disk quota of {self.cfg.disk_mb} MB: the "
+                              "kernel was restarted, your functions, variables and files are gone")
         if died and not res.restarted:
             res.restarted = True
             res.error_kind = res.error_kind or "died between calls"
+        notes_error = trust.text(done["notes_error"], 500) if done and done.get("notes_error") else None
         res.message = self.dialect.render(res, timeout=timeout, limit=self.cfg.output_chars,
-                                          notes_error=(done or {}).get("notes_error"), died=died)
+                                          notes_error=notes_error, died=died)
         res.wall_ms = (time.monotonic() - t0) * 1000
         return res
 
     def _action(self, msg: dict[str, Any], call: CallActions, info: dict[str, Any] | None) -> None:
         """Answer one action() request: step the game, send the new boards as a delta."""
-        items = msg.get("actions") if isinstance(msg.get("actions"), list) else []
-        items = [i for i in items if isinstance(i, dict)]
+        items = msg["actions"]  # checked by trust.check
         error = None
         try:
             result, done, end = self.host.run_batch(items, call, info)
@@ -322,7 +433,7 @@ class Kernel:
         if result.get("stop_reason", "").startswith("previous_"):
             reply["valid"] = []
         reply |= {"op": "action_reply", "result": result, "end": end, "error": error}
-        wire.send(self.wfd, reply, blob)
+        self._send(reply, blob)
         self.synced = len(self.entries)
 
 

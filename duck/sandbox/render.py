@@ -75,6 +75,9 @@ def render_our_dialect(res: Any, *, timeout: float, limit: int, notes_error: str
         msg["error"] = f"Tool timed out after {timeout:g}s; {kept}."
         if res.error and not res.restarted:
             msg["interrupted_at"], _ = _trim(res.error, limit)
+    elif res.kind == "crash" and str(res.error_kind).startswith(("protocol", "its temp")):
+        msg["error"] = (f"The kernel was stopped ({res.error_kind}) and restarted: your functions and "
+                        "variables are gone (game variables and notes are restored).")
     elif res.kind == "crash":
         msg["error"] = (f"The kernel process died ({res.error_kind}); it was restarted: your "
                         "functions and variables are gone (game variables and notes are restored).")
@@ -89,7 +92,7 @@ def render_our_dialect(res: Any, *, timeout: float, limit: int, notes_error: str
             msg["truncation_note"] = (f"printed {res.stdout_total} characters; only the first and "
                                       "last parts are shown")
     if res.result is not None:
-        text = json.dumps(res.result)
+        text = _dumps(res.result)
         msg["result"] = res.result if len(text) <= limit else _trim(text, limit)[0]
     if res.action_results:
         msg["action_calls"] = len(res.action_results)
@@ -98,10 +101,23 @@ def render_our_dialect(res: Any, *, timeout: float, limit: int, notes_error: str
         msg["executed_actions"] = list(res.actions)
     if notes_error:
         msg["notes_error"] = notes_error
+    kernel = []
     if died:
-        msg["kernel"] = ("the kernel process had died since the last call and was restarted: your "
-                         "functions and variables are gone")
+        kernel.append("the kernel process had died since the last call and was restarted: your "
+                      "functions and variables are gone")
+    if getattr(res, "notice", None):
+        kernel.append(res.notice)
+    if kernel:
+        msg["kernel"] = "; ".join(kernel)
     return msg
+
+
+def _dumps(value: Any) -> str:
+    """JSON of a value from the worker (the host has bounded it: duck.sandbox.trust); never raises."""
+    try:
+        return json.dumps(value)
+    except (ValueError, TypeError, RecursionError):
+        return json.dumps(str(value)[:100_000])
 
 
 # --- the Duck transcript's rendering (for comparing with the traces) -------------------

@@ -4,6 +4,11 @@ One message = 8-byte header (JSON length, blob length) + UTF-8 JSON + a binary b
 travel in the blob as raw int8 bytes (4 KB each), so a new observation costs one small
 write, never a re-serialisation of the history. The host parses only JSON from the worker
 (never pickle), so model code that scribbles on the pipe can at worst get itself restarted.
+
+The host never waits on its worker without a deadline: `send(..., deadline=)` writes to a
+non-blocking pipe and gives up (WireError) when a worker that does not read lets the deadline
+pass; `Reader(fd, max_message=)` refuses messages larger than the host accepts, and any JSON
+it cannot parse (nested beyond the parser's recursion limit included) is a WireError.
 """
 
 from __future__ import annotations
@@ -23,19 +28,38 @@ class WireError(RuntimeError):
     """The other side closed the pipe or sent something unreadable."""
 
 
-def send(fd: int, obj: dict[str, Any], blob: bytes = b"") -> None:
-    data = json.dumps(obj, separators=(",", ":"), default=str).encode()
+class PipeClosed(WireError):
+    """The other side is gone (its end of the pipe is closed)."""
+
+
+def send(fd: int, obj: dict[str, Any], blob: bytes = b"", deadline: float | None = None) -> None:
+    """Write one message. With a `deadline` (the host's side, whose write end is non-blocking)
+    a reader that does not keep up raises WireError instead of blocking forever."""
+    data = json.dumps(obj, separators=(",", ":"), default=str).encode("utf-8", "surrogatepass")
     view = memoryview(_HDR.pack(len(data), len(blob)) + data + blob)
     while view:
-        n = os.write(fd, view)
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise WireError("the kernel worker stopped reading its pipe")
+            _, ready, _ = select.select([], [fd], [], left)
+            if not ready:
+                continue
+        try:
+            n = os.write(fd, view)
+        except BlockingIOError:
+            continue
+        except (BrokenPipeError, ConnectionError) as e:
+            raise PipeClosed(f"pipe closed ({e})") from None
         view = view[n:]
 
 
 class Reader:
     """Buffered reads of whole messages, with an optional deadline (host side)."""
 
-    def __init__(self, fd: int) -> None:
+    def __init__(self, fd: int, max_message: int = MAX_MESSAGE) -> None:
         self.fd = fd
+        self.max_message = max_message
         self.buf = bytearray()
 
     def _fill(self, n: int, deadline: float | None) -> bool:
@@ -49,7 +73,7 @@ class Reader:
                     return False
             chunk = os.read(self.fd, max(65536, n - len(self.buf)))
             if not chunk:
-                raise WireError("pipe closed")
+                raise PipeClosed("pipe closed")
             self.buf += chunk
         return True
 
@@ -59,14 +83,14 @@ class Reader:
         if not self._fill(_HDR.size, deadline):
             return None
         jlen, blen = _HDR.unpack_from(self.buf)
-        if jlen + blen > MAX_MESSAGE:
+        if jlen + blen > self.max_message:
             raise WireError(f"message of {jlen + blen} bytes")
         total = _HDR.size + jlen + blen
         if not self._fill(total, deadline):
             return None
         try:
             obj = json.loads(bytes(self.buf[_HDR.size:_HDR.size + jlen]))
-        except ValueError as e:
+        except (ValueError, RecursionError) as e:
             raise WireError(f"unreadable message: {e}") from None
         if not isinstance(obj, dict):
             raise WireError("message is not an object")

@@ -7,7 +7,10 @@ the game variables (frames, history, transitions, ...) as Python objects and rec
 step 10. The host owns the game: `action()` sends the requested actions over the pipe and
 waits for the result and the new boards.
 
-The fences (limits, audit hook, imports) are in `duck.sandbox.guard`. At the call's time
+Before it reads anything from the host it confines itself (duck.sandbox.confine: namespaces,
+Landlock, hard limits, its own uid, seccomp) and reports the layers in its `ready` message.
+The in-process fences (audit hook, imports: `duck.sandbox.guard`) only give clear messages.
+At the call's time
 limit the host sends SIGUSR1, which raises `KernelTimeout` in the snippet (the namespace
 survives); the host kills the process group if the snippet swallows it or is stuck in C code.
 
@@ -33,7 +36,8 @@ import numpy as np
 from duck.game.frames import Frame, summarize_animation
 from duck.sandbox import wire
 from duck.sandbox.dialect import DIALECTS
-from duck.sandbox.guard import Guard, set_limits
+from duck.sandbox.confine import confine
+from duck.sandbox.guard import Guard
 
 
 class KernelTimeout(BaseException):
@@ -115,14 +119,27 @@ class Capture(io.TextIOBase):
         pass
 
 
-def json_safe(value: Any) -> Any:
+MAX_RESULT_CHARS = 1_000_000  # a `result` or `notes` larger than this is not sent to the host
+
+
+def json_safe(value: Any, depth: int = 0) -> Any:
+    """A JSON-able copy; objects become their str(); nesting past 100 levels (a list that
+    holds itself) is cut."""
     if value is None or isinstance(value, (str, int, float, bool)):
         return value
+    if depth >= 100:
+        return "<nested too deep>"
     if isinstance(value, dict):
-        return {str(k): json_safe(v) for k, v in value.items()}
+        return {str(k): json_safe(v, depth + 1) for k, v in value.items()}
     if isinstance(value, (list, tuple, set)):
-        return [json_safe(v) for v in value]
+        return [json_safe(v, depth + 1) for v in value]
     return str(value)
+
+
+def sized(value: Any, what: str) -> Any:
+    """`value` if its JSON fits in MAX_RESULT_CHARS, else a short note saying so."""
+    n = len(json.dumps(value))
+    return value if n <= MAX_RESULT_CHARS else f"<{what} of {n} characters: too large to send; print a part of it>"
 
 
 class Worker:
@@ -257,7 +274,8 @@ class Worker:
         sys.stdout = cap
         sys.stderr = cap if self.dialect.stderr_shown else io.StringIO()
         _, hard = resource.getrlimit(resource.RLIMIT_CPU)
-        used = resource.getrusage(resource.RUSAGE_SELF).ru_utime
+        usage = resource.getrusage(resource.RUSAGE_SELF)  # every thread's CPU time, user and system
+        used = usage.ru_utime + usage.ru_stime
         try:
             resource.setrlimit(resource.RLIMIT_CPU, (int(used + msg.get("timeout", 30) + 5), hard))
         except (ValueError, OSError):
@@ -291,24 +309,35 @@ class Worker:
             self.armed = False
             sys.stdout, sys.stderr = old
         done: dict[str, Any] = {"op": "done", "kind": kind, "error": error,
-                                "results": json_safe(self.results), "total": cap.total,
-                                "tail": cap.tailbuf, "last_result": self.last_result}
+                                "results": sized(json_safe(self.results[-200:]), "results"),
+                                "total": cap.total, "tail": cap.tailbuf, "last_result": self.last_result}
+        if not isinstance(done["results"], list):
+            done["results"] = []
+        # Converting `result` and `notes` runs model code (__str__, __iter__): under the
+        # call's time limit too.
+        self.pending = False
         try:
-            done["result"] = json_safe(ns.get("result"))
-        except BaseException:  # noqa: BLE001 - a hostile __str__
-            done["result"] = "<result could not be converted>"
-        if self.dialect.additions:
-            notes = ns.get("notes")
-            if isinstance(notes, dict):
-                try:
-                    text = json.dumps(json_safe(notes))
-                    if len(text) <= int(self.cfg["notes_chars"]):
-                        self.notes = json.loads(text)
-                    else:
-                        done["notes_error"] = f"notes too large ({len(text)} chars); not kept"
-                except BaseException as e:  # noqa: BLE001
-                    done["notes_error"] = f"notes not kept: {e}"
-            done["notes"] = self.notes
+            self.armed = True
+            try:
+                done["result"] = sized(json_safe(ns.get("result")), "result")
+            except BaseException:  # noqa: BLE001 - a hostile __str__, a time-out
+                done["result"] = "<result could not be converted>"
+            if self.dialect.additions:
+                notes = ns.get("notes")
+                if isinstance(notes, dict):
+                    try:
+                        text = json.dumps(json_safe(notes))
+                        if len(text) <= int(self.cfg["notes_chars"]):
+                            self.notes = json.loads(text)
+                        else:
+                            done["notes_error"] = f"notes too large ({len(text)} chars); not kept"
+                    except BaseException as e:  # noqa: BLE001
+                        done["notes_error"] = f"notes not kept: {type(e).__name__}: {e}"[:500]
+                done["notes"] = self.notes
+        except KernelTimeout:
+            done["result"] = "<result could not be converted in time>"
+        finally:
+            self.armed = False
         wire.send(self.wfd, done)
 
     def on_interrupt(self, _signum: int, _frame: Any) -> None:
@@ -317,8 +346,8 @@ class Worker:
             raise KernelTimeout()
         self.pending = True
 
-    def loop(self) -> None:
-        wire.send(self.wfd, {"op": "ready", "pid": os.getpid()})
+    def loop(self, layers: dict[str, str]) -> None:
+        wire.send(self.wfd, {"op": "ready", "pid": os.getpid(), "layers": layers})
         while True:
             msg, blob = self.reader.recv()
             op = msg.get("op")
@@ -371,14 +400,14 @@ def normalize_actions(actions: Any) -> list[dict[str, Any]]:
 def main(argv: list[str]) -> None:
     rfd, wfd, cfg = int(argv[0]), int(argv[1]), json.loads(argv[2])
     sys.dont_write_bytecode = True
+    layers = confine(cfg["plan"])
     sys.setrecursionlimit(DIALECTS[cfg["dialect"]].recursion_limit)
-    set_limits(cfg)
     worker = Worker(rfd, wfd, cfg)
     signal.signal(signal.SIGUSR1, worker.on_interrupt)
     signal.signal(signal.SIGINT, worker.on_interrupt)
     sys.addaudithook(Guard(os.getcwd(), cfg.get("deny_read", [])))
     try:
-        worker.loop()
+        worker.loop(layers)
     except wire.WireError:
         pass
 

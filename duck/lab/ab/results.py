@@ -15,7 +15,7 @@ from duck.lab.ab.play import _complete
 from duck.lab.ab.scores import (_record_files, arm_scores, filter_passes, load_scores, pair_by_order, parse_passes)
 from duck.config import Config
 from duck.lab.report.ab import ab_html
-from duck.lab.stats import compare
+from duck.lab.stats import compare, pair_up
 from duck.play.conversation import conversation_path, find_conversation
 
 
@@ -95,6 +95,11 @@ def stats_from_paths(a: str, b: str | None, *, a_passes: str | None = None, b_pa
     sa, sb = filter_passes(sa, parse_passes(a_passes)), filter_passes(sb, parse_passes(b_passes))
     if pair_by == "order":
         sa, sb = pair_by_order(sa), pair_by_order(sb)
+    pairs, unpaired = pair_up(sa, sb)
+    if not pairs:  # "no difference, p = 1" from nothing would read as a result
+        raise SystemExit(f"duck ab-stats: error: no (game, pass) pairs in common between {a} "
+                         f"({unpaired['a']} runs) and {b} ({unpaired['b']} runs); pick matching passes "
+                         "(--a-passes/--b-passes) or --pair-by order")
     doc = compare(sa, sb, n_boot=n_boot, n_perm=n_perm, seed=seed)
     doc["a_label"] = a + (f" passes {a_passes}" if a_passes else "")
     doc["b_label"] = b + (f" passes {b_passes}" if b_passes else "")

@@ -95,7 +95,7 @@ def _ordered_events(rec: Record) -> list[dict[str, Any]]:
     action belong to the level it won), read in file order."""
     start_levels = int(rec.header.get("levels") or 0)
     out: list[dict[str, Any]] = []
-    if rec.path is not None and Path(rec.path).exists():
+    if rec.path is not None and Path(rec.path).is_file() and not rec.problems:  # else: skipped lines
         last_i, levels_before_last, levels_now = 0, start_levels, start_levels
         with open(rec.path, encoding="utf-8") as f:
             for line in f:
