@@ -52,12 +52,13 @@ def _writable_out(out: Path) -> None:
 
 
 @contextmanager
-def _games_for_play(games_dir: Path, records: Path, off: list[str]) -> Iterator[Path]:
+def games_for_play(games_dir: Path, records: Path, off: list[str]) -> Iterator[Path]:
     """The folder to play from: `games_dir` itself, or a root-only copy when file modes are
     the only wall between the kernel's uid and the games (records closed the same way)."""
     if not isolation.relies_on_file_modes(off):
         yield games_dir
         return
+    records.mkdir(parents=True, exist_ok=True)
     records.chmod(0o700)
     with tempfile.TemporaryDirectory(prefix="duck-games-") as tmp:  # mode 0700, root's
         copy = Path(tmp) / "games"
@@ -101,7 +102,7 @@ def play_folder(games_dir: str | Path, out: str | Path, cfg: Config | None = Non
         f.unlink()
     for f in (out / "conversations").glob("*.jsonl*"):  # (play_game replaces those it plays)
         f.unlink()
-    with _games_for_play(games_dir, out / "records", cfg.kernel.layers_off) as play_dir:
+    with games_for_play(games_dir, out / "records", cfg.kernel.layers_off) as play_dir:
         args = [(str(play_dir), g, cfg, str(out)) for g in ids]
         if cfg.play.workers > 1:
             with ProcessPoolExecutor(max_workers=cfg.play.workers) as pool:

@@ -204,6 +204,26 @@ def _interactive(tmp_path, monkeypatch, run_class=KaggleRun, **extra) -> KaggleR
     return run_class(env=env)
 
 
+def test_without_landlock_or_namespaces_the_interactive_run_plays_from_a_root_only_copy(tmp_path, monkeypatch):
+    """File modes are then the sandbox's only wall: the games under /kaggle/input (readable by
+    anyone) are played from a copy the kernel's uid cannot open, removed at the end."""
+    from duck.sandbox.isolation import relies_on_file_modes
+    off = ["landlock", "namespaces"]
+    if not relies_on_file_modes(off):
+        pytest.skip("the uid layer is off here (not root): file modes are no wall at all")
+    run = _interactive(tmp_path, monkeypatch, DUCK_KERNEL__LAYERS_OFF=json.dumps(off))
+    run.prepare_model()
+    run.open_games()
+    played_from = run.source.games_dir
+    try:
+        assert played_from != (run.competition_dir / "environment_files").resolve()
+        assert (played_from.parent.stat().st_mode & 0o077) == 0  # root's only
+        assert (run.out / "records").stat().st_mode & 0o077 == 0
+    finally:
+        run.finish()
+    assert not played_from.exists()
+
+
 def test_interactive_run_plays_the_public_games_and_leaves_a_placeholder(tmp_path, monkeypatch):
     run = _interactive(tmp_path, monkeypatch)
     assert run.summary.mode == "interactive" and run.model_dir is None

@@ -43,7 +43,7 @@ import sys
 import threading
 import time
 import traceback
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Iterator
@@ -57,6 +57,7 @@ from duck.llm.health import ModelHealth, probe_model
 from duck.llm.serve import VLLMServer
 from duck.play.scoring import write_score
 from duck.policies import make_policy
+from duck.run import games_for_play
 
 
 log = logging.getLogger("duck.kaggle.run")
@@ -91,6 +92,7 @@ class KaggleRun:
         self._monitor_stop = threading.Event()
         self._restarts = k.model_restarts
         self._finished = False
+        self._exits = ExitStack()  # the root-only copy of the games, if one was made
         with self.step("locate"):
             self.competition_dir = find_competition_dir(k.input_dir, k.competition_dir)
             self.dataset_dir = find_dataset_dir(k.input_dir, k.dataset_dir)
@@ -280,7 +282,10 @@ class KaggleRun:
             else:
                 if self.competition_dir is None:
                     raise FileNotFoundError(f"no competition data with environment_files/ under {k.input_dir}")
-                self.source = GameSource.offline(self.competition_dir / "environment_files")
+                # Where file modes are the sandbox's only wall, a root-only copy (duck.run).
+                games = self._exits.enter_context(games_for_play(self.competition_dir / "environment_files",
+                                                                 self.out / "records", self.cfg.kernel.layers_off))
+                self.source = GameSource.offline(games)
             ids = [g.game_id for g in self.source.games()]
             if not self.rerun and k.interactive_games > 0:
                 ids = ids[:k.interactive_games]
@@ -331,6 +336,7 @@ class KaggleRun:
             return
         self._finished = True
         self._monitor_stop.set()
+        self._exits.close()
         with self.step("close_scorecard"):
             if self.source is not None:
                 card_id = self.summary.scorecard.get("card_id")
