@@ -17,10 +17,11 @@ from duck.play.session import play_game
 from duck.testing.stub.models import SolutionModel, TraceModel
 from duck.testing.stub.server import StubServer
 from duck.testing.stub.traces import load_trace, recorded_actions
+from duck.paths import SHARED
 
 ROOT = Path(__file__).resolve().parent.parent
 BUNDLED = ROOT / "tests" / "games"
-TRACES = ROOT.parent / "shared" / "duck-traces"
+TRACES = SHARED / "duck-traces"
 
 
 def _cfg():

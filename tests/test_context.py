@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from duck.agent.context import (Context, ContextFull, compress_actions, estimate_tokens, render, summary_text)
+from duck.paths import SHARED
 
 
 def _turn(ctx: Context, i: int, size: int = 2000, actions=("UP",), level: int = 1) -> None:
@@ -114,10 +115,9 @@ def test_compress_actions():
 @pytest.mark.public
 @pytest.mark.slow
 def test_context_benchmark_runs_on_the_start_of_a_recorded_game(public, tmp_path, capsys):
-    from pathlib import Path
 
     from duck.bench.context import main
-    traces = Path(__file__).resolve().parent.parent.parent / "shared" / "duck-traces"
+    traces = SHARED / "duck-traces"
     if not (traces / "turns").is_dir():
         pytest.skip("duck-traces not present")
     assert main(["--traces", str(traces), "--games", str(public), "--game", "ft09", "--pass", "6",

@@ -15,11 +15,12 @@ from duck.play.record import read_record
 from duck.sandbox.actions import TERMINAL_ERROR
 from duck.sandbox.dialect import DUCK
 from duck.sandbox.render import transcript
+from duck.paths import SHARED
 from conftest import alive
 
 ROOT = Path(__file__).resolve().parent.parent
 BUNDLED = ROOT / "tests" / "games"
-TRACES = ROOT.parent / "shared" / "duck-traces"
+TRACES = SHARED / "duck-traces"
 
 
 def _call(i: int, code: str, result: str, actions: list[str], **extra) -> dict:

@@ -17,8 +17,9 @@ from duck.lab.report.build import build_report, write_report
 from duck.lab.report.views import model_stats
 from duck.run import play_folder, write_score
 from duck.play.scoring import score_record
+from duck.paths import SHARED
 
-SHARED_SUMMARY = Path(__file__).resolve().parents[2] / "shared" / "duck-traces" / "summary.json"
+SHARED_SUMMARY = SHARED / "duck-traces" / "summary.json"
 
 
 class Page(HTMLParser):

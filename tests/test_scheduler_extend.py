@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
+from duck.paths import SHARED
 
 from scheduler import curves, extend
 from scheduler.simulate import GameDraw, GameSim
 
-TRACES = Path(__file__).resolve().parents[2] / "shared" / "duck-traces" / "runs.jsonl"
-PUBLIC_GAMES = Path(__file__).resolve().parents[2] / "shared" / "public-games.json"
+TRACES = SHARED / "duck-traces" / "runs.jsonl"
+PUBLIC_GAMES = SHARED / "public-games.json"
 
 
 @pytest.fixture(scope="module")

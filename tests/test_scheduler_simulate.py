@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -11,11 +10,12 @@ from scheduler import curves, extend
 from duck.config import ConfigError
 from scheduler.cli import main as cli_main
 from duck.testing.scheduler_fakes import write_synthetic
+from duck.paths import SHARED
 from scheduler.policy import make_policy
 from scheduler.simulate import GameDraw, GameSim, Scenario, draw_set, evaluate, group_runs, simulate
 
-TRACES = Path(__file__).resolve().parents[2] / "shared" / "duck-traces" / "runs.jsonl"
-PUBLIC_GAMES = Path(__file__).resolve().parents[2] / "shared" / "public-games.json"
+TRACES = SHARED / "duck-traces" / "runs.jsonl"
+PUBLIC_GAMES = SHARED / "public-games.json"
 
 
 @pytest.fixture(scope="module")
