@@ -94,6 +94,8 @@ class AgentPolicy:
         self.client = ModelClient(self.urls, self.cfg.model, session=f"{game_id}:{self.pass_}",
                                   start=pick_url(self.urls, game_id, self.url_index))
         kernel = self.kernel_factory(session, self.cfg.kernel)
+        if hasattr(kernel, "start_soon"):  # the worker starts while the first request is out
+            kernel.start_soon()
         try:
             self._loop(session, kernel)
         finally:
