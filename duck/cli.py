@@ -10,7 +10,7 @@ import sys
 
 from duck.config import POLICIES, ConfigError, PlayConfig, load_config, with_values
 from duck.game.source import GameError
-from duck.lab import replay
+from duck.lab import doctor, replay
 from duck.lab.ab import run as ab
 from duck.lab.report import build as report
 from duck.llm import serve
@@ -19,7 +19,7 @@ from duck.testing.rehearse import run as rehearse
 from duck.testing.stub import server as stub_server
 from scheduler import cli as simulate
 
-COMMAND_MODULES = (simulate, replay, report, ab, serve, stub_server, rehearse)
+COMMAND_MODULES = (simulate, replay, report, ab, serve, stub_server, rehearse, doctor)
 
 
 def _play(args: argparse.Namespace) -> int:
