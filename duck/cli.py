@@ -11,7 +11,7 @@ from pathlib import Path
 
 from duck.config import POLICIES, ConfigError, PlayConfig, load_config, with_values
 from duck.game.source import GameError
-from duck.lab import replay
+from duck.lab import doctor, replay
 from duck.lab.ab import run as ab
 from duck.lab.report import build as report
 from duck.llm import serve
@@ -24,7 +24,7 @@ class BadInput(ValueError):
     """A command's input is wrong: reported in one line, exit status 2."""
 
 
-COMMAND_MODULES = (simulate, replay, report, ab, serve, stub_server, rehearse)
+COMMAND_MODULES = (simulate, replay, report, ab, serve, stub_server, rehearse, doctor)
 
 
 def _play(args: argparse.Namespace) -> int:

@@ -61,6 +61,11 @@ class ServeConfig(Section):
     gpu_memory_utilization: float = Field(0.90, gt=0, le=1)
     max_num_seqs: PositiveInt = 32  # concurrent games; KV share per game = cache / this
     max_num_batched_tokens: PositiveInt = 8192  # what the field found stable on the RTX Pro 6000
+    # Tokens per streamed chunk (the first is sent at once): at 1, 28 games' ~570 tokens/s are
+    # 570 chunks/s to serialise (vLLM's API server) and parse (our client: ~0.3 ms of CPU each,
+    # most of the harness's CPU in `python -m duck.bench load`); the agent needs no token-level
+    # stream, only the time limit checked between chunks.
+    stream_interval: PositiveInt = 16
     kv_cache_dtype: str = "auto"  # "fp8" doubles the cache (an A/B question)
     cudagraph_mode: str = "PIECEWISE"  # piecewise CUDA graphs: stable where full graphs wedged
     # `--linear-backend` (CUTLASS FP8 GEMM) exists from vLLM 0.2x on; the pinned 0.19 refuses

@@ -82,7 +82,7 @@ def test_command_has_the_flags_the_field_found_stable(cfg):
     assert argv[1:3] == ["serve", "Qwen/Qwen3.6-27B-FP8"]
     for flag in ("--tool-call-parser qwen3_coder", "--reasoning-parser qwen3", "--enable-prefix-caching",
                  "--enable-auto-tool-choice", "--max-model-len 40960", "--gpu-memory-utilization 0.9",
-                 "--max-num-batched-tokens 8192", "--served-model-name Qwen3.6-27B-FP8",
+                 "--max-num-batched-tokens 8192", "--stream-interval 16", "--served-model-name Qwen3.6-27B-FP8",
                  "--enable-prompt-tokens-details"):
         assert flag in line, flag
     assert "--linear-backend" not in argv and "--chat-template" not in argv  # (vLLM 0.19 has no such flag)

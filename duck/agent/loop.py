@@ -109,6 +109,8 @@ class AgentPolicy:
                         context_tokens=a.context_tokens, evict_to=a.evict_to, image_scale=a.image_scale)
         self.ctx = self._new_context()  # its system prompt is the file's first message
         kernel = self.kernel_factory(session, self.cfg.kernel)
+        if hasattr(kernel, "start_soon"):  # the worker starts while the first request is out
+            kernel.start_soon()
         try:
             self._loop(session, kernel)
         finally:

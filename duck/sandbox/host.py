@@ -40,6 +40,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -116,6 +117,7 @@ class Kernel:
         self.proc: subprocess.Popen | None = None
         self.workdir: str | None = None
         self.calls = 0
+        self._starting: threading.Thread | None = None  # start_soon()'s thread
         self._append("", session.obs)
 
     # --- game state on the host ------------------------------------------------------
@@ -214,6 +216,27 @@ class Kernel:
     def _send(self, msg: dict[str, Any], blob: bytes = b"") -> None:
         wire.send(self.wfd, msg, blob, deadline=time.monotonic() + WRITE_DEADLINE_S)
 
+    def start_soon(self) -> None:
+        """Start the worker now, in a background thread, instead of at the first run(): a
+        game's first model reply takes tens of seconds, and 28 workers starting together when
+        their first replies arrived together kept those replies waiting up to 1.4 s on 2
+        cores (`python -m duck.bench load`, experiments/LOG.md). run() and close() wait for
+        it; a start that failed is tried again by run(), which reports it as before."""
+        if self.proc is None and self._starting is None:
+            self._starting = threading.Thread(target=self._start_quietly, name="kernel-start", daemon=True)
+            self._starting.start()
+
+    def _start_quietly(self) -> None:
+        try:
+            self.start()
+        except Exception:  # noqa: BLE001 - run() starts it again and reports what fails
+            pass
+
+    def _started(self) -> None:
+        if self._starting is not None:
+            self._starting.join()
+            self._starting = None
+
     def _sync(self, reset: bool = False) -> None:
         msg, blob = self._delta(self.synced)
         msg |= {"op": "sync", "reset": reset, "notes": self.notes}
@@ -284,6 +307,7 @@ class Kernel:
         self.start()
 
     def close(self) -> None:
+        self._started()
         if self.proc is not None:
             try:
                 self._send({"op": "exit"})
@@ -306,6 +330,7 @@ class Kernel:
             gate: Gate | None = None) -> CallResult:
         """Run one snippet. `info` goes into the record with each action; `gate` is asked
         before each of this call's actions (duck.sandbox.actions.Gate)."""
+        self._started()
         t0 = time.monotonic()
         timeout = self.cfg.call_timeout_s if timeout_s is None else timeout_s
         if self.session.deadline is not None:  # never run past the game's own deadline

@@ -132,8 +132,8 @@ def test_duck_serve_flags_parse_with_the_pinned_vllm(tmp_path):
     s = cfg.model.serve
     assert got["subparser"] == "serve" and got["model_tag"] == s.model_path
     assert got["served_model_name"] == [cfg.model.name] and got["port"] == s.port
-    assert (got["max_model_len"], got["max_num_seqs"], got["max_num_batched_tokens"]) == (
-        s.max_model_len, s.max_num_seqs, s.max_num_batched_tokens)
+    assert (got["max_model_len"], got["max_num_seqs"], got["max_num_batched_tokens"], got["stream_interval"]) == (
+        s.max_model_len, s.max_num_seqs, s.max_num_batched_tokens, s.stream_interval)
     assert got["gpu_memory_utilization"] == s.gpu_memory_utilization
     assert got["enable_prefix_caching"] and got["enable_prompt_tokens_details"] and got["enable_auto_tool_choice"]
     assert (got["tool_call_parser"], got["reasoning_parser"]) == ("qwen3_coder", "qwen3")

@@ -41,7 +41,7 @@ def main() -> int:
     cc = args.compilation_config
     out = {k: getattr(args, k, None) for k in (
         "subparser", "model_tag", "served_model_name", "host", "port", "max_model_len", "gpu_memory_utilization",
-        "max_num_seqs", "max_num_batched_tokens", "enable_prefix_caching", "enable_prompt_tokens_details",
+        "max_num_seqs", "max_num_batched_tokens", "stream_interval", "enable_prefix_caching", "enable_prompt_tokens_details",
         "enable_auto_tool_choice", "tool_call_parser", "reasoning_parser", "limit_mm_per_prompt", "kv_cache_dtype",
         "chat_template")}
     out["cudagraph_mode"] = str(getattr(cc, "cudagraph_mode", None) if not isinstance(cc, dict)

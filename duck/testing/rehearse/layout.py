@@ -31,8 +31,11 @@ BROKEN_GAMES = REPO / "tests" / "fixtures" / "broken_games"
 MAX_ACTIONS = 300  # per game (play.max_actions): enough to play, few enough for a 2-core box
 
 # The stand-in `vllm`: `vllm serve MODEL --port P --served-model-name NAME ...` serves the
-# scripted stub model there. Knobs (environment): DUCK_STANDIN_DIE_AFTER_S (exit then),
-# DUCK_STANDIN_HANG_AFTER_S (stop answering then), DUCK_STANDIN_EXIT_AT_ONCE (never come up).
+# scripted stub model there (its /metrics too, with vLLM 0.19's names). Knobs (environment):
+# DUCK_STANDIN_DIE_AFTER_S (exit then), DUCK_STANDIN_HANG_AFTER_S (stop answering then),
+# DUCK_STANDIN_EXIT_AT_ONCE (never come up), DUCK_STANDIN_LATENCY (answer as a loaded GPU
+# would: a duck.testing.stub.latency spec such as "speed=20"), DUCK_STANDIN_BOOT_S (take
+# this long to start listening, as vLLM loads its weights).
 STANDIN = '''#!{python}
 """Stand-in for `vllm serve` (duck rehearse): the scripted stub server on vLLM's port."""
 import json, os, sys, threading, time
@@ -43,9 +46,12 @@ def opt(name, default):
 if os.environ.get("DUCK_STANDIN_EXIT_AT_ONCE"):
     print("stand-in vllm: failing to start, as told", flush=True)
     sys.exit(3)
+from duck.testing.stub.latency import LatencyModel
 from duck.testing.stub.models import FixedModel
 from duck.testing.stub.server import StubServer
+time.sleep(float(os.environ.get("DUCK_STANDIN_BOOT_S") or 0))
 T0 = time.monotonic()
+LATENCY = os.environ.get("DUCK_STANDIN_LATENCY")
 HANG = float(os.environ.get("DUCK_STANDIN_HANG_AFTER_S") or 0)
 CODE = {code!r}
 def reply(request):
@@ -53,7 +59,8 @@ def reply(request):
         time.sleep(3600)  # stops answering: the client's time-out and the health probe notice
     return {{"content": "Trying a valid action.", "reasoning": "rehearsal", "code": CODE}}
 server = StubServer(FixedModel([reply], loop=True), port=int(opt("--port", "8000")),
-                    host=opt("--host", "127.0.0.1"), model_name=opt("--served-model-name", "stub"))
+                    host=opt("--host", "127.0.0.1"), model_name=opt("--served-model-name", "stub"),
+                    latency=LatencyModel.parse(LATENCY) if LATENCY else None)
 die = float(os.environ.get("DUCK_STANDIN_DIE_AFTER_S") or 0)
 if die:
     threading.Timer(die, lambda: (print("stand-in vllm: dying, as told", flush=True), os._exit(17))).start()
@@ -110,11 +117,17 @@ def layout(work: Path, games: Path, mode: str, fault: str) -> dict[str, Path]:
     model.mkdir(parents=True, exist_ok=True)
     (model / "config.json").write_text(json.dumps({"architectures": ["Qwen3ForCausalLM"], "rehearsal": True}))
     (model / "model.safetensors").write_bytes(b"")
-    exe = bin_dir / "vllm"
-    exe.write_text(STANDIN.format(python=sys.executable, path=[str(REPO)], code=STANDIN_CODE))
-    exe.chmod(0o755)
+    exe = write_standin(bin_dir / "vllm")
     return {"input": inp, "working": working, "competition": comp, "served": served, "vllm": exe,
             "dataset": ds, "model": model}
+
+
+def write_standin(path: Path) -> Path:
+    """The stand-in `vllm` executable at `path` (knobs: the STANDIN comment above)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(STANDIN.format(python=sys.executable, path=[str(REPO)], code=STANDIN_CODE))
+    path.chmod(0o755)
+    return path
 
 
 def notebook_env(paths: dict[str, Path], budget_s: float, mode: str, fault: str, gateway_url: str,

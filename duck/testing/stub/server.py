@@ -14,11 +14,19 @@ The scripted models are in duck.testing.stub.models (`FixedModel`, `TraceModel`,
 `SolutionModel`), the prompt rendering in duck.testing.stub.render, the Duck traces'
 reading in duck.testing.stub.traces.
 
+With a `LatencyModel` (duck.testing.stub.latency) it answers as slowly as a loaded vLLM
+would: time to first token and decode time follow the number of concurrent streams and the
+prompt (uncached) and generated tokens; without one it answers at once. `GET /metrics` gives
+Prometheus text with vLLM 0.19's metric names (duck.testing.stub.metrics: prefix-cache
+queries and hits, tokens, KV-cache capacity).
+
 `duck stub-server --port P --replies FILE` serves fixed replies (a JSON list of
 `{"content", "reasoning", "code"}` or `tool_calls`); `--traces DIR --game G --pass N` replays a
 Duck run; `--solutions DIR` plays the bundled games' solutions; `--conversation FILE...`
 replays saved conversations (duck.play.conversation; `--strict` refuses a request that
-differs from the recorded one).
+differs from the recorded one); `--player` a scripted model that reads the board and plays
+(duck.testing.stub.player); `--latency default` (or `speed=20,kv_tokens=178000`:
+duck.testing.stub.latency) adds the latency model.
 """
 
 from __future__ import annotations
@@ -30,10 +38,13 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
+from duck.testing.stub.latency import Engine, LatencyModel
+from duck.testing.stub.metrics import Metrics
 from duck.testing.stub.models import ConversationModel, FixedModel, SolutionModel, TraceModel
-from duck.testing.stub.render import (ChatTemplate, HistoryError, approx_tokens, common_prefix,
+from duck.testing.stub.player import PlayerModel
+from duck.testing.stub.render import (CHARS_PER_TOKEN, ChatTemplate, HistoryError, approx_tokens, common_prefix,
                                       default_template, image_hashes, keyed, prompt_tokens)
 from duck.testing.stub.traces import load_trace
 
@@ -44,12 +55,20 @@ log = logging.getLogger(__name__)
 # ---------------------------------------------------------------------------------------
 # The server
 
+class _HTTPServer(ThreadingHTTPServer):
+    # socketserver's default backlog of 5 refused connections when 24-28 games sent their
+    # first requests at once (vLLM's uvicorn listens with a backlog of 2048).
+    request_queue_size = 2048
+    daemon_threads = True
+
+
 class StubServer:
     """`with StubServer(model) as url:` serves on 127.0.0.1 (a free port by default)."""
 
     def __init__(self, model: Any, port: int = 0, host: str = "127.0.0.1",
                  model_name: str = "stub", template: ChatTemplate | str | Path | None = None,
-                 max_model_len: int | None = None, keep_prompts: bool = False) -> None:
+                 max_model_len: int | None = None, keep_prompts: bool = False,
+                 latency: LatencyModel | None = None, kv_tokens: int | None = None) -> None:
         self.model = model
         self.model_name = model_name
         self.template = template if isinstance(template, ChatTemplate) else (
@@ -61,8 +80,10 @@ class StubServer:
         self.requests: list[dict[str, Any]] = []  # per request: conversation, tokens, shares
         self._last: dict[str, str] = {}  # conversation → previous rendered prompt
         self._full: dict[str, str] = {}  # conversation → previous prompt + its generated reply
-        self.httpd = ThreadingHTTPServer((host, port), _handler(self))
-        self.httpd.daemon_threads = True
+        self.latency = latency
+        self.engine = Engine(latency) if latency else None
+        self.metrics = Metrics(model_name, kv_tokens or (latency.kv_tokens if latency else None))
+        self.httpd = _HTTPServer((host, port), _handler(self))
         self.thread: threading.Thread | None = None
 
     @property
@@ -163,6 +184,13 @@ def _handler(server: StubServer) -> type[BaseHTTPRequestHandler]:
                                                              "owned_by": "duck-stub"}]})
             elif self.path.rstrip("/") in ("/health", "/v1/health"):
                 self._json(200, {"status": "ok"})
+            elif self.path.rstrip("/") == "/metrics":
+                data = server.metrics.text(server.engine.snapshot() if server.engine else None).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
             else:
                 self._json(404, {"error": {"message": f"no route {self.path}"}})
 
@@ -208,17 +236,40 @@ def _handler(server: StubServer) -> type[BaseHTTPRequestHandler]:
                           for k, c in enumerate(calls)]
             server.generated(conversation, body, {"role": "assistant", "content": content, "reasoning": reasoning,
                                                   "tool_calls": tool_calls})
-            if body.get("stream"):
-                self._stream(body, content, reasoning, tool_calls, finish, usage, r.get("stall_s"),
-                             r.get("stall_end_s"))
-            else:
-                msg = {"role": "assistant", "content": content or None, "reasoning": reasoning or None,
-                       "reasoning_content": reasoning or None, "tool_calls": tool_calls}
-                self._json(200, {"id": "chatcmpl-stub", "object": "chat.completion", "created": int(time.time()),
-                                 "model": server.model_name, "usage": usage,
-                                 "choices": [{"index": 0, "message": msg, "finish_reason": finish}]})
+            server.metrics.prompt(prompt_tokens, cached)
+            # Counted before the answer leaves: a client reading /metrics right after its reply
+            # must see it (counting after the send raced with that read).
+            server.metrics.generated(completion, finish)
+            with server.metrics.lock:
+                server.metrics.in_flight += 1
+            try:
+                if server.engine is None:
+                    self._answer(body, content, reasoning, tool_calls, finish, usage, r, None)
+                else:
+                    with server.engine.request(prompt_tokens, cached, completion) as stream:
+                        self._answer(body, content, reasoning, tool_calls, finish, usage, r, stream)
+            finally:
+                with server.metrics.lock:
+                    server.metrics.in_flight -= 1
 
-        def _stream(self, body, content, reasoning, tool_calls, finish, usage, stall_s, stall_end_s=None) -> None:
+        def _answer(self, body, content, reasoning, tool_calls, finish, usage, r, stream) -> None:
+            """`r`: the scripted reply, whose test knobs `stall_s` (mid-stream) and `stall_end_s`
+            (before the end) delay the stream; `stream`: the latency model's pacing, or None."""
+            if body.get("stream"):
+                self._stream(body, content, reasoning, tool_calls, finish, usage, stream,
+                             r.get("stall_s"), r.get("stall_end_s"))
+                return
+            if stream is not None:
+                stream.prefill()
+                stream.decode(usage["completion_tokens"])
+            msg = {"role": "assistant", "content": content or None, "reasoning": reasoning or None,
+                   "reasoning_content": reasoning or None, "tool_calls": tool_calls}
+            self._json(200, {"id": "chatcmpl-stub", "object": "chat.completion", "created": int(time.time()),
+                             "model": server.model_name, "usage": usage,
+                             "choices": [{"index": 0, "message": msg, "finish_reason": finish}]})
+
+        def _stream(self, body, content, reasoning, tool_calls, finish, usage, stream, stall_s=None,
+                    stall_end_s=None) -> None:
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.send_header("Cache-Control", "no-cache")
@@ -236,18 +287,32 @@ def _handler(server: StubServer) -> type[BaseHTTPRequestHandler]:
                 self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
                 self.wfile.flush()
 
+            # Without a latency model: a few large pieces at once. With one: pieces of
+            # `chunk_tokens` tokens, each sent when the model says it would be generated.
+            chars = sum(len(x) for x in (reasoning, content, *(tc["function"]["arguments"] for tc in tool_calls)))
+            per_char = usage["completion_tokens"] / max(1, chars)
+            small = max(1, round(server.latency.chunk_tokens * CHARS_PER_TOKEN)) if stream is not None else 0
+
+            def paced(text: str, size: int) -> Iterator[str]:
+                for piece in _pieces(text, small or size):
+                    if stream is not None:
+                        stream.decode(len(piece) * per_char)
+                    yield piece
+
             try:
+                if stream is not None:
+                    stream.prefill()  # the first chunk leaves with the first token (vLLM's too)
                 send({"role": "assistant", "content": ""})
-                for piece in _pieces(reasoning, 400):
+                for piece in paced(reasoning, 400):
                     send({"reasoning": piece, "reasoning_content": piece})
                 if stall_s:
                     time.sleep(stall_s)
-                for piece in _pieces(content, 200):
+                for piece in paced(content, 200):
                     send({"content": piece})
                 for tc in tool_calls:
                     send({"tool_calls": [{"index": tc["index"], "id": tc["id"], "type": "function",
                                           "function": {"name": tc["function"]["name"], "arguments": ""}}]})
-                    for piece in _pieces(tc["function"]["arguments"], 300):
+                    for piece in paced(tc["function"]["arguments"], 300):
                         send({"tool_calls": [{"index": tc["index"], "function": {"arguments": piece}}]})
                 if stall_end_s:  # everything sent but the end: the client's time limit cuts the reply
                     time.sleep(stall_end_s)
@@ -281,10 +346,18 @@ def _main(args: argparse.Namespace) -> int:
                                              timeout_stall_s=args.timeout_stall_s)
     elif args.replies:
         model = FixedModel(json.loads(Path(args.replies).read_text()), loop=args.loop)
+    elif args.player:
+        model = PlayerModel()
     else:
         model = FixedModel([{"content": "ok", "code": "print(valid_actions)"}], loop=True)
-    server = StubServer(model, port=args.port, host=args.host, model_name=args.model_name)
-    print(json.dumps({"url": server.url, "replies": len(model.replies)}), flush=True)
+    try:
+        latency = LatencyModel.parse(args.latency) if args.latency else None
+    except (TypeError, ValueError) as e:
+        raise SystemExit(f"duck stub-server: --latency: {e}") from e
+    server = StubServer(model, port=args.port, host=args.host, model_name=args.model_name, latency=latency,
+                        kv_tokens=args.kv_tokens)
+    print(json.dumps({"url": server.url, "replies": len(model.replies),
+                      "latency": latency.describe() if latency else None}), flush=True)
     try:
         server.httpd.serve_forever()
     except KeyboardInterrupt:
@@ -317,4 +390,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--timeout-stall-s", type=float, default=None,
                    help="with --conversation: stall this long before the end of a reply the time limit cut "
                         "(above the replaying client's model.timeout_s)")
+    p.add_argument("--player", action="store_true",
+                   help="a scripted model that reads the board and plays every conversation (load tests)")
+    p.add_argument("--latency", default=None, metavar="SPEC",
+                   help="answer as a loaded vLLM would: 'default' or settings like 'speed=10,kv_tokens=178000' "
+                        "(duck.testing.stub.latency)")
+    p.add_argument("--kv-tokens", type=int, default=None, help="KV-cache capacity /metrics reports (tokens)")
     p.set_defaults(func=_main)

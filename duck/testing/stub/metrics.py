@@ -1,0 +1,82 @@
+"""The stub server's `/metrics`: Prometheus text with the metric names vLLM 0.19 serves.
+
+The names and labels are vLLM 0.19.0's own (vllm/v1/metrics/loggers.py, PrometheusStatLogger;
+prometheus_client adds `_total` to counters), so what reads a real server's metrics
+(duck.lab.vllm_metrics, `duck doctor`) reads the stub's the same way:
+
+* `vllm:prefix_cache_queries_total` / `vllm:prefix_cache_hits_total`: prompt tokens looked up
+  in the prefix cache / found there (the stub's per-conversation cache emulation);
+* `vllm:prompt_tokens_total`, `vllm:generation_tokens_total`, `vllm:request_success_total`
+  (label `finished_reason`);
+* `vllm:num_requests_running`, `vllm:num_requests_waiting`, `vllm:kv_cache_usage_perc`
+  (from the latency model's engine when there is one, else the requests in flight);
+* `vllm:cache_config_info`: an info gauge whose labels include `block_size` and
+  `num_gpu_blocks` (the KV cache holds their product in tokens).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+BLOCK_SIZE = 16  # vLLM's default KV block size
+# The KV cache the stub reports when it is given none: DESIGN §1c's ~178K tokens
+# (Qwen3.6-27B-FP8, 0.9 of the RTX Pro 6000's memory, bf16 KV), in whole blocks.
+DEFAULT_KV_TOKENS = 178_176
+
+
+class Metrics:
+    def __init__(self, model_name: str, kv_tokens: int | None = None) -> None:
+        self.model_name = model_name
+        self.kv_tokens = kv_tokens or DEFAULT_KV_TOKENS
+        self.lock = threading.Lock()
+        self.counters = {"prefix_cache_queries": 0, "prefix_cache_hits": 0, "prompt_tokens": 0,
+                         "generation_tokens": 0}
+        self.finished: dict[str, int] = {"stop": 0, "length": 0, "abort": 0, "error": 0, "repetition": 0}
+        self.in_flight = 0
+
+    def prompt(self, tokens: int, cached: int) -> None:
+        with self.lock:
+            self.counters["prefix_cache_queries"] += tokens
+            self.counters["prefix_cache_hits"] += cached
+            self.counters["prompt_tokens"] += tokens
+
+    def generated(self, tokens: int, finish_reason: str) -> None:
+        with self.lock:
+            self.counters["generation_tokens"] += tokens
+            # (vLLM's FinishReason: stop, length, abort; a tool call finishes with "stop")
+            key = "length" if finish_reason == "length" else "stop"
+            self.finished[key] += 1
+
+    def text(self, engine: dict[str, Any] | None = None) -> str:
+        labels = f'engine="0",model_name="{self.model_name}"'
+        with self.lock:
+            counters, finished, in_flight = dict(self.counters), dict(self.finished), self.in_flight
+        running = engine["running"] if engine else in_flight
+        waiting = engine["waiting"] if engine else 0
+        usage = engine["kv_usage"] if engine else 0.0
+        out = []
+
+        def metric(name: str, kind: str, doc: str, rows: list[tuple[str, float]]) -> None:
+            out.append(f"# HELP {name} {doc}\n# TYPE {name} {kind}")
+            out.extend(f"{name}{{{lab}}} {float(v)}" for lab, v in rows)
+
+        metric("vllm:num_requests_running", "gauge", "Number of requests in model execution batches.",
+               [(labels, running)])
+        metric("vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.",
+               [(labels, waiting)])
+        metric("vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.",
+               [(labels, usage)])
+        docs = {"prefix_cache_queries": "Prefix cache queries, in terms of number of queried tokens.",
+                "prefix_cache_hits": "Prefix cache hits, in terms of number of cached tokens.",
+                "prompt_tokens": "Number of prefill tokens processed.",
+                "generation_tokens": "Number of generation tokens processed."}
+        for key, doc in docs.items():
+            metric(f"vllm:{key}_total", "counter", doc, [(labels, counters[key])])
+        metric("vllm:request_success_total", "counter", "Count of successfully processed requests.",
+               [(f'engine="0",finished_reason="{r}",model_name="{self.model_name}"', n) for r, n in finished.items()])
+        blocks = self.kv_tokens // BLOCK_SIZE
+        metric("vllm:cache_config_info", "gauge", "Information of the LLMEngine CacheConfig",
+               [(f'block_size="{BLOCK_SIZE}",enable_prefix_caching="True",engine="0",'
+                 f'num_gpu_blocks="{blocks}"', 1)])
+        return "\n".join(out) + "\n"

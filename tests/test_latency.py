@@ -1,0 +1,124 @@
+"""The stub server's latency model and /metrics, over real HTTP with the real client."""
+
+from __future__ import annotations
+
+import threading
+import time
+import urllib.request
+
+import pytest
+
+from duck.config import ModelConfig
+from duck.lab import vllm_metrics
+from duck.llm.client import ModelClient
+from duck.testing.stub.latency import Engine, LatencyModel
+from duck.testing.stub.models import FixedModel
+from duck.testing.stub.server import StubServer
+
+
+def test_the_model_meets_its_anchors():
+    m = LatencyModel()
+    assert m.stream_tps(1) == pytest.approx(40.0)
+    assert m.total_tps(28) == pytest.approx(570.0)
+    assert m.stream_tps(28) < m.stream_tps(8) < m.stream_tps(1)  # streams share the GPU
+    assert m.total_tps(28) > m.total_tps(8) > m.total_tps(1)  # but the total still grows
+    assert LatencyModel.parse("speed=20,kv_tokens=1000") == LatencyModel(speed=20.0, kv_tokens=1000)
+    with pytest.raises(ValueError, match="unknown"):
+        LatencyModel.parse("sped=2")
+    with pytest.raises(ValueError, match="slower"):
+        LatencyModel(single_stream_tps=10.0)  # 570/28 per stream would beat one stream alone
+
+
+def _reply(tokens: int) -> dict:
+    return {"content": "ok", "code": "print(1)", "completion_tokens": tokens}
+
+
+def _concurrent(url: str, n: int) -> list[float]:
+    """Seconds each of `n` requests took, all sent at once (clients made beforehand)."""
+    clients = [ModelClient(url, ModelConfig(name="stub", retries=0), session=f"g{i}") for i in range(n)]
+    start, out = threading.Barrier(n), [0.0] * n
+
+    def chat(i: int) -> None:
+        start.wait()
+        t0 = time.monotonic()
+        clients[i].chat([{"role": "user", "content": f"go {i}"}])
+        out[i] = time.monotonic() - t0
+
+    threads = [threading.Thread(target=chat, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    return out
+
+
+def test_decode_slows_each_stream_as_streams_are_added():
+    # 400 tokens at 8x speed: alone ~1.25 s; 24 at once ~2.3 s each (step 24.1 + 0.89 x n ms).
+    m = LatencyModel(speed=8.0, chunk_tokens=16)
+    with StubServer(FixedModel([_reply(400)], loop=True), latency=m) as url:
+        alone = _concurrent(url, 1)[0]
+        crowd = sorted(_concurrent(url, 24))
+    expected = m.stream_tps(1) / m.stream_tps(24)
+    assert alone == pytest.approx(400 / (m.stream_tps(1) * m.speed), rel=0.35)
+    assert crowd[len(crowd) // 2] / alone == pytest.approx(expected, rel=0.3)
+
+
+def test_uncached_prompt_tokens_cost_prefill_time_and_a_cached_prefix_is_free():
+    m = LatencyModel(speed=4.0, prefill_tps=4000.0)
+    big = [{"role": "system", "content": "rules " * 8000}, {"role": "user", "content": "first"}]
+    with StubServer(FixedModel([_reply(8)], loop=True), latency=m) as url:
+        client = ModelClient(url, ModelConfig(name="stub", retries=0), session="one")
+        first = client.chat(big)
+        second = client.chat(big + [first.message(), {"role": "tool", "tool_call_id": first.tool_calls[0].id,
+                                                      "content": "1"}])
+    assert first.cached_tokens == 0 and second.cached_tokens > 0.9 * second.prompt_tokens
+    assert first.first_token_s == pytest.approx(first.prompt_tokens / (4000 * 4.0), rel=0.5)
+    assert second.first_token_s < first.first_token_s / 3
+
+
+def test_requests_wait_for_room_in_the_kv_cache():
+    # Each request holds ~1,000 tokens; the cache holds 1,500: the second waits for the first.
+    m = LatencyModel(speed=4.0, kv_tokens=1500, chunk_tokens=16)
+    with StubServer(FixedModel([_reply(1000)], loop=True), latency=m) as url:
+        times = sorted(_concurrent(url, 2))
+    one = 1000 / (m.stream_tps(1) * m.speed)
+    assert times[0] == pytest.approx(one, rel=0.35)
+    assert times[1] == pytest.approx(2 * one, rel=0.35)
+
+
+def test_metrics_use_vllm_names_and_count_what_was_served():
+    with StubServer(FixedModel([_reply(50)], loop=True), kv_tokens=32_000) as url:
+        before = vllm_metrics.fetch(url)
+        client = ModelClient(url, ModelConfig(name="stub", retries=0), session="m")
+        r1 = client.chat([{"role": "user", "content": "a " * 500}])
+        r2 = client.chat([{"role": "user", "content": "a " * 500}, r1.message(),
+                          {"role": "tool", "tool_call_id": r1.tool_calls[0].id, "content": "x"}])
+        text = urllib.request.urlopen(url + "/metrics").read().decode()
+        after = vllm_metrics.summary(text)
+    assert "vllm:prefix_cache_queries_total{" in text and "vllm:cache_config_info{" in text
+    d = vllm_metrics.delta(before, after)
+    assert d["prefix_cache_queries"] == r1.prompt_tokens + r2.prompt_tokens
+    assert d["prefix_cache_hits"] == r1.cached_tokens + r2.cached_tokens > 0
+    assert d["generation_tokens"] == 100
+    assert after["kv_cache_tokens"] == 32_000
+
+
+def test_every_prefill_ends_whatever_the_share_of_the_prefill_rate():
+    # At 1000x speed with 21 prefilling, these token counts left the old loop (`while left > 0`)
+    # with a floating-point residue that never reached 0: the request spun for ever.
+    engine = Engine(LatencyModel(speed=1e3))
+    for uncached in (1, 2, 16, 100, 107, 114, 121, 128, 195, 200, 209, 214, 2999):
+        engine.prefilling = 20
+        states: list[tuple[int, int]] = []
+
+        def one() -> None:
+            with engine.request(uncached, 0, 1) as stream:
+                stream.prefill()
+                states.append((engine.prefilling, engine.decoding))
+
+        t = threading.Thread(target=one, daemon=True)
+        t.start()
+        t.join(5)
+        assert not t.is_alive(), f"the prefill of {uncached} tokens never ended"
+        assert states == [(20, 1)]  # prefilled, then decoding
+    assert engine.running == 0 and engine.decoding == 0
