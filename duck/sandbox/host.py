@@ -53,7 +53,7 @@ from duck.config import KernelConfig
 from duck.game.actions import Action, display
 from duck.game.source import Observation
 from duck.play.session import Session
-from duck.sandbox import isolation, trust, wire
+from duck.sandbox import handoff, isolation, trust, wire
 from duck.sandbox.actions import ActionHost, CallActions, Gate
 from duck.sandbox.dialect import OURS, Dialect
 
@@ -93,8 +93,12 @@ class CallResult:
 
 class Kernel:
     def __init__(self, session: Session, config: KernelConfig | None = None, *, dialect: Dialect = OURS,
-                 time_limit_s: float | None = None, deny_read: list[str] | tuple[str, ...] = ()) -> None:
+                 time_limit_s: float | None = None, deny_read: list[str] | tuple[str, ...] = (),
+                 tools: bool = False, explore: handoff.Explore | None = None) -> None:
         self.session = session
+        # The world-model tools in the worker (duck.sandbox.tools) and the explorer their
+        # explore(n) hands actions to (duck.sandbox.handoff; injected by duck.policies).
+        self.tools, self.explore = tools, explore
         self.cfg = config or KernelConfig()
         self.dialect = dialect
         self.host = ActionHost(session, dialect, time_limit_s)
@@ -172,7 +176,7 @@ class Kernel:
                               file_mb=self.cfg.file_mb, open_files=self.cfg.open_files,
                               disk_mb=self.cfg.disk_mb, hide=self.hide, off=self.cfg.layers_off)
         cfg = {"plan": plan, "deny_read": self.deny_read, "notes_chars": self.cfg.notes_dict_chars,
-               "dialect": self.dialect.name}
+               "dialect": self.dialect.name, "tools": self.tools}
         env = {"PATH": "/usr/bin:/bin:/usr/sbin:/sbin", "HOME": self.workdir, "TMPDIR": self.workdir,
                "LANG": "C.UTF-8", "PYTHONPATH": str(_IMPORT_ROOT), "PYTHONHASHSEED": "0",
                "PYTHONDONTWRITEBYTECODE": "1", "PYTHONIOENCODING": "utf-8", "PYTHONBREAKPOINT": "0",
@@ -373,7 +377,7 @@ class Kernel:
                         continue
                     crash = "hung"
                     break
-                msg = trust.check(got[0], ("out", "tail", "action", "done"))
+                msg = trust.check(got[0], ("out", "tail", "action", "explore", "done"))
                 op = msg["op"]
                 if op == "out":
                     part = trust.text(msg["text"], max(0, head_left))
@@ -383,6 +387,8 @@ class Kernel:
                     tail_text, total = trust.text(msg["text"], tail), msg["total"]
                 elif op == "action":
                     self._action(msg, call, info)
+                elif op == "explore":
+                    self._explore(msg, call, info)
                 else:
                     done = msg
         except (wire.PipeClosed, OSError) as e:
@@ -459,6 +465,14 @@ class Kernel:
             reply["valid"] = []
         reply |= {"op": "action_reply", "result": result, "end": end, "error": error}
         self._send(reply, blob)
+        self.synced = len(self.entries)
+
+    def _explore(self, msg: dict[str, Any], call: CallActions, info: dict[str, Any] | None) -> None:
+        """Answer one explore(n) request: the explorer plays (duck.sandbox.handoff), the new
+        boards go back as a delta."""
+        result = handoff.run(self, msg, call, info)
+        reply, blob = self._delta(self.synced)
+        self._send(reply | {"op": "explore_reply", "result": result}, blob)
         self.synced = len(self.entries)
 
 

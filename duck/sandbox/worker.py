@@ -38,6 +38,7 @@ from duck.sandbox import wire
 from duck.sandbox.dialect import DIALECTS
 from duck.sandbox.confine import confine
 from duck.sandbox.guard import Guard
+from duck.sandbox.tools import Tools
 
 
 class KernelTimeout(BaseException):
@@ -161,6 +162,8 @@ class Worker:
         self.results: list[dict[str, Any]] = []
         self.call = 0
         self.cur_ns: dict[str, Any] = {}
+        # The world-model tools (duck.sandbox.tools), when the kernel was started with them.
+        self.tools = Tools(self) if cfg.get("tools") and self.dialect.additions else None
 
     def send(self, obj: dict[str, Any]) -> None:
         """Send while deaf to the time-out signal: a message cut in half by KernelTimeout
@@ -220,6 +223,8 @@ class Worker:
             ns["last_animation"] = list(self.last_anim)
             if not isinstance(ns.get("notes"), dict):
                 ns["notes"] = self.notes
+        if self.tools is not None:
+            self.tools.publish(ns)
 
     # --- action() --------------------------------------------------------------------
     def action(self, actions: Any) -> dict[str, Any]:
@@ -247,6 +252,29 @@ class Worker:
         if msg.get("end"):
             self.ended = True
             raise StopSnippet()
+        if self.pending:
+            self.pending = False
+            raise KernelTimeout()
+        return result
+
+    def host_call(self, request: dict[str, Any]) -> dict[str, Any]:
+        """A request to the host other than action() (the tools' `explore`), answered like an
+        action: the host may play actions, whose boards come back as a delta."""
+        if self.ended:
+            raise StopSnippet()
+        self.armed = False  # as in action(): a time-out during the host's work comes afterwards
+        try:
+            wire.send(self.wfd, request)
+            msg, blob = self.reader.recv()
+        finally:
+            self.armed = True
+        self.apply(msg, blob)
+        result = dict(msg.get("result") or {})
+        if result.get("executed"):
+            self.results.append(result)
+        self.publish(self.cur_ns)
+        if msg.get("error"):
+            raise RuntimeError(msg["error"])
         if self.pending:
             self.pending = False
             raise KernelTimeout()
