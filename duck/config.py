@@ -121,7 +121,9 @@ class KernelConfig(Section):
     layers_off: list[Literal["uid", "namespaces", "landlock", "seccomp"]] = []
     open_files: PositiveInt = 64
     grace_s: NonNegativeFloat = 1.0  # after the soft interrupt, time to unwind before the process is killed
-    notes_dict_chars: PositiveInt = 8000  # the kernel's `notes` dict, as JSON, is kept up to this size
+    # The kernel's `notes` dict, as JSON, is kept up to this size; room for the notes and a
+    # simulator's source kept by the world-model tools (duck.sandbox.tools.keep: up to 6,000).
+    notes_dict_chars: PositiveInt = 16000
 
 
 class AgentConfig(Section):
@@ -139,6 +141,10 @@ class AgentConfig(Section):
     max_calls_per_turn: PositiveInt = 16  # then the turn ends and a fresh one starts
     fallback: PolicyName | None = "explorer"  # policy that takes over when the model fails (duck.policies)
     failures_before_fallback: PositiveInt = 3  # consecutive failed requests (each already retried)
+    # The world-model tools in the kernel (objects, diff, controlled, check, plan, explore:
+    # duck.sandbox.tools) and the method section of the system prompt that goes with them
+    # (issue 16). Off until the first GPU A/B (experiments/world-model-tools.toml) says so.
+    world_model_tools: bool = False
 
 
 class FixedConfig(Section):

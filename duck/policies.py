@@ -17,7 +17,9 @@ from duck.explorer.policy import Explorer
 from duck.game.source import GameError
 from duck.llm.health import ModelHealth
 from duck.play.random_policy import RandomPolicy
-from duck.play.session import PlayStopped, Policy
+from duck.play.session import PlayStopped, Policy, Session
+from duck.sandbox.host import Kernel
+from duck.seeds import stable_hash
 
 MODEL_DOWN = "model_down"  # the PlayStopped reason that hands a game to the fallback
 
@@ -36,6 +38,9 @@ def make_policy(name: str, seed: int = 0, *, config: Config | None = None, model
         return Explorer(seed=seed, **cfg.explorer.options)
     if name == "llm":
 
+        if kernel_factory is None and cfg.agent.world_model_tools:
+            kernel_factory = world_model_kernel(cfg, seed)
+
         def agent() -> AgentPolicy:
             return AgentPolicy(seed, cfg, model_url=model_url, url_index=url_index, pass_=pass_,
                                kernel_factory=kernel_factory)
@@ -44,6 +49,24 @@ def make_policy(name: str, seed: int = 0, *, config: Config | None = None, model
             return agent()
         return FallbackPolicy(agent, lambda: make_policy(cfg.agent.fallback, seed, config=cfg), health)
     raise ValueError(f"unknown policy {name!r}: {', '.join(POLICIES)}")
+
+
+def world_model_kernel(cfg: Config, seed: int) -> Any:
+    """The kernel factory of the agent with the world-model tools (agent.world_model_tools):
+    the tools in the worker, and the explorer their explore(n) hands actions to (the sandbox
+    does not know the explorer; duck.sandbox.handoff). Each explore(n) call gets an explorer of
+    its own, seeded by the call's number, so that repeated calls do not repeat one another."""
+
+    def factory(session: Session, kernel_config: Any) -> Kernel:
+        calls = [0]
+
+        def explore(view: Any) -> None:
+            calls[0] += 1
+            Explorer(seed=stable_hash(seed, "explore", calls[0]), **cfg.explorer.options).play(view)
+
+        return Kernel(session, kernel_config, tools=True, explore=explore)
+
+    return factory
 
 
 class FallbackPolicy:

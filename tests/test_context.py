@@ -105,7 +105,12 @@ def test_prompt_templates_are_strict():
     import jinja2
     with pytest.raises(jinja2.UndefinedError):
         render("system.j2")  # missing variables are an error, not an empty string
-    assert "python" in render("system.j2", call_timeout_s=30, output_chars=4096)
+    plain = render("system.j2", call_timeout_s=30, output_chars=4096, world_model_tools=False)
+    tools = render("system.j2", call_timeout_s=30, output_chars=4096, world_model_tools=True)
+    assert "python" in plain and "plan(step" not in plain
+    # the world-model section adds the method and one example per tool (agent.world_model_tools)
+    assert all(f"`{name}(" in tools for name in ("objects", "diff", "controlled", "check", "plan", "explore"))
+    assert tools.endswith(plain[plain.index("## Playing well"):])
 
 
 def test_compress_actions():

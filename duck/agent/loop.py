@@ -120,7 +120,8 @@ class AgentPolicy:
 
     def _new_context(self) -> Context:
         return Context(render("system.j2", call_timeout_s=self.cfg.kernel.call_timeout_s,
-                              output_chars=self.cfg.kernel.output_chars),
+                              output_chars=self.cfg.kernel.output_chars,
+                              world_model_tools=self.cfg.agent.world_model_tools),
                        self.cfg.agent.context_tokens, self.cfg.model.max_output_tokens, evict_to=self.cfg.agent.evict_to,
                        log=self.conv)
 

@@ -44,6 +44,9 @@ ALIASES = {
 }
 # Labels that end a section without being one (the Duck's prompt suggested this one).
 STOP_LABELS = ("recent findings", "findings", "observations", "summary", "next action")
+# The kernel's copy of the model's simulator (duck.sandbox.tools.keep): shown as a pointer, not
+# as code; the kernel keeps the text and defines it again after a restart.
+SIMULATOR = "simulator"
 
 _LABEL = "|".join(re.escape(k) for k in sorted([*ALIASES, *STOP_LABELS], key=len, reverse=True))
 # A label at the start of a line, optionally after list/heading marks and inside ** or __.
@@ -98,6 +101,13 @@ def cap(text: str, limit: int) -> str:
     return text[:head].rstrip() + " […] " + text[-(limit - head - 5):].lstrip()
 
 
+def simulator_pointer(source: str) -> str:
+    """One line for the kept simulator: what it defines and where to read it."""
+    names = re.findall(r"^def (\w+)", source, re.MULTILINE)
+    return (f"{len(source.splitlines())} lines defining {', '.join(names) or 'constants'}, kept in the kernel "
+            "(print(notes['simulator']) to read it; it is defined again after a kernel restart)")
+
+
 @dataclass
 class Notes:
     limit: int = AgentConfig().note_section_chars  # the config's default: one place
@@ -139,7 +149,7 @@ class Notes:
                 if self.set(section, text):
                     changed.append(section)
             elif text:
-                self.extra[str(key)] = cap(text, self.limit // 2)
+                self.extra[str(key)] = simulator_pointer(text) if key == SIMULATOR else cap(text, self.limit // 2)
                 changed.append(str(key))
         return changed
 
