@@ -1,0 +1,37 @@
+"""`python -m duck.bench prompt`: the size of the system prompt, with and without the world-model tools.
+
+Renders the first request of a game (system prompt, the `python` tool's schema, an empty first
+user turn) through the real Qwen3.6 chat template as vLLM 0.19 applies it
+(duck.testing.stub.render; `chat_template` says which file) and prints, as JSON, per variant
+(`agent.world_model_tools` false / true): the system prompt's characters, the rendered request's
+characters, and its tokens as the stub server counts them (characters / 3.6; no tokenizer ships
+here, so this is an estimate: Qwen's tokenizer gives about 3.5-4 characters per token on English
+prose and code).
+"""
+
+from __future__ import annotations
+
+import json
+
+from duck.agent.context import python_tool, render
+from duck.config import load_config
+from duck.testing.stub.render import approx_tokens, default_template
+
+
+def measure(world_model_tools: bool) -> dict[str, int]:
+    cfg = load_config()
+    system = render("system.j2", call_timeout_s=cfg.kernel.call_timeout_s, output_chars=cfg.kernel.output_chars,
+                    world_model_tools=world_model_tools)
+    messages = [{"role": "system", "content": system}, {"role": "user", "content": "."}]
+    text, _ = default_template().render(messages, python_tool(cfg.kernel.output_chars))
+    return {"system_chars": len(system), "system_tokens": approx_tokens(system),
+            "request_chars": len(text), "request_tokens": approx_tokens(text)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    template = default_template()
+    out = {"chat_template": str(template.path) if template.real else "approximation (template absent)",
+           "without_tools": measure(False), "with_tools": measure(True)}
+    out["added_tokens"] = out["with_tools"]["request_tokens"] - out["without_tools"]["request_tokens"]
+    print(json.dumps(out, indent=1))
+    return 0
