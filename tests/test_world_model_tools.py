@@ -66,6 +66,10 @@ def test_objects_keep_their_ids_and_diff_and_controlled_see_the_move(tools_kerne
     r = ok(k, "g = current_frame.grid.copy()\ng[48:56, 48:56] = 5\ng[40:48, 48:56] = 12\n"
               "print(diff(current_frame, g))")
     assert f"#{pid} O64px (48,48)->(40,48) [-8,+0]" in r.stdout
+    # a piece that shrinks is one object reshaped, not one vanished and another appeared
+    r = ok(k, "g = current_frame.grid.copy()\ng[55, 48:56] = 5\nd = diff(current_frame, g)\nprint(d)\n"
+              "result = [len(d['reshaped']), len(d['vanished']), len(d['appeared']), d['reshaped'][0]['id']]")
+    assert r.result == [1, 0, 0, pid] and f"reshaped: #{pid} O 64px->56px at (48,48)" in r.stdout
 
 
 @pytest.mark.parametrize("game", sorted(BASELINES))

@@ -17,7 +17,7 @@ import numpy as np
 
 from duck.game.frames import LETTERS
 from duck.sandbox.tools.check import Report, as_action
-from duck.sandbox.tools.perceive import Tracker, diff
+from duck.sandbox.tools.perceive import KINDS, Tracker, diff
 
 
 def action_class(t: Any, tracker: Tracker) -> str:
@@ -37,16 +37,15 @@ def action_class(t: Any, tracker: Tracker) -> str:
 
 
 def effect(t: Any, tracker: Tracker) -> str:
-    """The first thing a transition changed, in a few words ('' when nothing)."""
+    """What a transition changed, without ids and places ('' when nothing), so that the same
+    effect at different places counts as one: 'moved O10px by [+5,+0]'."""
     d = diff(tracker, t.before_frame, t.after_frame)
     if not d["cells"]:
         return ""
-    for key in ("moved", "recoloured", "appeared", "vanished", "reshaped"):
+    for key in KINDS:  # the first change only: moves before recolourings before the rest
         if d[key]:
-            item = d[key][0].split(" ", 1)[1]  # without the id: ids differ between tries
-            more = sum(len(d[k]) for k in ("moved", "recoloured", "appeared", "vanished", "reshaped")) - 1
-            return f"{key} {item}" + (f" (+{more})" if more else "")
-    return f"{d['cells']} cells"
+            return f"{key} {d[key][0].kind()}"
+    return f"{d['cells']} cells of large regions"
 
 
 def summarize(new: Sequence[Any], result: dict[str, Any], seen: set[bytes], tracker: Tracker) -> Report:
