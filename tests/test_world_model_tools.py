@@ -197,3 +197,11 @@ def test_the_simulator_is_kept_in_the_notes_and_restored_after_a_restart(tools_k
     assert "lines defining encode, step, is_goal, kept in the kernel" in entry["text"]
     assert "def " not in entry["text"] and len(entry["text"]) < 200
     assert json.dumps(k.notes)  # the notes dict stays JSON
+
+
+def test_the_plan_benchmark_prints_its_figures_and_clears_the_bar(capsys):
+    from duck.bench.plan import main
+    assert main(["--states", "20000"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["states"] == 20000 and out["reason"] == "state budget of 20000 spent"
+    assert out["expansions_per_s"] >= 20_000 and out["seconds"] > 0
