@@ -82,6 +82,9 @@ class FakeKernel:
     def new_turn(self) -> None:
         pass
 
+    def start_soon(self) -> None:
+        pass
+
     def close(self) -> None:
         self.closed += 1
 

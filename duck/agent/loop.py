@@ -101,16 +101,10 @@ class AgentPolicy:
         self.client = ModelClient(self.urls, self.cfg.model, session=f"{game_id}:{self.pass_}",
                                   start=pick_url(self.urls, game_id, self.url_index))
         self.conv = session.conversation
-        m, a = self.cfg.model, self.cfg.agent
-        self.conv.begin(model=m.name, urls=self.urls, tools=self.tools, max_tokens=m.max_output_tokens,
-                        sampling={"temperature": m.temperature, "top_p": m.top_p, "top_k": m.top_k,
-                                  "thinking": m.thinking, "preserve_thinking": m.preserve_thinking,
-                                  "seeded": a.seeded_sampling},
-                        context_tokens=a.context_tokens, evict_to=a.evict_to, image_scale=a.image_scale)
+        self.conv.begin(**_conversation_start(self.cfg, self.urls, self.tools))
         self.ctx = self._new_context()  # its system prompt is the file's first message
         kernel = self.kernel_factory(session, self.cfg.kernel)
-        if hasattr(kernel, "start_soon"):  # the worker starts while the first request is out
-            kernel.start_soon()
+        kernel.start_soon()  # the worker starts while the first request is out
         try:
             self._loop(session, kernel)
         finally:
@@ -145,15 +139,14 @@ class AgentPolicy:
             try:
                 last, stalled = self._turn(session, kernel, turn), 0
                 self.ctx.current.notes = "\n".join(f"{n['name']}: {n['text']}" for n in self.notes.view())
-                self.conv.event("turn_end", turn=turn, actions=last["actions"], outcome=last["text"])
+                ended = last["text"]
             except TurnStalled as e:
-                last, stalled = None, e.calls
-                self.conv.event("turn_end", turn=turn, actions=[], outcome=f"stalled after {e.calls} calls")
+                last, stalled, ended = None, e.calls, f"stalled after {e.calls} calls"
             except ContextFull as e:
                 session.event("error", f"context: {e}")
                 self.ctx.drop_current()
-                last, stalled = None, 0
-                self.conv.event("turn_end", turn=turn, actions=[], outcome=f"context full: {e}")
+                last, stalled, ended = None, 0, f"context full: {e}"
+            self.conv.event("turn_end", turn=turn, actions=last["actions"] if last else [], outcome=ended)
             if session.obs.levels_completed > levels:
                 session.event("notes", f"end of level {levels + 1}", self.notes.as_dict())
                 self.level_start = session.game.actions
@@ -240,3 +233,12 @@ class AgentPolicy:
         if reply.cut == "timeout":
             session.event("timeout", f"model reply cut at {self.client.timeout_s:.0f} s (kept what arrived)")
         return reply
+
+
+def _conversation_start(cfg: Config, urls: list[str], tools: list[dict[str, Any]]) -> dict[str, Any]:
+    """What the conversation file's `start` line records of the agent's setup."""
+    m, a = cfg.model, cfg.agent
+    return {"model": m.name, "urls": urls, "tools": tools, "max_tokens": m.max_output_tokens,
+            "sampling": {"temperature": m.temperature, "top_p": m.top_p, "top_k": m.top_k, "thinking": m.thinking,
+                         "preserve_thinking": m.preserve_thinking, "seeded": a.seeded_sampling},
+            "context_tokens": a.context_tokens, "evict_to": a.evict_to, "image_scale": a.image_scale}
