@@ -1,4 +1,4 @@
-"""The explorer policy (duck/explorer.py) and its perception (duck/explorer_vision.py).
+"""The explorer policy (duck/explorer/policy.py) and its perception (duck/explorer/vision.py).
 
 Played on the bundled games through the real toolkit: deterministic for a seed, never a
 whole-game RESET (no RESET while the level has no actions, no RESET the Session refused),
@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from duck.explorer.policy import Explorer
-from duck.explorer.vision import HudTracker, click_targets, components
+from duck.explorer.vision import HudTracker, click_targets
+from duck.game.frames import merge_sets, regions
 from duck.game.source import GameSource
 from duck.play.session import play_game
 from duck.bench.explorer import record_whole_game_resets
@@ -37,16 +38,24 @@ def _actions(rec) -> list[list[int]]:
 
 # ---------------------------------------------------------------- perception
 
-def test_components_are_4_connected_same_colour():
+def test_regions_are_4_connected_same_colour_with_their_measures():
     g = np.zeros((6, 6), dtype=np.int8)
-    g[1, 1] = g[1, 2] = 3  # one component of two cells
-    g[2, 3] = 3  # touches (1, 2) only at a corner: a separate 4-connected component
+    g[1, 1] = g[1, 2] = 3  # one region of two cells
+    g[2, 3] = 3  # touches (1, 2) only at a corner: a separate 4-connected region
     g[4:6, 4:6] = 7
-    labels, comps = components(g)
+    labels, rt = regions(g)
     assert labels[1, 1] == labels[1, 2] != labels[2, 3]
-    by_colour = sorted((c.colour, c.area) for c in comps)
+    by_colour = sorted(zip(rt.colour.tolist(), rt.area.tolist()))
     assert (3, 2) in by_colour and (3, 1) in by_colour and (7, 4) in by_colour
-    assert sum(c.area for c in comps) == 36
+    assert int(rt.area.sum()) == 36
+    k = labels[4, 4]
+    assert (rt.top[k], rt.left[k], rt.bottom[k], rt.right[k]) == (4, 4, 5, 5)
+    assert (rt.cy[k], rt.cx[k]) == (4.5, 4.5)
+
+
+def test_merge_sets_names_each_set_by_its_smallest_member():
+    assert merge_sets(6, [(5, 3), (3, 1), (4, 2)]).tolist() == [0, 1, 2, 1, 2, 1]
+    assert merge_sets(3, np.zeros((0, 2), dtype=np.int64)).tolist() == [0, 1, 2]
 
 
 def test_hud_masking_merges_boards_that_differ_only_in_a_counter():

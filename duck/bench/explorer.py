@@ -1,31 +1,50 @@
-"""Benchmark of the explorer over a games folder and several seeds.
+"""Benchmark of the explorer over a games folder and several seeds, optionally side by side
+with an older version of it.
 
     python -m duck.bench explorer --games environment_files --seeds 0 1 2 3 4 \\
         --max-actions 1000 --workers 2
+    python -m duck.bench explorer --games ../shared/community-games/environment_files \\
+        --seeds 0 1 --max-actions 1000 --workers 2 --baseline d76980c --game-seconds 300
 
-Plays every game once per seed with `duck.run.play_folder` (records and score.json per seed
-under --out/seed<N>, scored by duck.play.scoring), then prints one JSON document: per game and
-seed the levels, the actions per completed level and the official score; per game the mean
-score and levels over seeds; overall the score of each seed, their mean, minimum and spread
-(max - min), the mean number of games with level 1 completed, and the number of whole-game
-RESETs sent (a RESET at level_actions 0: must be 0).
+Every (seed, game) is played in its own subprocess (duck.bench.explorer_arms): a game that
+raises or hangs costs only itself, and `--game-seconds` caps a game's wall-clock time (its
+record is kept up to the kill and scored as it stands; such games are listed under
+`timeouts`). Records go to --out/<arm>/seed<N>/records/, with a score.json per seed.
+
+With `--baseline REF` the same games and seeds are also played by the explorer of git ref
+REF (checked out into a temporary git worktree, played through that code), interleaved
+with the current arm game by game. `--ref REF` plays the current arm from a ref too (the
+working tree otherwise: edits made during a long run would leak into it). The JSON then has the current arm's fields at the top
+level, the baseline's under "baseline", and "ratio" (current / baseline) of levels, level-1
+games, score and actions per completed level.
+
+Fields per arm: per game and seed the levels, the actions per completed level and the
+official score; per game the mean score, mean levels and mean actions per completed level;
+overall the score of each seed, their mean, minimum and spread (max - min), the games with
+level 1 completed (per seed and mean), the levels (per seed and mean), the actions per
+completed level (all actions spent on completed levels / their number), the number of
+whole-game RESETs (a RESET at level_actions 0: must be 0), errors and time-outs. The
+official score needs human baselines: on folders whose metadata has placeholders (the
+community games) it means nothing; read levels and actions per level there.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from duck.play.record import read_records
-from duck.run import play_folder
+from duck.bench.explorer_arms import ROOT, BaselineCheckout, JobResult, game_dirs, interleave, run_jobs
+from duck.play.record import Record, read_records
+from duck.play.scoring import write_score
 
 
-def record_whole_game_resets(rec: Any) -> int:
+def record_whole_game_resets(rec: Record) -> int:
     """RESETs sent while the level had no actions (they restart the whole game offline)."""
     n, level_actions, levels = 0, 0, int(rec.header.get("levels", 0))
     for a in rec.actions:
@@ -44,35 +63,53 @@ def whole_game_resets(run_dir: Path) -> int:
     return sum(record_whole_game_resets(rec) for rec in read_records(run_dir))
 
 
-def run(games: str, seeds: list[int], max_actions: int, workers: int, out: Path,
-        only: list[str] | None = None, options: dict[str, Any] | None = None) -> dict:
+def _collect(results: list[JobResult], arm: str, seeds: list[int], out: Path) -> dict[int, dict]:
+    """Move each job's record into out/<arm>/seed<N>/records and score each seed folder."""
     per_seed: dict[int, dict] = {}
-    resets = 0
-    t0 = time.monotonic()
     for seed in seeds:
-        run_dir = out / f"seed{seed}"
-        kwargs: dict[str, Any] = dict(policy="explorer", seed=seed, max_actions=max_actions,
-                                      workers=workers, games=only, options=options or {})
-        try:
-            doc = play_folder(games, run_dir, overwrite=True, **kwargs)
-        except TypeError:  # an older play_folder without `overwrite`
-            doc = play_folder(games, run_dir, **kwargs)
+        run_dir = out / arm / f"seed{seed}"
+        (run_dir / "records").mkdir(parents=True, exist_ok=True)
+        for r in results:
+            if r.job.arm == arm and r.job.seed == seed and r.job.record.exists():
+                shutil.move(str(r.job.record), run_dir / "records" / r.job.record.name)
+        shutil.rmtree(run_dir / "jobs", ignore_errors=True)
+        doc = write_score(run_dir) if any((run_dir / "records").glob("*.jsonl")) else {"games": {}}
+        doc["whole_game_resets"] = whole_game_resets(run_dir)
         per_seed[seed] = doc
-        resets += whole_game_resets(run_dir)
-    game_ids = sorted({g for doc in per_seed.values() for g in doc["games"]})
+    return per_seed
+
+
+def _apl(level_actions: list[int]) -> float | None:
+    return round(sum(level_actions) / len(level_actions), 1) if level_actions else None
+
+
+def summarize(per_seed: dict[int, dict], seeds: list[int], results: list[JobResult],
+              max_actions: int, seconds: float) -> dict:
+    """The JSON document of one arm (see the module docstring)."""
+    game_ids = sorted({g for doc in per_seed.values() for g in doc["games"]}
+                      | {r.job.game for r in results})
     games_out: dict[str, Any] = {}
     for g in game_ids:
         rows = {s: per_seed[s]["games"].get(g) for s in seeds}
+        la = [n for r in rows.values() if r for n in r["level_actions"]]
         games_out[g] = {
             "mean_score": round(statistics.mean(r["score"] if r else 0.0 for r in rows.values()), 4),
             "mean_levels": round(statistics.mean(r["levels"] if r else 0 for r in rows.values()), 2),
+            "actions_per_level": _apl(la),
             "seeds": {str(s): ({"levels": r["levels"], "level_actions": r["level_actions"],
                                 "score": round(r["score"], 4)} if r else None)
                       for s, r in rows.items()},
         }
-    scores = [per_seed[s]["score"] for s in seeds]
+    scores = [statistics.mean(v["score"] for v in per_seed[s]["games"].values())
+              if per_seed[s]["games"] else 0.0 for s in seeds]
     level1 = [sum(1 for v in per_seed[s]["games"].values() if v["levels"] >= 1) for s in seeds]
     levels = [sum(v["levels"] for v in per_seed[s]["games"].values()) for s in seeds]
+    all_la = [n for s in seeds for v in per_seed[s]["games"].values() for n in v["level_actions"]]
+    errors = sorted({f"{r.job.game} seed {r.job.seed}: {r.stderr.strip().splitlines()[-1][:200]}"
+                     for r in results if not r.timeout and r.returncode not in (0, None)
+                     and r.stderr.strip()}
+                    | {f"{g} seed {s}: {v['error'][:200]}" for s in seeds
+                       for g, v in per_seed[s]["games"].items() if v.get("error")})
     overall = {
         "seed_scores": {str(s): round(v, 4) for s, v in zip(seeds, scores)},
         "mean_score": round(statistics.mean(scores), 4),
@@ -80,12 +117,68 @@ def run(games: str, seeds: list[int], max_actions: int, workers: int, out: Path,
         "spread": round(max(scores) - min(scores), 4),
         "level1_games": dict(zip(map(str, seeds), level1)),
         "mean_level1_games": round(statistics.mean(level1), 2),
+        "levels": dict(zip(map(str, seeds), levels)),
         "mean_levels": round(statistics.mean(levels), 2),
-        "whole_game_resets": resets,
+        "actions_per_level": _apl(all_la),
+        "games": len(game_ids),
+        "whole_game_resets": sum(per_seed[s]["whole_game_resets"] for s in seeds),
+        "errors": errors,
+        "timeouts": sorted(f"{r.job.game} seed {r.job.seed}" for r in results if r.timeout),
+        "slowest": sorted(((round(r.seconds, 1), f"{r.job.game} seed {r.job.seed}")
+                           for r in results), reverse=True)[:5],
         "max_actions": max_actions,
-        "seconds": round(time.monotonic() - t0, 1),
+        "seconds": round(seconds, 1),
     }
     return {"games": games_out, "overall": overall}
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return round(a / b, 4) if a is not None and b else None
+
+
+def run(games: str, seeds: list[int], max_actions: int, workers: int, out: Path,
+        only: list[str] | None = None, options: dict[str, Any] | None = None,
+        baseline: str | None = None, game_seconds: float | None = None,
+        ref: str | None = None) -> dict:
+    out = out.resolve()  # the jobs run with the arm's code folder as working directory
+    dirs = game_dirs(Path(games))
+    if only:
+        dirs = {g: d for g, d in dirs.items() if g in only or g.split("-")[0] in only}
+    if not dirs:
+        raise SystemExit(f"no games found under {games}")
+    t0 = time.monotonic()
+    checkout = BaselineCheckout(baseline) if baseline else None
+    pinned = BaselineCheckout(ref) if ref else None
+    arms = {"current": ROOT}
+    try:
+        if pinned is not None:
+            arms["current"] = pinned.__enter__()
+        if checkout is not None:
+            arms["baseline"] = checkout.__enter__()
+        jobs = list(interleave(arms, seeds, dirs, out, {"current": options or {}}))
+        results = run_jobs(jobs, max_actions, workers, game_seconds)
+    finally:
+        for c in (checkout, pinned):
+            if c is not None:
+                c.__exit__(None, None, None)
+    seconds = time.monotonic() - t0
+    docs = {arm: summarize(_collect(results, arm, seeds, out), seeds,
+                           [r for r in results if r.job.arm == arm], max_actions, seconds)
+            for arm in arms}
+    doc = docs["current"]
+    if pinned is not None:
+        doc["ref"], doc["commit"] = ref, pinned.commit
+    if checkout is not None:
+        base = docs["baseline"]
+        base["ref"] = baseline
+        base["commit"] = checkout.commit
+        doc["baseline"] = base
+        c, b = doc["overall"], base["overall"]
+        doc["ratio"] = {k: _ratio(c[k], b[k]) for k in
+                        ("mean_levels", "mean_level1_games", "mean_score", "actions_per_level")}
+    if game_seconds:
+        doc["overall"]["game_seconds"] = game_seconds
+    return doc
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -98,7 +191,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--only", nargs="*", default=None, help="game ids or 4-letter prefixes")
     p.add_argument("--out", default=None, help="run folders (default: a temporary folder)")
     p.add_argument("--option", action="append", default=[],
-                   help="explorer option NAME=VALUE (JSON value), e.g. level_cap=400")
+                   help="explorer option NAME=VALUE (JSON value) for the current arm")
+    p.add_argument("--baseline", default=None, metavar="REF",
+                   help="also play the explorer of this git ref, side by side")
+    p.add_argument("--ref", default=None,
+                   help="play the current arm from this git ref (default: the working tree),"
+                        " so that edits made while it runs do not leak into it")
+    p.add_argument("--game-seconds", type=float, default=None,
+                   help="wall-clock cap per game and seed (the record is scored as it stands)")
     args = p.parse_args(argv)
     options = {}
     for o in args.option:
@@ -107,12 +207,12 @@ def main(argv: list[str] | None = None) -> int:
             options[k] = json.loads(v)
         except json.JSONDecodeError:
             options[k] = v
+    kw = dict(only=args.only, options=options, baseline=args.baseline,
+              game_seconds=args.game_seconds, ref=args.ref)
     if args.out:
-        doc = run(args.games, args.seeds, args.max_actions, args.workers, Path(args.out),
-                  args.only, options)
+        doc = run(args.games, args.seeds, args.max_actions, args.workers, Path(args.out), **kw)
     else:
         with tempfile.TemporaryDirectory(prefix="bench-explorer-") as tmp:
-            doc = run(args.games, args.seeds, args.max_actions, args.workers, Path(tmp),
-                      args.only, options)
+            doc = run(args.games, args.seeds, args.max_actions, args.workers, Path(tmp), **kw)
     print(json.dumps(doc, indent=1))
     return 0

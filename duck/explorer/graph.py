@@ -1,6 +1,6 @@
 """The explorer's memory of one level: states, transitions, effect statistics.
 
-A state is a board with its HUD masked (duck.explorer_vision.HudTracker.key). The graph
+A state is a board with its HUD masked (duck.explorer.vision.HudTracker.key). The graph
 keeps every transition of the level in a log, so that it can be rebuilt when the HUD mask
 grows (two states that differed only in a counter then become one). Edges map an action
 key (1..5, 7, or (6, x, y) for a click) to the resulting state key, or to a marker: SAME
@@ -80,12 +80,37 @@ class LevelGraph:
         self.tried: dict[Any, int] = {}
         # action identity -> the last change it made: flat pixel indices, before, after
         self.diffs: dict[Any, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        self.edge_cls: dict[tuple[str, Any], str] = {}  # (state key, action key) -> class
+
+    def path_classes(self, to: str) -> list[str]:
+        """The classes of the actions on a shortest known path from the level's start to
+        state `to` (breadth-first over the edges that changed the state)."""
+        prev: dict[str, tuple[str, Any] | None] = {self.start: None}
+        layer = [self.start]
+        while layer and to not in prev:
+            nxt = []
+            for k in layer:
+                n = self.nodes.get(k)
+                for akey, res in (n.edges.items() if n else ()):
+                    if res in (SAME, DEAD, LEVEL) or res in prev:
+                        continue
+                    prev[res] = (k, akey)
+                    nxt.append(res)
+            layer = nxt
+        out: list[str] = []
+        k = to
+        while prev.get(k) is not None:
+            pk, akey = prev[k]
+            out.append(self.edge_cls.get((pk, akey), ""))
+            k = pk
+        return out[::-1]
 
     def rebuild(self, hud: HudTracker) -> None:
         self.nodes = {}
         self.cls_stats = {}
         self.tried = {}
         self.diffs = {}
+        self.edge_cls = {}
         self.start = self.node(self.start_grid, hud).key
         for t in self.log:
             self._add(t, hud)
@@ -118,6 +143,7 @@ class LevelGraph:
                 st.effects += int(res != SAME)
                 st.tests += int(res == SAME and t.frames >= TEST_FRAMES)
         a.edges[t.akey] = res
+        self.edge_cls[(a.key, t.akey)] = t.cls
         self.tried[t.ident] = self.tried.get(t.ident, 0) + 1
         if t.marker is None and res != SAME and t.before.shape == t.after.shape:
             d = (t.before != t.after) & ~hud.mask if t.before.shape == hud.mask.shape \

@@ -2,7 +2,7 @@
 
 It explores a graph of states, one graph per level (duck.explorer.graph). A state is the
 board with its HUD masked: the edge lines where counters live (step counters, move budgets,
-timers, lives) are learned from the first transitions (duck.explorer_vision.HudTracker),
+timers, lives) are learned from the first transitions (duck.explorer.vision.HudTracker),
 so two boards that differ only in a counter are one state. Each state offers candidate
 actions: the keyboard actions (ACTION1-5 in a seed-shuffled order; ACTION7, an undo in some
 games, later) and clicks, one per object, in tiers (small objects first, then the parts of
@@ -18,11 +18,21 @@ action's rank cost. The rank cost learns from what this game showed:
 * an action predicted to lead to an already known state (it changes the same pixels, from
   and to the same colours, as it last did elsewhere: a toggle back, a move back) is pushed
   back, and so is a click already tried often on this level (novelty);
-* the colours of the click that completed a level are pulled forward on the next levels.
+* the colours of the clicks on a level's winning path are pulled forward on the next levels.
 An action that changed nothing (outside the HUD) is remembered per state and never retried.
 One that ended in GAME_OVER is not followed again, except earlier in a later attempt when
 GAME_OVERs keep coming after the same number of actions (a move budget, not the action,
 ended the game), or at a high cost once nothing else is left; then a seeded random action.
+
+In keyboard games the keys usually move one object: once the first moves show which
+(duck.explorer.avatar), the navigator (duck.explorer.nav) walks it to goal-like objects
+and pushes boxes onto pads (duck.explorer.push), planning on the avatar's lattice instead
+of the state graph. The graph search keeps learning from every transition and takes the
+turn back when its own choice is a promising non-move action right here (an untried SPACE,
+a click of a class that did something: `nav_yield`), when the navigator has nothing left
+to walk to, walks in circles, or has spent the level's walking budget; and for good once
+a click has changed something (a game played with the mouse: sc25 cast spells by clicking,
+and walking to its objects only reordered the search, losing levels on 2 seeds of 5).
 
 RESET is sent after GAME_OVER (the only useful action then), or when going back to the
 level's start is the shortest route to an untried action; never as a level's first action
@@ -41,9 +51,10 @@ from typing import Any
 
 import numpy as np
 
-from duck.explorer.graph import (DEAD, LEVEL, SAME, TIER_COST, Cand, LevelGraph, Node, Stats, Transition, action_of, coarse, distinct)
+from duck.explorer.graph import (DEAD, LEVEL, SAME, TIER_COST, Cand, LevelGraph, Node, Stats,
+                                 Transition, action_of, coarse, distinct)
+from duck.explorer.nav import KEYS, Navigator
 from duck.explorer.vision import HudTracker, Target, click_targets
-
 from duck.play.session import Session, game_seed
 
 log = logging.getLogger(__name__)
@@ -62,7 +73,14 @@ class Explorer:
 
     def __init__(self, seed: int = 0, level_cap: int | None = None, max_clicks: int = 64,
                  novelty: float = 1.0, key_novelty: float = 0.0, key_dud: float = 2.0,
-                 test_bonus: float = 1.5, known_penalty: float = 2.5, trace: bool = False) -> None:
+                 test_bonus: float = 1.5, known_penalty: float = 2.5, trace: bool = False,
+                 nav: bool = True, nav_budget: int = 300, nav_yield: float = 0.5,
+                 nav_frontier: float | None = 6.0, nav_space: bool = True) -> None:
+        self.nav_space = nav_space
+        self.nav_frontier = nav_frontier
+        self.nav_on = nav
+        self.nav_yield = nav_yield
+        self.nav_budget = nav_budget
         self.key_novelty = key_novelty
         self.key_dud = key_dud
         self.test_bonus = test_bonus
@@ -82,7 +100,7 @@ class Explorer:
         self.rng.shuffle(self.keys_order)
         self.carried: dict[str, Stats] = {}  # class statistics of the levels before
         self.reversal = Stats()  # how often repeating an effective action undid it
-        self.win_cls: set[str] = set()  # coarse classes of the clicks that completed a level
+        self.win_cls: set[str] = set()  # coarse classes of the clicks on a level's winning path
         self.graph = LevelGraph(obs.levels_completed, obs.grid)
         self.graph.rebuild(self.hud)
         self.last_akey: Any = None
@@ -91,6 +109,13 @@ class Explorer:
         self._res: str | None = None
         self.attempt = 0  # actions since the level's start or the last RESET
         self.death_lengths: list[int] = []  # attempt lengths at each GAME_OVER
+        # a click changed something: the game is played with the mouse (keys move a
+        # cursor or a piece for it), and walking to goal-like objects is not the point
+        self.clicks_matter = False
+        self.clicked = False
+        keyboard = any(k in obs.available_actions for k in KEYS)
+        self.nav = (Navigator(self.nav_budget, frontier=self.nav_frontier, space=self.nav_space)
+                    if self.nav_on and keyboard else None)
 
     def _new_level(self, obs: Any) -> None:
         for cls, st in self.graph.cls_stats.items():  # mechanics carry over, but weaker
@@ -106,6 +131,8 @@ class Explorer:
         self.last_akey = None
         self.prev_key = None
         self.attempt = 0
+        if self.nav is not None:
+            self.nav.new_level(won_last=self._why == "nav")
 
     # ------------------------------------------------------------------ candidates
     def _cands(self, node: Node, available: list[int]) -> list[Cand]:
@@ -265,6 +292,13 @@ class Explorer:
             else:
                 cur = self.graph.node(obs.grid, self.hud)
                 akey = self._plan(cur, obs.available_actions, reset_ok, dead_ok=False)
+                mouse = 6 in obs.available_actions and not self.clicked  # probe the mouse first
+                if (self.nav is not None and not mouse and not self.clicks_matter
+                        and not self._cheap_here(akey)):
+                    dead = {k for k, r in cur.edges.items() if r == DEAD and k in KEYS}
+                    nk = self.nav.choose(obs.grid, self.hud.mask, obs.available_actions, dead)
+                    if nk is not None:
+                        akey, self._why = nk, "nav"
                 if akey is None:
                     akey = self._plan(cur, obs.available_actions, reset_ok, dead_ok=True)
                 if akey is None:
@@ -272,6 +306,15 @@ class Explorer:
                     self._why = "fallback"
             self._step(session, akey)
             last_was_reset = akey == "R"
+
+    def _cheap_here(self, akey: Any) -> bool:
+        """The graph search's choice is a promising action of this very state that is not
+        a move (an untried SPACE, a click of a class that did something): it goes before
+        walking, so that what the avatar can do is tried where it stands."""
+        if akey is None or akey == "R" or akey in KEYS or not isinstance(self._why, tuple):
+            return False
+        dist, cost, _ = self._why
+        return dist == 0 and cost <= self.nav_yield
 
     def _fallback(self, obs: Any) -> Any:
         """Everything known is tried: a seeded random action (a click anywhere)."""
@@ -305,15 +348,22 @@ class Explorer:
         marker = None
         if after.levels_completed != before.levels_completed or after.state == "WIN":
             marker = LEVEL
-            if isinstance(akey, tuple) and cand is not None:
-                self.win_cls.add(coarse(cls))
         elif after.state == "GAME_OVER":
             marker = DEAD
             self.death_lengths.append(self.attempt)
+        if self.nav is not None:
+            self.nav.observe(before.grid, after.grid, akey, marker, self.hud.mask)
         known = self.hud.key(after.grid) in self.graph.nodes
         a, b = self.graph.add(Transition(before.grid, akey, after.grid, marker, cls, ident,
                                          self.attempt, distinct(after.frames)), self.hud)
         effect = marker is not None or a.key != b.key
+        if isinstance(akey, tuple):
+            self.clicked = True
+            self.clicks_matter |= effect
+        if marker == LEVEL:  # every click class on the way to the win, not only the last
+            for c in self.graph.path_classes(a.key) + [cls]:
+                if ":" in c:
+                    self.win_cls.add(coarse(c))
         self._res = "same" if not effect else ("known" if known else "new")
         if effect and akey == self.last_akey and self.prev_key is not None:
             self.reversal.tries += 1

@@ -1,15 +1,16 @@
-"""The explorer's own small perception: connected components, the HUD mask, click targets.
+"""The explorer's own small perception: the HUD mask and click targets.
 
-Kept separate from duck/frames.py (the model-facing segmentation) so the explorer has no
-dependency on it; both use the same definition of a component (4-connected, same colour).
+Regions (4-connected, same colour) and the union-find that groups them into parts and
+objects are duck.game.frames' (`regions`, `merge_sets`): one implementation for the project.
 
-* `components(grid)`: 4-connected same-colour components by run-length union-find
-  (~1 ms on a 64x64 board, numpy only).
-* `HudTracker`: learns which edge lines (rows/columns at depth 0..2 from each edge) are a
-  HUD: step counters, move budgets, timers, lives. A line is HUD once it has changed in at
-  least `min_changes` transitions and in at least `min_rate` of all transitions of the game.
-  Measured on the 25 public games: every counter found lives in the outer three lines
-  (vc33/sp80/lf52 row 0, tn36 row 1, ls20 rows 61-62, s5i5/tu93/bp35 row 63, r11l col 0...).
+* `HudTracker`: learns which edge lines (rows/columns at depth 0..4 from each edge) are a
+  HUD: step counters, move budgets, timers, lives. A line at depth 0..2 is HUD once it has
+  changed in at least `min_changes` transitions and in at least `min_rate` of all
+  transitions of the game. Measured on the 25 public games: every counter found lives in
+  the outer three lines (vc33/sp80/lf52 row 0, tn36 row 1, ls20 rows 61-62, s5i5/tu93/bp35
+  row 63, r11l col 0...). Community games also draw counters at depth 3-4 (rows 59-60);
+  there the play area often reaches too (vc33 clicks at column 61), so such a line must
+  tick like a counter: changed in at least 4 and 60% of the transitions.
 * `click_targets(grid, hud)`: one click per object, in tiers (small salient objects first,
   then the parts of large structures, then large areas, then the background), never the HUD.
 """
@@ -18,95 +19,28 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
-EDGE_DEPTH = 3  # HUD lines are searched in the outer 3 rows/columns of each edge
+from duck.game.frames import merge_sets, regions
+
+HUD_DEPTH = 5  # HUD lines are searched in the outer 5 rows/columns of each edge
+EDGE_DEPTH = 3  # a click target lying entirely in the outer 3 lines is probably a counter
 
 
-@dataclass
-class Component:
-    label: int
+class _Comp(NamedTuple):  # one region, as click_targets reads it
     colour: int
     area: int
     top: int
     left: int
-    bottom: int  # inclusive
-    right: int  # inclusive
+    bottom: int
+    right: int
     cy: float
     cx: float
 
-    @property
-    def height(self) -> int:
-        return self.bottom - self.top + 1
 
-    @property
-    def width(self) -> int:
-        return self.right - self.left + 1
-
-
-def components(grid: np.ndarray) -> tuple[np.ndarray, list[Component]]:
-    """Label image (int32, labels 0..n-1) and the components, in label order."""
-    g = np.asarray(grid)
-    h, w = g.shape
-    parent: list[int] = []
-
-    def find(a: int) -> int:
-        while parent[a] != a:
-            parent[a] = parent[parent[a]]
-            a = parent[a]
-        return a
-
-    rows: list[list[tuple[int, int, int, int]]] = []
-    prev: list[tuple[int, int, int, int]] = []
-    for r in range(h):
-        row = g[r]
-        cuts = (np.flatnonzero(row[1:] != row[:-1]) + 1).tolist()
-        starts = [0] + cuts
-        ends = cuts + [w]
-        cur = []
-        j = 0
-        for s, e in zip(starts, ends):
-            c = int(row[s])
-            rid = len(parent)
-            parent.append(rid)
-            while j < len(prev) and prev[j][1] <= s:
-                j += 1
-            k = j
-            while k < len(prev) and prev[k][0] < e:
-                if prev[k][2] == c:
-                    a, b = find(rid), find(prev[k][3])
-                    if a != b:
-                        parent[max(a, b)] = min(a, b)
-                k += 1
-            cur.append((s, e, c, rid))
-        rows.append(cur)
-        prev = cur
-    roots: dict[int, int] = {}
-    labels = np.empty((h, w), dtype=np.int32)
-    stats: list[list] = []  # colour, area, top, left, bottom, right, sum_y, sum_x
-    for r, cur in enumerate(rows):
-        for s, e, c, rid in cur:
-            root = find(rid)
-            lab = roots.get(root)
-            if lab is None:
-                lab = roots[root] = len(stats)
-                stats.append([c, 0, r, s, r, e - 1, 0.0, 0.0])
-            st = stats[lab]
-            n = e - s
-            st[1] += n
-            st[3] = min(st[3], s)
-            st[4] = r
-            st[5] = max(st[5], e - 1)
-            st[6] += r * n
-            st[7] += (s + e - 1) * n / 2
-            labels[r, s:e] = lab
-    comps = [Component(i, st[0], st[1], st[2], st[3], st[4], st[5], st[6] / st[1], st[7] / st[1])
-             for i, st in enumerate(stats)]
-    return labels, comps
-
-
-def edge_lines(shape: tuple[int, int] = (64, 64), depth: int = EDGE_DEPTH) -> list[tuple[str, int]]:
+def edge_lines(shape: tuple[int, int] = (64, 64), depth: int = HUD_DEPTH) -> list[tuple[str, int]]:
     """The candidate HUD lines: ('row', r) / ('col', c) within `depth` of an edge."""
     h, w = shape
     out: list[tuple[str, int]] = []
@@ -144,7 +78,9 @@ class HudTracker:
         changed = False
         for ln in self.lines:
             n = self.changes[ln]
-            if ln not in self.hud and n >= self.min_changes and n >= self.min_rate * self.transitions:
+            deep = self._depth(ln) >= EDGE_DEPTH  # may be play area: needs a ticking counter
+            need, rate = (4, 0.6) if deep else (self.min_changes, self.min_rate)
+            if ln not in self.hud and n >= need and n >= rate * self.transitions:
                 self.hud.add(ln)
                 kind, i = ln
                 if kind == "row":
@@ -155,6 +91,11 @@ class HudTracker:
         if changed:
             self.version += 1
         return changed
+
+    def _depth(self, ln: tuple[str, int]) -> int:
+        kind, i = ln
+        size = self.shape[0] if kind == "row" else self.shape[1]
+        return min(i, size - 1 - i)
 
     def key(self, grid: np.ndarray) -> str:
         """The state key: a hash of the grid with the HUD pixels blanked."""
@@ -207,23 +148,6 @@ def _pick_pixel(box: np.ndarray, free: np.ndarray, cy: float, cx: float, top: in
     return int(ys[i] + top), int(xs[i] + left)
 
 
-class _UnionFind:
-    def __init__(self, n: int) -> None:
-        self.parent = list(range(n))
-
-    def find(self, a: int) -> int:
-        parent = self.parent
-        while parent[a] != a:
-            parent[a] = parent[parent[a]]
-            a = parent[a]
-        return a
-
-    def union(self, a: int, b: int) -> None:
-        ra, rb = self.find(a), self.find(b)
-        if ra != rb:
-            self.parent[max(ra, rb)] = min(ra, rb)
-
-
 def _neighbour_pairs(labels: np.ndarray, diagonal: bool) -> np.ndarray:
     """Distinct (label, label) pairs of 4-adjacent (or diagonal) pixels."""
     if diagonal:
@@ -253,20 +177,21 @@ def click_targets(grid: np.ndarray, hud_mask: np.ndarray | None = None,
     HUD pixels are never clicked; a part entirely in the HUD is no target.
     """
     g = np.asarray(grid)
-    labels, comps = components(g)
-    n = len(comps)
+    labels, rt = regions(g)
+    n = rt.n
+    comps = [_Comp(int(rt.colour[i]), int(rt.area[i]), int(rt.top[i]), int(rt.left[i]),
+                   int(rt.bottom[i]), int(rt.right[i]), float(rt.cy[i]), float(rt.cx[i]))
+             for i in range(n)]
     hud = hud_mask if hud_mask is not None and hud_mask.shape == g.shape else np.zeros(g.shape, bool)
     total = g.size
     in_hud = np.bincount(labels[hud].ravel(), minlength=n) if hud.any() else np.zeros(n, int)
     colour_area = np.bincount(g.ravel().astype(np.int64) & 15, minlength=16)
     colour_of = np.array([c.colour for c in comps])
     # parts: same-colour components touching at a corner
-    uf = _UnionFind(n)
     diag = _neighbour_pairs(labels, diagonal=True)
     if len(diag):
-        for a, b in diag[colour_of[diag[:, 0]] == colour_of[diag[:, 1]]].tolist():
-            uf.union(a, b)
-    part_of = [uf.find(i) for i in range(n)]
+        diag = diag[colour_of[diag[:, 0]] == colour_of[diag[:, 1]]]
+    part_of = merge_sets(n, diag).tolist()
     parts: dict[int, list[int]] = {}
     for i in range(n):
         parts.setdefault(part_of[i], []).append(i)
@@ -279,17 +204,13 @@ def click_targets(grid: np.ndarray, hud_mask: np.ndarray | None = None,
         if area >= 0.12 * total or (touches and area >= 0.04 * total):
             bg.add(p)
     # objects: touching non-background parts
-    uo = _UnionFind(n)
-    for a, b in _neighbour_pairs(labels, diagonal=False).tolist():
-        pa, pb = part_of[a], part_of[b]
-        if pa not in bg and pb not in bg:
-            uo.union(pa, pb)
-    for p in parts:
-        uo.union(p, p)
+    touching = [(part_of[a], part_of[b])
+                for a, b in _neighbour_pairs(labels, diagonal=False).tolist()]
+    object_of = merge_sets(n, [(a, b) for a, b in touching if a not in bg and b not in bg])
     objects: dict[int, list[int]] = {}
     for p in parts:
         if p not in bg:
-            objects.setdefault(uo.find(p), []).append(p)
+            objects.setdefault(int(object_of[p]), []).append(p)
 
     out: list[tuple[tuple, Target]] = []
 

@@ -77,6 +77,30 @@ def to_ascii(grid: np.ndarray) -> str:
     return out.tobytes()[:-1].decode()
 
 
+def merge_sets(n: int, pairs: Any) -> np.ndarray:
+    """Union-find over the elements 0..n-1 joined by `pairs` ((k, 2) ints, in any order).
+
+    Returns, for every element, the smallest element of its set: the one union-find of the
+    project (regions here, the explorer's parts and objects in duck.explorer.vision)."""
+    parent = list(range(n))
+
+    def find(x: int) -> int:
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    pairs = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
+    for x, y in zip(pairs[:, 0].tolist(), pairs[:, 1].tolist()):
+        x, y = find(x), find(y)
+        if x != y:
+            if x < y:
+                parent[y] = x
+            else:
+                parent[x] = y
+    return np.fromiter((find(i) for i in range(n)), dtype=np.int64, count=n)
+
+
 def label_regions(grid: np.ndarray) -> tuple[np.ndarray, int]:
     """4-connected equal-value regions, numbered by their first cell in row-major order.
 
@@ -88,31 +112,50 @@ def label_regions(grid: np.ndarray) -> tuple[np.ndarray, int]:
     starts_mask[:, 1:] = g[:, 1:] != g[:, :-1]
     n_runs = int(starts_mask.sum())
     run_id = (np.cumsum(starts_mask.ravel()) - 1).reshape(h, w)  # run index of every cell
-    parent = list(range(n_runs))
-
-    def find(x: int) -> int:
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
     # Vertical unions: cells equal to the cell above join their runs.
     same = g[1:, :] == g[:-1, :]
     a = run_id[1:, :][same]
     b = run_id[:-1, :][same]
+    pairs = np.zeros((0, 2), dtype=np.int64)
     if len(a):
-        pairs = np.unique(a.astype(np.int64) * n_runs + b)
-        for p in pairs.tolist():
-            x, y = find(p // n_runs), find(p % n_runs)
-            if x != y:
-                if x < y:
-                    parent[y] = x
-                else:
-                    parent[x] = y
-    roots = np.fromiter((find(i) for i in range(n_runs)), dtype=np.int64, count=n_runs)
+        codes = np.unique(a.astype(np.int64) * n_runs + b)
+        pairs = np.stack([codes // n_runs, codes % n_runs], axis=1)
+    roots = merge_sets(n_runs, pairs)
     # Each root is the smallest run index of its set, hence its first cell in scan order.
     uniq, inverse = np.unique(roots, return_inverse=True)
     return inverse[run_id].astype(np.int32), len(uniq)
+
+
+class RegionTable:
+    """Per-region measures of a labelled board (arrays indexed by region id): `colour`,
+    `area`, bounding box `top`, `left`, `bottom`, `right` (inclusive), centroid `cy`, `cx`."""
+
+    def __init__(self, grid: np.ndarray, labels: np.ndarray, n: int) -> None:
+        g = np.asarray(grid)
+        flat = labels.ravel()
+        h, w = labels.shape
+        rows = np.repeat(np.arange(h), w)
+        cols = np.tile(np.arange(w), h)
+        self.n = n
+        self.area = np.bincount(flat, minlength=n)
+        first = np.full(n, flat.size, dtype=np.int64)
+        np.minimum.at(first, flat, np.arange(flat.size))
+        self.colour = g.ravel()[first].astype(np.int64)
+        self.top = rows[first]
+        self.bottom = np.zeros(n, dtype=np.int64)
+        np.maximum.at(self.bottom, flat, rows)
+        self.left = np.full(n, w, dtype=np.int64)
+        np.minimum.at(self.left, flat, cols)
+        self.right = np.zeros(n, dtype=np.int64)
+        np.maximum.at(self.right, flat, cols)
+        self.cy = np.bincount(flat, weights=rows, minlength=n) / np.maximum(self.area, 1)
+        self.cx = np.bincount(flat, weights=cols, minlength=n) / np.maximum(self.area, 1)
+
+
+def regions(grid: np.ndarray) -> tuple[np.ndarray, RegionTable]:
+    """`label_regions` plus the measures of every region."""
+    labels, n = label_regions(grid)
+    return labels, RegionTable(grid, labels, n)
 
 
 def _trace(lab: list[int], k: int, start: int, width: int, cap: int) -> list[int]:
