@@ -7,12 +7,14 @@ Real subprocesses, real git, the bundled games; small budgets to stay fast.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 
 import pytest
 
 from duck.bench.explorer import main
 from duck.bench.explorer_arms import ROOT
+from duck.play.record import read_record
 
 
 def _worktrees() -> str:
@@ -42,12 +44,32 @@ def test_baseline_arm_plays_the_same_games_side_by_side(bundled, tmp_path, capsy
     assert _worktrees() == before  # the temporary worktree is gone
 
 
+def _slow_copy_of_zc01(bundled, folder):
+    """zc01 as game zh01 whose every step sleeps 0.2 s: it cannot finish inside a short cap."""
+    src = next((bundled / "zc01").iterdir())
+    dst = folder / "zh01" / src.name
+    dst.mkdir(parents=True)
+    code = (src / "zc01.py").read_text().replace("class Zc01(", "class Zh01(")
+    code = code.replace("    def step(self) -> None:\n",
+                        "    def step(self) -> None:\n        __import__('time').sleep(0.2)\n", 1)
+    (dst / "zh01.py").write_text(code)
+    meta = json.loads((src / "metadata.json").read_text())
+    meta.update(game_id="zh01-" + src.name, local_dir=str(dst))
+    (dst / "metadata.json").write_text(json.dumps(meta))
+
+
 def test_a_game_over_its_wall_clock_cap_is_reported_and_the_others_go_on(bundled, tmp_path, capsys):
-    rc = main(["--games", str(bundled), "--seeds", "0", "--max-actions", "100000", "--workers", "2",
-               "--only", "zb01", "zc01", "--game-seconds", "6", "--out", str(tmp_path / "run")])
+    games = tmp_path / "games"
+    shutil.copytree(bundled / "zs01", games / "zs01")
+    _slow_copy_of_zc01(bundled, games)
+    rc = main(["--games", str(games), "--seeds", "0", "--max-actions", "200", "--workers", "2",
+               "--game-seconds", "6", "--out", str(tmp_path / "run")])
     assert rc == 0
     doc = json.loads(capsys.readouterr().out)
     o = doc["overall"]
-    assert o["timeouts"] == ["zb01-00000001 seed 0"]  # a move budget: plays until killed
+    assert o["timeouts"] == ["zh01-00000001 seed 0"]  # 200 steps of 0.2 s: killed at 6 s
     assert o["game_seconds"] == 6
-    assert doc["games"]["zc01-00000001"]["seeds"]["0"]["levels"] >= 1  # won, well inside
+    assert doc["games"]["zs01-00000001"]["seeds"]["0"]["levels"] >= 1  # played on, unharmed
+    # the killed game's record holds its actions up to the kill, scored as it stands
+    rec = read_record(tmp_path / "run" / "current" / "seed0" / "records" / "zh01-00000001.jsonl")
+    assert 5 <= len(rec.actions) < 200
