@@ -14,7 +14,7 @@ import pytest
 
 from duck.explorer.policy import Explorer
 from duck.explorer.vision import HudTracker, click_targets
-from duck.game.frames import merge_sets, regions
+from duck.game.regions import merge_sets, regions
 from duck.game.source import GameSource
 from duck.play.session import play_game
 from duck.bench.explorer import record_whole_game_resets

@@ -12,7 +12,8 @@ import time
 
 import numpy as np
 
-from duck.game.frames import LETTERS, PALETTE, Frame, grid_png, segment, summarize_animation, to_ascii
+from duck.game.animation import summarize_animation
+from duck.game.frames import LETTERS, PALETTE, Frame, grid_png, segment, to_ascii
 
 CW = ((-1, -1), (-1, 0), (-1, 1), (0, 1), (1, 1), (1, 0), (1, -1), (0, -1))
 

@@ -28,9 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-import duck
-
-ROOT = Path(duck.__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]  # the checkout (or site-packages) holding duck/
 
 DRIVER = """
 import json, logging, sys

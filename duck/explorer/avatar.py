@@ -1,7 +1,7 @@
 """What the keys move: finding the controlled object (the avatar) from transitions.
 
 `find_motion(before, after, mask)` explains one transition as a translation: regions (4-connected,
-same colour, duck.game.frames.regions) of the board before that reappear with the same colour and
+same colour, duck.game.regions.regions) of the board before that reappear with the same colour and
 shape elsewhere after, all by the same offset. The offset moving the most pixels wins; moved
 regions larger than `MAX_AREA` are ignored (a scrolling background is not an avatar).
 
@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from duck.game.frames import regions
+from duck.game.regions import regions
 
 MAX_AREA = 400  # pixels: larger moving regions are scenery, not an avatar
 CONVENTION = {1: (-1, 0), 2: (1, 0), 3: (0, -1), 4: (0, 1)}  # key -> (dy, dx) sign

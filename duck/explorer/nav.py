@@ -39,7 +39,7 @@ import numpy as np
 
 from duck.explorer.avatar import Avatar, Motion, find_motions
 from duck.explorer.push import plan_push, pushed_parts
-from duck.game.frames import regions
+from duck.game.regions import regions
 
 BLOCKED = None
 KEYS = (1, 2, 3, 4)

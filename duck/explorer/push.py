@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from duck.game.frames import regions
+from duck.game.regions import regions
 
 Pos = tuple[int, int]
 

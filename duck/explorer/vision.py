@@ -1,7 +1,7 @@
 """The explorer's own small perception: the HUD mask and click targets.
 
 Regions (4-connected, same colour) and the union-find that groups them into parts and
-objects are duck.game.frames' (`regions`, `merge_sets`): one implementation for the project.
+objects are duck.game.regions' (`regions`, `merge_sets`): one implementation for the project.
 
 * `HudTracker`: learns which edge lines (rows/columns at depth 0..4 from each edge) are a
   HUD: step counters, move budgets, timers, lives. A line at depth 0..2 is HUD once it has
@@ -23,7 +23,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from duck.game.frames import merge_sets, regions
+from duck.game.regions import merge_sets, regions
 
 HUD_DEPTH = 5  # HUD lines are searched in the outer 5 rows/columns of each edge
 EDGE_DEPTH = 3  # a click target lying entirely in the outer 3 lines is probably a counter

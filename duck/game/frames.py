@@ -23,8 +23,7 @@ The Duck computed containment with one flood fill per region (~1 s on a busy boa
 it comes from one depth-first search of the region graph (articulation points relative to
 a virtual "outside" node), which gives the same enclosers in a few milliseconds.
 
-`summarize_animation(before, frames)` turns one action's frames into a few hundred
-characters: what moved where, what appeared or vanished, what was visible only mid-way.
+Connected components live in duck.game.regions, animation summaries in duck.game.animation.
 
 `grid_png(grid)`: a board as a PNG in the ARC palette (the model's image, the report's frames).
 """
@@ -33,9 +32,11 @@ from __future__ import annotations
 
 import hashlib
 import io
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
+
+from duck.game.regions import label_regions
 
 LETTERS = "WwgGcBMPRbSYOrNp"
 _LUT = np.frombuffer(LETTERS.encode(), dtype=np.uint8)
@@ -75,87 +76,6 @@ def to_ascii(grid: np.ndarray) -> str:
     out = np.full((h, w + 1), ord("\n"), dtype=np.uint8)
     out[:, :w] = _LUT[g]
     return out.tobytes()[:-1].decode()
-
-
-def merge_sets(n: int, pairs: Any) -> np.ndarray:
-    """Union-find over the elements 0..n-1 joined by `pairs` ((k, 2) ints, in any order).
-
-    Returns, for every element, the smallest element of its set: the one union-find of the
-    project (regions here, the explorer's parts and objects in duck.explorer.vision)."""
-    parent = list(range(n))
-
-    def find(x: int) -> int:
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
-    pairs = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
-    for x, y in zip(pairs[:, 0].tolist(), pairs[:, 1].tolist()):
-        x, y = find(x), find(y)
-        if x != y:
-            if x < y:
-                parent[y] = x
-            else:
-                parent[x] = y
-    return np.fromiter((find(i) for i in range(n)), dtype=np.int64, count=n)
-
-
-def label_regions(grid: np.ndarray) -> tuple[np.ndarray, int]:
-    """4-connected equal-value regions, numbered by their first cell in row-major order.
-
-    Works on horizontal runs (a few hundred per board) with union-find, so it costs about a
-    millisecond instead of a per-cell flood fill."""
-    g = np.asarray(grid)
-    h, w = g.shape
-    starts_mask = np.ones((h, w), dtype=bool)
-    starts_mask[:, 1:] = g[:, 1:] != g[:, :-1]
-    n_runs = int(starts_mask.sum())
-    run_id = (np.cumsum(starts_mask.ravel()) - 1).reshape(h, w)  # run index of every cell
-    # Vertical unions: cells equal to the cell above join their runs.
-    same = g[1:, :] == g[:-1, :]
-    a = run_id[1:, :][same]
-    b = run_id[:-1, :][same]
-    pairs = np.zeros((0, 2), dtype=np.int64)
-    if len(a):
-        codes = np.unique(a.astype(np.int64) * n_runs + b)
-        pairs = np.stack([codes // n_runs, codes % n_runs], axis=1)
-    roots = merge_sets(n_runs, pairs)
-    # Each root is the smallest run index of its set, hence its first cell in scan order.
-    uniq, inverse = np.unique(roots, return_inverse=True)
-    return inverse[run_id].astype(np.int32), len(uniq)
-
-
-class RegionTable:
-    """Per-region measures of a labelled board (arrays indexed by region id): `colour`,
-    `area`, bounding box `top`, `left`, `bottom`, `right` (inclusive), centroid `cy`, `cx`."""
-
-    def __init__(self, grid: np.ndarray, labels: np.ndarray, n: int) -> None:
-        g = np.asarray(grid)
-        flat = labels.ravel()
-        h, w = labels.shape
-        rows = np.repeat(np.arange(h), w)
-        cols = np.tile(np.arange(w), h)
-        self.n = n
-        self.area = np.bincount(flat, minlength=n)
-        first = np.full(n, flat.size, dtype=np.int64)
-        np.minimum.at(first, flat, np.arange(flat.size))
-        self.colour = g.ravel()[first].astype(np.int64)
-        self.top = rows[first]
-        self.bottom = np.zeros(n, dtype=np.int64)
-        np.maximum.at(self.bottom, flat, rows)
-        self.left = np.full(n, w, dtype=np.int64)
-        np.minimum.at(self.left, flat, cols)
-        self.right = np.zeros(n, dtype=np.int64)
-        np.maximum.at(self.right, flat, cols)
-        self.cy = np.bincount(flat, weights=rows, minlength=n) / np.maximum(self.area, 1)
-        self.cx = np.bincount(flat, weights=cols, minlength=n) / np.maximum(self.area, 1)
-
-
-def regions(grid: np.ndarray) -> tuple[np.ndarray, RegionTable]:
-    """`label_regions` plus the measures of every region."""
-    labels, n = label_regions(grid)
-    return labels, RegionTable(grid, labels, n)
 
 
 def _trace(lab: list[int], k: int, start: int, width: int, cap: int) -> list[int]:
@@ -372,99 +292,3 @@ class Frame:
 
 
 # ---------------------------------------------------------------------------------------
-# Animation summaries
-
-SPRITE_MAX = 256  # regions larger than this are scenery: reported as reshaped, not tracked
-
-
-def _bbox_text(rows: np.ndarray, cols: np.ndarray) -> str:
-    r0, r1, c0, c1 = int(rows.min()), int(rows.max()), int(cols.min()), int(cols.max())
-    rs = f"row {r0}" if r0 == r1 else f"rows {r0}-{r1}"
-    cs = f"col {c0}" if c0 == c1 else f"cols {c0}-{c1}"
-    return f"{rs}, {cs}"
-
-
-def _touched(board: Any, mask: np.ndarray) -> tuple[list[tuple], list[tuple]]:
-    """Sprites (letter, pixels, top, left, shape key) and scenery regions touching `mask`.
-    Only the touched regions are measured, so a small change costs well under a ms."""
-    if isinstance(board, Frame):
-        grid, labels = board.grid, board.labels()
-    else:
-        grid = np.asarray(board)
-        labels = label_regions(grid)[0]
-    sprites, scenery = [], []
-    for k in np.unique(labels[mask]).tolist():
-        rows, cols = np.nonzero(labels == k)
-        r0, c0 = int(rows.min()), int(cols.min())
-        letter = LETTERS[int(grid[rows[0], cols[0]]) % 16]
-        crop = np.zeros((int(rows.max()) - r0 + 1, int(cols.max()) - c0 + 1), dtype=bool)
-        crop[rows - r0, cols - c0] = True
-        key = letter + hashlib.sha1(crop.tobytes() + bytes(crop.shape)).hexdigest()[:12]
-        item = (letter, len(rows), r0, c0, key)
-        (sprites if len(rows) <= SPRITE_MAX else scenery).append(item)
-    return sprites, scenery
-
-
-def _listing(name: str, items: list[str], keep: int = 4) -> str:
-    more = f"; +{len(items) - keep} more" if len(items) > keep else ""
-    return f"{name}: " + ", ".join(items[:keep]) + more
-
-
-def summarize_animation(before: Any, frames: Sequence[Any], limit: int = 400) -> str:
-    """What one action did, in at most `limit` characters, for the model's action result.
-
-    `before` is the board before the action and `frames` every frame the action returned
-    (the last is the new board); each may be a `Frame` (its cached segmentation is reused)
-    or an array. Sprites (regions up to SPRITE_MAX cells) are matched by shape hash:
-    "moved" gives (top,left) before -> after; larger regions that changed are "reshaped"."""
-    if not len(frames):
-        return "no frames"
-    n = len(frames)
-    parts = [f"{n} frame{'s' if n != 1 else ''}"]
-    if before is None:
-        return parts[0]
-    b_grid = before.grid if isinstance(before, Frame) else np.asarray(before)
-    last = frames[-1]
-    a_grid = last.grid if isinstance(last, Frame) else np.asarray(last)
-    changed = b_grid != a_grid
-    n_changed = int(changed.sum())
-    if n_changed == 0:
-        parts.append("board unchanged")
-    elif n_changed > a_grid.size // 2:
-        parts.append(f"board replaced ({n_changed} cells changed)")
-    else:
-        rows, cols = np.nonzero(changed)
-        parts.append(f"{n_changed} cells changed in {_bbox_text(rows, cols)}")
-        old, old_big = _touched(before, changed)
-        new, new_big = _touched(last, changed)
-        moved, appeared = [], []
-        pool = list(old)
-        for obj in new:
-            same = [o for o in pool if o[4] == obj[4]]
-            if not same:
-                appeared.append(f"{obj[0]}{obj[1]}px at ({obj[2]},{obj[3]})")
-                continue
-            src = min(same, key=lambda o: abs(o[2] - obj[2]) + abs(o[3] - obj[3]))
-            pool.remove(src)
-            if (src[2], src[3]) != (obj[2], obj[3]):
-                moved.append(f"{obj[0]}{obj[1]}px ({src[2]},{src[3]})->({obj[2]},{obj[3]})")
-        vanished = [f"{o[0]}{o[1]}px at ({o[2]},{o[3]})" for o in pool]
-        reshaped = sorted({f"{o[0]}" for o in old_big + new_big})
-        for name, items in (("moved", moved), ("appeared", appeared), ("vanished", vanished)):
-            if items:
-                parts.append(_listing(name, items))
-        if reshaped:
-            parts.append("large regions reshaped: " + "".join(reshaped))
-    if n > 2:
-        mids = np.asarray([f.grid if isinstance(f, Frame) else f for f in frames[:-1]])
-        transient = (mids != b_grid) & (mids != a_grid)
-        hit = transient.any(axis=(1, 2))
-        if hit.any():
-            cells = transient.any(axis=0)
-            rows, cols = np.nonzero(cells)
-            letters = "".join(sorted({LETTERS[int(v) % 16] for v in np.unique(mids[transient])}))
-            idx = np.nonzero(hit)[0]
-            parts.append(f"seen only mid-animation: {letters} in {_bbox_text(rows, cols)} "
-                         f"(frames {int(idx[0]) + 1}-{int(idx[-1]) + 1} of {n})")
-    text = "; ".join(parts)
-    return text if len(text) <= limit else text[: limit - 3] + "..."

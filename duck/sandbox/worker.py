@@ -33,7 +33,8 @@ from typing import Any
 
 import numpy as np
 
-from duck.game.frames import Frame, summarize_animation
+from duck.game.animation import summarize_animation
+from duck.game.frames import Frame
 from duck.sandbox import wire
 from duck.sandbox.dialect import DIALECTS
 from duck.sandbox.confine import confine

@@ -22,7 +22,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from duck.game.frames import LETTERS, Frame, label_regions
+from duck.game.frames import LETTERS, Frame
+from duck.game.regions import label_regions
 
 SPRITE_MAX = 256  # regions up to this many cells are pieces; larger ones are scenery in reports
 KEYS = ("UP", "DOWN", "LEFT", "RIGHT", "SPACE")
