@@ -12,7 +12,8 @@ objects are duck.game.regions' (`regions`, `merge_sets`): one implementation for
   there the play area often reaches too (vc33 clicks at column 61), so such a line must
   tick like a counter: changed in at least 4 and 60% of the transitions.
 * `click_targets(grid, hud)`: one click per object, in tiers (small salient objects first,
-  then the parts of large structures, then large areas, then the background), never the HUD.
+  then the parts of large structures, then large areas, then the background), never the HUD;
+  one per cell of a large region when the board is a scaled-up grid (`lattice`).
 """
 
 from __future__ import annotations
@@ -148,6 +149,35 @@ def _pick_pixel(box: np.ndarray, free: np.ndarray, cy: float, cx: float, top: in
     return int(ys[i] + top), int(xs[i] + left)
 
 
+def lattice(grid: np.ndarray, margin: int = EDGE_DEPTH, fit: float = 0.95) -> tuple[int, int, int] | None:
+    """The cell lattice of a board drawn from a coarse grid scaled up (arcengine cameras scale
+    an 8x8 or 16x16 level to 64x64): (k, row offset, col offset) when at least `fit` of the
+    colour changes between neighbouring pixels (away from the outer `margin` lines, where
+    HUDs draw single pixels) fall on lines k apart, for the smallest such k in 4..32 (the
+    boundaries of a few large blocks fit every divisor of their size, and most community
+    games scale a 16x16 camera by 4); None when there is no such k or too few changes to
+    tell (fewer than 3 distinct lines)."""
+    g = np.asarray(grid)
+    inner = g[margin:g.shape[0] - margin, margin:g.shape[1] - margin]
+    cols = np.count_nonzero(inner[:, 1:] != inner[:, :-1], axis=0)  # change before col j+1
+    rows = np.count_nonzero(inner[1:, :] != inner[:-1, :], axis=1)
+    xs, ys = np.nonzero(cols)[0] + 1 + margin, np.nonzero(rows)[0] + 1 + margin
+    if len(xs) + len(ys) < 3 or not len(xs) or not len(ys):
+        return None
+    wx, wy = cols[xs - 1 - margin], rows[ys - 1 - margin]
+    for k in range(4, 33):
+        best = []
+        for pos, w in ((ys, wy), (xs, wx)):
+            hits = np.bincount(pos % k, weights=w, minlength=k)
+            o = int(np.argmax(hits))
+            if hits[o] < fit * w.sum():
+                break
+            best.append(o)
+        if len(best) == 2:
+            return k, best[0], best[1]
+    return None
+
+
 def _neighbour_pairs(labels: np.ndarray, diagonal: bool) -> np.ndarray:
     """Distinct (label, label) pairs of 4-adjacent (or diagonal) pixels."""
     if diagonal:
@@ -160,7 +190,8 @@ def _neighbour_pairs(labels: np.ndarray, diagonal: bool) -> np.ndarray:
 
 
 def click_targets(grid: np.ndarray, hud_mask: np.ndarray | None = None,
-                  small: int = 150, texture_area: int = 2, texture_copies: int = 10) -> list[Target]:
+                  small: int = 150, texture_area: int = 2, texture_copies: int = 10,
+                  cells: bool = True) -> list[Target]:
     """Click targets of a board, best first (tier, then rarer colour, then smaller).
 
     Parts = same-colour pixels connected through edges or corners (so a diagonal line is one
@@ -175,6 +206,9 @@ def click_targets(grid: np.ndarray, hud_mask: np.ndarray | None = None,
          all but one copy of a texture (`texture_copies` or more copies of one speck of at
          most `texture_area` pixels)
     HUD pixels are never clicked; a part entirely in the HUD is no target.
+    On a board drawn from a scaled-up grid (`lattice`; `cells`), a part covering two or more
+    cells gives one target per cell (in its tier, one class): clicks act on cells, and one
+    click per region would never reach a region's other cells.
     """
     g = np.asarray(grid)
     labels, rt = regions(g)
@@ -213,6 +247,8 @@ def click_targets(grid: np.ndarray, hud_mask: np.ndarray | None = None,
             objects.setdefault(int(object_of[p]), []).append(p)
 
     out: list[tuple[tuple, Target]] = []
+    grid_cells = lattice(g) if cells else None
+    cells_out: list[tuple[tuple, Target]] = []
 
     def add(part_ids: list[int], tier: int) -> None:
         labs = [i for p in part_ids for i in parts[p]]
@@ -241,6 +277,18 @@ def click_targets(grid: np.ndarray, hud_mask: np.ndarray | None = None,
         colours = sorted({c.colour for c in cs})
         cls = "-".join(map(str, colours)) + ":" + _shape_hash(box)
         rarity = min(int(colour_area[c]) for c in colours)
+        if grid_cells and len(part_ids) == 1 and area >= 2 * grid_cells[0] ** 2:
+            # a region of several cells of a scaled-up grid: its other cells are clicks too
+            # (a domino's two halves, the lit cells of a lights-out board), tried after
+            # every region's own click (tier 3); one class of their own
+            k, oy, ox = grid_cells
+            own = ((y - oy) // k, (x - ox) // k)  # the cell the region's own click hits
+            for cy_ in range(oy + k // 2 - k * ((oy + k // 2 - top) // k), bottom + 1, k):
+                for cx_ in range(ox + k // 2 - k * ((ox + k // 2 - left) // k), right + 1, k):
+                    if (cy_ < top or cx_ < left or not box[cy_ - top, cx_ - left] or hud[cy_, cx_]
+                            or ((cy_ - oy) // k, (cx_ - ox) // k) == own):
+                        continue
+                    cells_out.append(((3, rarity, k * k, cy_, cx_), Target(cx_, cy_, 3, cls + "#cell", k * k)))
         out.append(((tier, rarity, area, y, x), Target(x, y, tier, cls, area)))
 
     def part_area(p: int) -> int:
@@ -270,6 +318,7 @@ def click_targets(grid: np.ndarray, hud_mask: np.ndarray | None = None,
                 out[i] = ((3,) + k[1:], t)
             seen_cls.add(t.cls)
     out.sort(key=lambda t: t[0])
+    out += sorted(cells_out, key=lambda t: t[0])
     seen: set[tuple[int, int]] = set()
     targets = []
     for _, t in out:
