@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from duck.explorer.policy import Explorer
-from duck.explorer.vision import HudTracker, click_targets
+from duck.explorer.vision import HudTracker, click_targets, lattice
 from duck.game.regions import merge_sets, regions
 from duck.game.source import GameSource
 from duck.play.session import play_game
@@ -100,6 +100,51 @@ def test_click_targets_one_per_object_small_first_never_the_hud():
 
 
 # ---------------------------------------------------------------- play on bundled games
+
+def _camera(cells: np.ndarray, k: int, pad: int, pad_colour: int = 4) -> np.ndarray:
+    """A coarse grid drawn the way an arcengine camera draws it: k pixels per cell,
+    letterboxed by `pad` pixels (a 10x10 camera: 6 px per cell, 2 px of padding)."""
+    board = np.full((64, 64), pad_colour, dtype=np.int8)
+    n = cells.shape[0] * k
+    board[pad:pad + n, pad:pad + n] = np.kron(cells, np.ones((k, k), dtype=np.int8))
+    return board
+
+
+def _dominoes() -> np.ndarray:
+    cells = np.full((10, 10), 5, dtype=np.int8)
+    cells[2:4, 2:4] = 2  # a 2x2 block of marked cells, one region (dm01's first level)
+    cells[7, 1] = 9
+    return cells
+
+
+def test_lattice_is_found_on_camera_boards_and_not_on_native_art():
+    board = _camera(_dominoes(), 6, 2)
+    board[62, 2] = 11  # a HUD pixel drawn at full resolution does not break the fit
+    assert lattice(board) == (6, 2, 2)
+    # any divisor of the cell size fits too: the smallest one is taken (a 16x16 camera,
+    # 4 px per cell, is what most community games use)
+    assert lattice(_camera(_dominoes()[:8, :8], 8, 0))[0] == 4
+    native = np.zeros((64, 64), dtype=np.int8)
+    native[10:13, 7:20] = 3
+    native[30:41, 33:35] = 4
+    native[50, 5:60] = 6
+    assert lattice(native) is None
+    assert lattice(np.zeros((64, 64), dtype=np.int8)) is None  # nothing to tell from
+
+
+def test_every_cell_of_a_multi_cell_region_becomes_a_click_after_the_regions_own():
+    board = _camera(_dominoes(), 6, 2)
+    targets = click_targets(board)
+    block = [t for t in targets if board[t.y, t.x] == 2]
+    # the block's own click first, then its other three cells, one click each, in tier 3
+    assert block[0].tier < 3 and not block[0].cls.endswith("#cell")
+    others = [t for t in block if t.cls.endswith("#cell")]
+    assert len(others) == 3 and all(t.tier == 3 for t in others)
+    assert {((t.y - 2) // 6, (t.x - 2) // 6) for t in block} == {(2, 2), (2, 3), (3, 2), (3, 3)}
+    plain = [i for i, t in enumerate(targets) if not t.cls.endswith("#cell")]
+    assert targets.index(others[0]) > max(plain)  # after every region's own click
+    assert not [t for t in click_targets(board, cells=False) if t.cls.endswith("#cell")]
+
 
 def test_deterministic_for_a_seed(bundled, tmp_path):
     a = _play(bundled, "zs01-00000001", tmp_path / "a", seed=3, max_actions=60)
