@@ -7,24 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from duck.config import KernelConfig, load_config
-from duck.game.source import GameSource
-from duck.play.record import RecordWriter, read_record
-from duck.play.session import Session
-from duck.policies import world_model_kernel
+from duck.play.record import read_record
+from world_models.kernel import open_tools_kernel
 from world_models.public import LEVEL_1
 
 
 @pytest.mark.public
 @pytest.mark.parametrize("game", sorted(LEVEL_1))
 def test_a_simulator_of_level_1_and_plan_clear_it_within_1_5x_the_baseline(public: Path, tmp_path: Path, game):
-    source = GameSource.offline(public)
-    gid = source.game_ids([game])[0]
-    g = source.make(gid)
-    path = tmp_path / f"{gid}.jsonl"
-    writer = RecordWriter(path)
-    writer.header(game_id=gid, title=g.title, baselines=g.baselines, obs=g.obs, policy="test", seed=0)
-    kernel = world_model_kernel(load_config(), 0)(Session(g, writer, max_actions=200), KernelConfig(call_timeout_s=30))
+    kernel, g, path = open_tools_kernel(public, game, tmp_path, max_actions=200, timeout=30)
     try:
         for code in LEVEL_1[game]:
             r = kernel.run(code)

@@ -11,13 +11,10 @@ from typing import Any
 import pytest
 
 from conftest import BUNDLED
-from duck.config import KernelConfig, load_config
-from duck.game.source import GameSource
-from duck.play.record import RecordWriter, read_record
-from duck.play.session import Session
-from duck.policies import world_model_kernel
+from duck.play.record import read_record
 from duck.sandbox.host import Kernel
 from world_models.bundled import GRID
+from world_models.kernel import open_tools_kernel
 
 BASELINES = {"zs01": [4, 6, 8], "zc01": [1, 3, 5], "zb01": [13, 15]}
 
@@ -29,14 +26,8 @@ def tools_kernel(tmp_path: Path):
     made: list[Kernel] = []
 
     def make(game: str, max_actions: int = 1000, timeout: float = 20.0) -> tuple[Kernel, Path]:
-        source = GameSource.offline(BUNDLED)
-        gid = source.game_ids([game])[0]
-        g = source.make(gid)
-        path = tmp_path / f"{gid}-{len(made)}.jsonl"
-        writer = RecordWriter(path)
-        writer.header(game_id=gid, title=g.title, baselines=g.baselines, obs=g.obs, policy="test", seed=0)
-        kernel = world_model_kernel(load_config(), seed=0)(Session(g, writer, max_actions=max_actions),
-                                                           KernelConfig(call_timeout_s=timeout))
+        kernel, _, path = open_tools_kernel(BUNDLED, game, tmp_path, max_actions, timeout,
+                                            suffix=f"-{len(made)}")
         made.append(kernel)
         return kernel, path
 
