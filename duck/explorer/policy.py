@@ -53,6 +53,7 @@ import numpy as np
 
 from duck.explorer.graph import (DEAD, LEVEL, SAME, TIER_COST, Cand, LevelGraph, Node, Stats,
                                  Transition, action_of, coarse, distinct)
+from duck.explorer.feedback import ClickFeedback
 from duck.explorer.nav import KEYS, Navigator
 from duck.explorer.vision import HudTracker, Target, click_targets
 from duck.play.session import Session, game_seed
@@ -75,7 +76,9 @@ class Explorer:
                  novelty: float = 1.0, key_novelty: float = 0.0, key_dud: float = 2.0,
                  test_bonus: float = 1.5, known_penalty: float = 2.5, trace: bool = False,
                  nav: bool = True, nav_budget: int = 300, nav_yield: float = 0.5,
-                 nav_frontier: float | None = 6.0, nav_space: bool = True) -> None:
+                 nav_frontier: float | None = 6.0, nav_space: bool = True,
+                 feedback: bool = True) -> None:
+        self.feedback_on = feedback
         self.nav_space = nav_space
         self.nav_frontier = nav_frontier
         self.nav_on = nav
@@ -96,12 +99,14 @@ class Explorer:
         self.rng = random.Random(game_seed(self.seed, session.game.game_id))
         obs = session.obs
         self.hud = HudTracker(obs.grid.shape)
+        self.feedback = ClickFeedback()
+        self.grid = self.feedback.view(obs.grid)  # the board as the explorer sees it
         self.keys_order = [a for a in (1, 2, 3, 4, 5) if a in obs.available_actions]
         self.rng.shuffle(self.keys_order)
         self.carried: dict[str, Stats] = {}  # class statistics of the levels before
         self.reversal = Stats()  # how often repeating an effective action undid it
         self.win_cls: set[str] = set()  # coarse classes of the clicks on a level's winning path
-        self.graph = LevelGraph(obs.levels_completed, obs.grid)
+        self.graph = LevelGraph(obs.levels_completed, self.grid)
         self.graph.rebuild(self.hud)
         self.last_akey: Any = None
         self.prev_key: str | None = None  # state before the last effective action
@@ -126,7 +131,7 @@ class Explorer:
         for st in self.carried.values():
             st.tries, st.effects, st.tests = ((st.tries + 1) // 2, (st.effects + 1) // 2,
                                               (st.tests + 1) // 2)
-        self.graph = LevelGraph(obs.levels_completed, obs.grid)
+        self.graph = LevelGraph(obs.levels_completed, self.grid)
         self.graph.rebuild(self.hud)
         self.last_akey = None
         self.prev_key = None
@@ -290,13 +295,13 @@ class Explorer:
                     return
                 akey = "R"
             else:
-                cur = self.graph.node(obs.grid, self.hud)
+                cur = self.graph.node(self.grid, self.hud)
                 akey = self._plan(cur, obs.available_actions, reset_ok, dead_ok=False)
                 mouse = 6 in obs.available_actions and not self.clicked  # probe the mouse first
                 if (self.nav is not None and not mouse and not self.clicks_matter
                         and not self._cheap_here(akey)):
                     dead = {k for k, r in cur.edges.items() if r == DEAD and k in KEYS}
-                    nk = self.nav.choose(obs.grid, self.hud.mask, obs.available_actions, dead)
+                    nk = self.nav.choose(self.grid, self.hud.mask, obs.available_actions, dead)
                     if nk is not None:
                         akey, self._why = nk, "nav"
                 if akey is None:
@@ -330,31 +335,44 @@ class Explorer:
         after = session.step(action_of(akey), info=info)
         if after is before:
             return  # refused (a RESET the Session judged unsafe) or not sent
-        if akey == "R":
-            self.graph.add(Transition(before.grid, "R", after.grid, None), self.hud)
-            self.attempt = 0
-            self.last_akey = None
-            self._res = "reset"
-            return
-        self.attempt += 1
-        node = self.graph.node(before.grid, self.hud)
-        cand = next((c for c in node.cands or () if c.akey == akey), None)
-        if cand is not None:
-            cls, ident = cand.cls, cand.ident
-        else:  # a fallback action
-            cls, ident = (f"k{akey}" if not isinstance(akey, tuple) else "?"), akey
-        if self.hud.observe(before.grid, after.grid):
-            self.graph.rebuild(self.hud)
         marker = None
         if after.levels_completed != before.levels_completed or after.state == "WIN":
             marker = LEVEL
         elif after.state == "GAME_OVER":
             marker = DEAD
+        found = self.feedback_on and self.feedback.observe(
+            before.grid, akey, after.grid, self.hud.mask, ordinary=marker is None and akey != "R")
+        g0, g1 = self.grid, self.feedback.view(after.grid)
+        self.grid = g1
+        if found:  # the graph so far took the click mark for states: start the level over
+            session.event("explorer", "click feedback found: the mark drawn around the last "
+                          "click is left out of states")
+            self.graph = LevelGraph(self.graph.level, self.graph.start_grid)
+            self.graph.rebuild(self.hud)
+            self.clicks_matter = False
+            self.last_akey = self.prev_key = None
+            return
+        if akey == "R":
+            self.graph.add(Transition(g0, "R", g1, None), self.hud)
+            self.attempt = 0
+            self.last_akey = None
+            self._res = "reset"
+            return
+        self.attempt += 1
+        node = self.graph.node(g0, self.hud)
+        cand = next((c for c in node.cands or () if c.akey == akey), None)
+        if cand is not None:
+            cls, ident = cand.cls, cand.ident
+        else:  # a fallback action
+            cls, ident = (f"k{akey}" if not isinstance(akey, tuple) else "?"), akey
+        if self.hud.observe(g0, g1):
+            self.graph.rebuild(self.hud)
+        if marker == DEAD:
             self.death_lengths.append(self.attempt)
         if self.nav is not None:
-            self.nav.observe(before.grid, after.grid, akey, marker, self.hud.mask)
-        known = self.hud.key(after.grid) in self.graph.nodes
-        a, b = self.graph.add(Transition(before.grid, akey, after.grid, marker, cls, ident,
+            self.nav.observe(g0, g1, akey, marker, self.hud.mask)
+        known = self.hud.key(g1) in self.graph.nodes
+        a, b = self.graph.add(Transition(g0, akey, g1, marker, cls, ident,
                                          self.attempt, distinct(after.frames)), self.hud)
         effect = marker is not None or a.key != b.key
         if isinstance(akey, tuple):
