@@ -34,6 +34,10 @@ to walk to, walks in circles, or has spent the level's walking budget; and for g
 a click has changed something (a game played with the mouse: sc25 cast spells by clicking,
 and walking to its objects only reordered the search, losing levels on 2 seeds of 5).
 
+Once transitions show a mark drawn around the last click for many actions (a ring, a
+cross: duck.explorer.feedback), the explorer plays on a view of the board without it; a key
+that never changed anything in `key_give_up` tries goes behind every click.
+
 RESET is sent after GAME_OVER (the only useful action then), or when going back to the
 level's start is the shortest route to an untried action; never as a level's first action
 nor twice in a row (both would restart the whole game outside competition mode). A
@@ -68,7 +72,9 @@ class Explorer:
     doubling of a click's / key's tries on this level; `key_dud` rank cost per try of a key
     that never changed anything (clicks: 4); `test_bonus` rank bonus of a "test" action;
     `known_penalty` rank cost of an action predicted to lead to a known state; `trace`
-    keeps the reason of each action in the record's `info`."""
+    keeps the reason of each action in the record's `info`; `feedback` paints a click mark
+    out of the board once one is found; `key_give_up` tries of a key that never changed
+    anything push it behind every click (None: never)."""
 
     name = "explorer"
 
@@ -77,8 +83,9 @@ class Explorer:
                  test_bonus: float = 1.5, known_penalty: float = 2.5, trace: bool = False,
                  nav: bool = True, nav_budget: int = 300, nav_yield: float = 0.5,
                  nav_frontier: float | None = 6.0, nav_space: bool = True,
-                 feedback: bool = True) -> None:
+                 feedback: bool = True, key_give_up: int | None = 8) -> None:
         self.feedback_on = feedback
+        self.key_give_up = key_give_up
         self.nav_space = nav_space
         self.nav_frontier = nav_frontier
         self.nav_on = nav
@@ -179,6 +186,8 @@ class Explorer:
         elif tries:
             if effects == 0:
                 c += (4.0 if isinstance(cand.akey, tuple) else self.key_dud) * min(tries, 3)
+                if not isinstance(cand.akey, tuple) and self.key_give_up and tries >= self.key_give_up:
+                    c += 8.0  # a key that never did anything anywhere goes behind every click
             else:
                 c -= effects / tries
         n = self.graph.tried.get(cand.ident, 0)
