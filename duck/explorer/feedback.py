@@ -95,7 +95,7 @@ class ClickFeedback:
         self.unseen: set[int] | None = None
         self.colours: set[int] = set()  # unseen colours the evidence showed the mark in
         self.marks: list[tuple[tuple[int, int], dict]] = []  # earlier clicks' marks
-        # phase -> (dy, dx, colour) -> how many clicks showed it (2 make it the mark's)
+        # phase -> (dy, dx, colour) -> how many settled clicks showed it
         self.template: dict[int, dict[tuple[int, int, int], int]] = {}
         self.before: np.ndarray | None = None  # the board before the current key
         self.quiet = False  # the last action was a key that moved nothing but the mark
@@ -139,11 +139,11 @@ class ClickFeedback:
         near[self.win] = True
         dn = d & near
         alone = not (d & ~near).any()
-        self.quiet = alone and dn.sum() <= 0.4 * near.sum()
+        self.quiet = alone and dn.sum() <= 0.4 * near.sum()  # thin: a ring, not a whole tile
         if self.since <= SOON:
             w = self.win
             seen = np.concatenate([self.before[dn], after[dn]])
-            if (dn.any() and alone and dn.sum() <= 0.4 * near.sum() and self._new_colour(seen)
+            if (dn.any() and self.quiet and self._new_colour(seen)
                     and _symmetric(dn[w], self.before[w], after[w])):
                 self._evidence(seen)
             elif not dn.any() and self.changed:
