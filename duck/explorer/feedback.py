@@ -95,8 +95,7 @@ class ClickFeedback:
         self.unseen: set[int] | None = None
         self.colours: set[int] = set()  # unseen colours the evidence showed the mark in
         self.marks: list[tuple[tuple[int, int], dict]] = []  # earlier clicks' marks
-        # phase -> (dy, dx, colour) -> how many settled clicks showed it
-        self.template: dict[int, dict[tuple[int, int, int], int]] = {}
+        self.template: dict[int, set[tuple[int, int, int]]] = {}  # phase -> (dy, dx, colour)
         self.before: np.ndarray | None = None  # the board before the current key
         self.quiet = False  # the last action was a key that moved nothing but the mark
         self.last: np.ndarray | None = None  # the last view
@@ -176,10 +175,8 @@ class ClickFeedback:
                 self._evidence(self.phases[0][diff0])
             self.marks = (self.marks + [(p, mark)])[-8:]
             for k, w in self.phases.items():
-                t = self.template.setdefault(k, {})
-                for y, x in zip(*np.nonzero(w != final)):
-                    e = (int(y + oy), int(x + ox), int(w[y, x]))
-                    t[e] = t.get(e, 0) + 1
+                self.template.setdefault(k, set()).update(
+                    (int(y + oy), int(x + ox), int(w[y, x])) for y, x in zip(*np.nonzero(w != final)))
         elif self.changed:
             self.contrary += 1  # the click's change near its point stayed
 
