@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
+import numpy as np
 import pytest
 
 from duck.game.actions import RESET, Action
@@ -36,6 +38,28 @@ def test_observation_keeps_every_animation_frame(bundled):
     obs = game.step(first)
     assert len(obs.frames) > 1 and obs.grid.shape == (64, 64)
     assert game.actions == 1 and game.level_actions == 1
+
+
+def test_an_observation_stays_as_it_was_when_the_game_redraws_its_buffer():
+    """zr01 returns one frame buffer it redraws on every action (as bp35 does): the
+    toolkit's frame of an earlier action changes under its holder; ours must not."""
+    from arc_agi import Arcade, OperationMode
+    from arcengine import GameAction
+
+    games = Path(__file__).resolve().parent / "fixtures" / "engine_games"
+    raw = Arcade(environments_dir=str(games), operation_mode=OperationMode.OFFLINE).make("zr01")
+    held = raw.observation_space.frame[-1]
+    seen = held.copy()
+    raw.step(GameAction.ACTION1)
+    assert not np.array_equal(held, seen)  # the fixture does reproduce the aliasing
+
+    game = GameSource.offline(games).make(GameSource.offline(games).game_ids(["zr01"])[0])
+    history = [game.obs] + [game.step(Action(1)) for _ in range(3)]
+    dots = [int(np.flatnonzero(o.grid[3 * 8] == 4)[0]) // 8 for o in history[:3]]
+    assert dots == [0, 1, 2] and history[-1].state == "WIN"
+    for o in history:
+        with pytest.raises(ValueError, match="read-only"):
+            o.grid[0, 0] = 1
 
 
 def test_games_named_by_id_or_prefix_and_an_unknown_name_is_an_error(bundled):

@@ -62,7 +62,14 @@ class Observation:
 
 
 def _observation(raw: Any) -> Observation:
-    frames = [np.asarray(f, dtype=np.int8) for f in raw.frame]
+    # Copies, read-only: arcengine hands back its own int8 buffers and redraws a frame it
+    # returned earlier in place on a later step (bp35: the board after a RESET turned into
+    # the board after the next click), so a view would rewrite history under every reader.
+    frames = []
+    for f in raw.frame:
+        a = np.array(f, dtype=np.int8, copy=True)
+        a.flags.writeable = False
+        frames.append(a)
     state = raw.state.name if isinstance(raw.state, GameState) else str(raw.state)
     return Observation(frames, state, int(raw.levels_completed), int(raw.win_levels),
                        sorted(int(a) for a in raw.available_actions), bool(raw.full_reset))
