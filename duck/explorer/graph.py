@@ -68,7 +68,8 @@ class Transition:
 
 class LevelGraph:
     """The known states and transitions of one level, rebuilt when the HUD mask changes.
-    Also the level's effect statistics per class and tries per action identity."""
+    Also the level's effect statistics per class, and tries and effective tries per
+    action identity."""
 
     def __init__(self, level: int, start: np.ndarray) -> None:
         self.level = level
@@ -78,6 +79,7 @@ class LevelGraph:
         self.start = ""
         self.cls_stats: dict[str, Stats] = {}
         self.tried: dict[Any, int] = {}
+        self.worked: dict[Any, int] = {}  # action identity -> tries that changed the state
         # action identity -> the last change it made: flat pixel indices, before, after
         self.diffs: dict[Any, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self.edge_cls: dict[tuple[str, Any], str] = {}  # (state key, action key) -> class
@@ -109,6 +111,7 @@ class LevelGraph:
         self.nodes = {}
         self.cls_stats = {}
         self.tried = {}
+        self.worked = {}
         self.diffs = {}
         self.edge_cls = {}
         self.start = self.node(self.start_grid, hud).key
@@ -145,6 +148,8 @@ class LevelGraph:
         a.edges[t.akey] = res
         self.edge_cls[(a.key, t.akey)] = t.cls
         self.tried[t.ident] = self.tried.get(t.ident, 0) + 1
+        if res != SAME:
+            self.worked[t.ident] = self.worked.get(t.ident, 0) + 1
         if t.marker is None and res != SAME and t.before.shape == t.after.shape:
             d = (t.before != t.after) & ~hud.mask if t.before.shape == hud.mask.shape \
                 else t.before != t.after

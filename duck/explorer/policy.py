@@ -74,7 +74,8 @@ class Explorer:
     `known_penalty` rank cost of an action predicted to lead to a known state; `trace`
     keeps the reason of each action in the record's `info`; `feedback` paints a click mark
     out of the board once one is found; `key_give_up` tries of a key that never changed
-    anything push it behind every click (None: never)."""
+    anything push it behind every click (None: never); `spot_dud` tries of one click (same
+    object, same place) that never changed anything on this level push it back (None: never)."""
 
     name = "explorer"
 
@@ -83,7 +84,9 @@ class Explorer:
                  test_bonus: float = 1.5, known_penalty: float = 2.5, trace: bool = False,
                  nav: bool = True, nav_budget: int = 300, nav_yield: float = 0.5,
                  nav_frontier: float | None = 6.0, nav_space: bool = True,
-                 feedback: bool = True, key_give_up: int | None = 8) -> None:
+                 feedback: bool = True, key_give_up: int | None = 8,
+                 spot_dud: int | None = 3) -> None:
+        self.spot_dud = spot_dud
         self.feedback_on = feedback
         self.key_give_up = key_give_up
         self.nav_space = nav_space
@@ -194,6 +197,11 @@ class Explorer:
         if n:
             w = self.novelty if isinstance(cand.akey, tuple) else self.key_novelty
             c += w * math.log2(1 + n)
+            # this very object at this very place never did anything, in `spot_dud` states:
+            # a fixed tile of a class whose other members respond (ft09) goes back
+            if (self.spot_dud and n >= self.spot_dud and isinstance(cand.akey, tuple)
+                    and not self.graph.worked.get(cand.ident)):
+                c += 12.0
         return c
 
     def _best_untried(self, node: Node, available: list[int], dead_ok: bool,
