@@ -361,6 +361,8 @@ class Explorer:
             before.grid, akey, after.grid, self.hud.mask, ordinary=marker is None and akey != "R")
         g0, g1 = self.grid, self.feedback.view(after.grid)
         self.grid = g1
+        if akey != "R":
+            self.attempt += 1  # (before the early return below: the revealing click counts)
         if found:  # the graph so far took the click mark for states: start the level over
             session.event("explorer", "click feedback found: the mark drawn around the last "
                           "click is left out of states")
@@ -375,7 +377,6 @@ class Explorer:
             self.last_akey = None
             self._res = "reset"
             return
-        self.attempt += 1
         node = self.graph.node(g0, self.hud)
         cand = next((c for c in node.cands or () if c.akey == akey), None)
         if cand is not None:
