@@ -186,6 +186,23 @@ def test_level_cap_ends_play(bundled, tmp_path):
 
 
 @pytest.mark.public
+def test_a_tile_that_never_responded_stops_being_clicked(tmp_path):
+    """zd01: four switches among twelve tiles that look like them but never respond. Without
+    `spot_dud` every new state offers the dead tiles again; with it, a tile clicked in three
+    states without effect goes back, and the level is won in fewer actions (seeds 0-4)."""
+    from pathlib import Path
+
+    games = Path(__file__).resolve().parent / "fixtures" / "click_games"
+    spent = {}
+    for spot_dud in (3, None):
+        recs = [_play(games, "zd01-00000001", tmp_path, seed, 400, spot_dud=spot_dud)
+                for seed in range(5)]
+        assert all(r.end["levels"] == 1 for r in recs)
+        spent[spot_dud] = [len(r.actions) for r in recs]
+    assert all(a <= b for a, b in zip(spent[3], spent[None]))
+    assert sum(spent[3]) < 0.8 * sum(spent[None])
+
+
 def test_public_game_deterministic_and_safe(public, tmp_path):
     a = _play(public, "vc33-5430563c", tmp_path / "a", seed=2, max_actions=80)
     b = _play(public, "vc33-5430563c", tmp_path / "b", seed=2, max_actions=80)
