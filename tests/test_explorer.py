@@ -203,6 +203,19 @@ def test_a_tile_that_never_responded_stops_being_clicked(tmp_path):
     assert sum(spent[3]) < 0.8 * sum(spent[None])
 
 
+def test_a_button_that_runs_an_animation_is_never_taken_for_a_dead_tile(tmp_path):
+    """zt01: a run button animates and leaves the board as it was until the switches hold
+    the right program. That is a test to repeat after each change (tn36's run button), not a
+    tile that never responded: with the default options every seed 0-4 wins."""
+    from pathlib import Path
+
+    games = Path(__file__).resolve().parent / "fixtures" / "click_games"
+    for seed in range(5):
+        rec = _play(games, "zt01-00000001", tmp_path, seed, 300)
+        runs = sum(1 for a in rec.actions if a["action"][0] == 6 and a["action"][2] >= 48)
+        assert rec.end["levels"] == 1 and runs > 3, (seed, runs)
+
+
 def test_public_game_deterministic_and_safe(public, tmp_path):
     a = _play(public, "vc33-5430563c", tmp_path / "a", seed=2, max_actions=80)
     b = _play(public, "vc33-5430563c", tmp_path / "b", seed=2, max_actions=80)

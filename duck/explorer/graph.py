@@ -80,6 +80,7 @@ class LevelGraph:
         self.cls_stats: dict[str, Stats] = {}
         self.tried: dict[Any, int] = {}
         self.worked: dict[Any, int] = {}  # action identity -> tries that changed the state
+        # or ran a test
         # action identity -> the last change it made: flat pixel indices, before, after
         self.diffs: dict[Any, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self.edge_cls: dict[tuple[str, Any], str] = {}  # (state key, action key) -> class
@@ -148,7 +149,7 @@ class LevelGraph:
         a.edges[t.akey] = res
         self.edge_cls[(a.key, t.akey)] = t.cls
         self.tried[t.ident] = self.tried.get(t.ident, 0) + 1
-        if res != SAME:
+        if res != SAME or t.frames >= TEST_FRAMES:  # a test (a run, a pour) did something
             self.worked[t.ident] = self.worked.get(t.ident, 0) + 1
         if t.marker is None and res != SAME and t.before.shape == t.after.shape:
             d = (t.before != t.after) & ~hud.mask if t.before.shape == hud.mask.shape \
