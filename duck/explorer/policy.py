@@ -18,7 +18,10 @@ action's rank cost. The rank cost learns from what this game showed:
 * an action predicted to lead to an already known state (it changes the same pixels, from
   and to the same colours, as it last did elsewhere: a toggle back, a move back) is pushed
   back, and so is a click already tried often on this level (novelty);
-* the colours of the clicks on a level's winning path are pulled forward on the next levels.
+* the colours of the clicks on a level's winning path are pulled forward on the next levels;
+* one click (same object, same place) that changed nothing in `spot_dud` states of a level
+  goes back, though its class responds elsewhere (ft09's fixed tiles look like its switches);
+  an animation that left the board as it was (a run button) counts as a response.
 An action that changed nothing (outside the HUD) is remembered per state and never retried.
 One that ended in GAME_OVER is not followed again, except earlier in a later attempt when
 GAME_OVERs keep coming after the same number of actions (a move budget, not the action,
