@@ -9,6 +9,8 @@ holds the public games.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -20,6 +22,8 @@ from duck.play.session import play_game
 from duck.bench.explorer import record_whole_game_resets
 from duck.play.record import read_record
 from duck.play.scoring import score_record
+
+CLICK_GAMES = Path(__file__).resolve().parent / "fixtures" / "click_games"
 
 
 def _play(games_dir, game_id: str, tmp_path, seed: int = 0, max_actions: int = 200, **options):
@@ -185,17 +189,13 @@ def test_level_cap_ends_play(bundled, tmp_path):
     assert any(e["kind"] == "explorer" for e in rec.events)
 
 
-@pytest.mark.public
 def test_a_tile_that_never_responded_stops_being_clicked(tmp_path):
     """zd01: four switches among twelve tiles that look like them but never respond. Without
     `spot_dud` every new state offers the dead tiles again; with it, a tile clicked in three
     states without effect goes back, and the level is won in fewer actions (seeds 0-4)."""
-    from pathlib import Path
-
-    games = Path(__file__).resolve().parent / "fixtures" / "click_games"
     spent = {}
     for spot_dud in (3, None):
-        recs = [_play(games, "zd01-00000001", tmp_path, seed, 400, spot_dud=spot_dud)
+        recs = [_play(CLICK_GAMES, "zd01-00000001", tmp_path, seed, 400, spot_dud=spot_dud)
                 for seed in range(5)]
         assert all(r.end["levels"] == 1 for r in recs)
         spent[spot_dud] = [len(r.actions) for r in recs]
@@ -207,15 +207,13 @@ def test_a_button_that_runs_an_animation_is_never_taken_for_a_dead_tile(tmp_path
     """zt01: a run button animates and leaves the board as it was until the switches hold
     the right program. That is a test to repeat after each change (tn36's run button), not a
     tile that never responded: with the default options every seed 0-4 wins."""
-    from pathlib import Path
-
-    games = Path(__file__).resolve().parent / "fixtures" / "click_games"
     for seed in range(5):
-        rec = _play(games, "zt01-00000001", tmp_path, seed, 300)
+        rec = _play(CLICK_GAMES, "zt01-00000001", tmp_path, seed, 300)
         runs = sum(1 for a in rec.actions if a["action"][0] == 6 and a["action"][2] >= 48)
         assert rec.end["levels"] == 1 and runs > 3, (seed, runs)
 
 
+@pytest.mark.public
 def test_public_game_deterministic_and_safe(public, tmp_path):
     a = _play(public, "vc33-5430563c", tmp_path / "a", seed=2, max_actions=80)
     b = _play(public, "vc33-5430563c", tmp_path / "b", seed=2, max_actions=80)

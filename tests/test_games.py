@@ -53,7 +53,8 @@ def test_an_observation_stays_as_it_was_when_the_game_redraws_its_buffer():
     raw.step(GameAction.ACTION1)
     assert not np.array_equal(held, seen)  # the fixture does reproduce the aliasing
 
-    game = GameSource.offline(games).make(GameSource.offline(games).game_ids(["zr01"])[0])
+    src = GameSource.offline(games)
+    game = src.make(src.game_ids(["zr01"])[0])
     history = [game.obs] + [game.step(Action(1)) for _ in range(3)]
     dots = [int(np.flatnonzero(o.grid[3 * 8] == 4)[0]) // 8 for o in history[:3]]
     assert dots == [0, 1, 2] and history[-1].state == "WIN"
