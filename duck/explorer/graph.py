@@ -52,6 +52,7 @@ class Node:
     dead_at: dict[Any, int] = field(default_factory=dict)  # action key -> shortest attempt
     # length (actions since the level's start or last RESET) at which it ended in GAME_OVER
     pred: dict[Any, str] = field(default_factory=dict)  # action key -> predicted result key
+    idents: dict[Any, Any] = field(default_factory=dict)  # tried action key -> its identity
 
 
 @dataclass
@@ -84,6 +85,10 @@ class LevelGraph:
         # action identity -> the last change it made: flat pixel indices, before, after
         self.diffs: dict[Any, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self.edge_cls: dict[tuple[str, Any], str] = {}  # (state key, action key) -> class
+        # click identity -> the clicks that led to the same new state as it did from one
+        # state and never to different results (two parts of one button)
+        self.twins: dict[Any, set] = {}
+        self.not_twins: set[frozenset] = set()
 
     def path_classes(self, to: str) -> list[str]:
         """The classes of the actions on a shortest known path from the level's start to
@@ -115,6 +120,8 @@ class LevelGraph:
         self.worked = {}
         self.diffs = {}
         self.edge_cls = {}
+        self.twins = {}
+        self.not_twins = set()
         self.start = self.node(self.start_grid, hud).key
         for t in self.log:
             self._add(t, hud)
@@ -146,7 +153,10 @@ class LevelGraph:
                 st.tries += 1
                 st.effects += int(res != SAME)
                 st.tests += int(res == SAME and t.frames >= TEST_FRAMES)
+        if isinstance(t.akey, tuple) and t.akey not in a.edges:
+            self._pair(a, t.ident, res)
         a.edges[t.akey] = res
+        a.idents[t.akey] = t.ident
         self.edge_cls[(a.key, t.akey)] = t.cls
         self.tried[t.ident] = self.tried.get(t.ident, 0) + 1
         if res != SAME or t.frames >= TEST_FRAMES:  # a test (a run, a pour) did something
@@ -157,6 +167,22 @@ class LevelGraph:
             idx = np.flatnonzero(d)
             self.diffs[t.ident] = (idx, t.before.ravel()[idx], t.after.ravel()[idx])
         return a, b
+
+    def _pair(self, a: Node, ident: Any, res: str) -> None:
+        """Compare a click's result with the other clicks tried in the same state: the same
+        new state makes them twins, a different result (anywhere, ever) parts them."""
+        for akey, other in a.edges.items():
+            twin = a.idents.get(akey)
+            pair = frozenset((ident, twin))
+            if not isinstance(akey, tuple) or len(pair) < 2 or pair in self.not_twins:
+                continue
+            if other != res:
+                self.not_twins.add(pair)
+                self.twins.get(ident, set()).discard(twin)
+                self.twins.get(twin, set()).discard(ident)
+            elif res not in (SAME, DEAD):
+                self.twins.setdefault(ident, set()).add(twin)
+                self.twins.setdefault(twin, set()).add(ident)
 
 
 def distinct(frames: list[np.ndarray]) -> int:

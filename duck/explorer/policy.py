@@ -10,18 +10,8 @@ large structures, then large parts, then background; never the HUD; duck.explore
 
 Every step goes to the cheapest untried (state, action): cost = shortest-path distance
 through the known graph (BFS; a RESET is a 1-step edge back to the level's start) + the
-action's rank cost. The rank cost learns from what this game showed:
-* a class of action (a key, or the colours + shape of a clicked object) that never changed
-  anything elsewhere is pushed back; one that did is pulled forward; one that ran an
-  animation and came back to the same state (a pour, a program run: a "test" whose outcome
-  depends on the state) is pulled forward most, so it is tried again after each change;
-* an action predicted to lead to an already known state (it changes the same pixels, from
-  and to the same colours, as it last did elsewhere: a toggle back, a move back) is pushed
-  back, and so is a click already tried often on this level (novelty);
-* the colours of the clicks on a level's winning path are pulled forward on the next levels;
-* one click (same object, same place) that changed nothing in `spot_dud` states of a level
-  goes back, though its class responds elsewhere (ft09's fixed tiles look like its switches);
-  an animation that left the board as it was (a run button) counts as a response.
+action's rank cost (duck.explorer.rank: what the action's class did elsewhere, novelty,
+predicted outcomes, dead tiles, twin clicks).
 An action that changed nothing (outside the HUD) is remembered per state and never retried.
 One that ended in GAME_OVER is not followed again, except earlier in a later attempt when
 GAME_OVERs keep coming after the same number of actions (a move budget, not the action,
@@ -52,23 +42,21 @@ per-level action cap (`level_cap`) ends play on a hopeless level. Deterministic 
 from __future__ import annotations
 
 import logging
-import math
 import random
 from typing import Any
 
-import numpy as np
-
-from duck.explorer.graph import (DEAD, LEVEL, SAME, TIER_COST, Cand, LevelGraph, Node, Stats,
+from duck.explorer.graph import (DEAD, LEVEL, SAME, LevelGraph, Node, Stats,
                                  Transition, action_of, coarse, distinct)
 from duck.explorer.feedback import ClickFeedback
 from duck.explorer.nav import KEYS, Navigator
-from duck.explorer.vision import HudTracker, Target, click_targets
+from duck.explorer.rank import RankCosts
+from duck.explorer.vision import HudTracker
 from duck.play.session import Session, game_seed
 
 log = logging.getLogger(__name__)
 
 
-class Explorer:
+class Explorer(RankCosts):
     """See the module docstring. Options (the defaults are the benchmarked ones):
     `level_cap` actions on one level before giving up on the game (None: no cap);
     `max_clicks` click targets kept per state; `novelty` / `key_novelty` rank cost per
@@ -78,7 +66,8 @@ class Explorer:
     keeps the reason of each action in the record's `info`; `feedback` paints a click mark
     out of the board once one is found; `key_give_up` tries of a key that never changed
     anything push it behind every click (None: never); `spot_dud` tries of one click (same
-    object, same place) that never changed anything on this level push it back (None: never)."""
+    object, same place) that never changed anything on this level push it back (None: never);
+    `twin_cost` rank cost of a click whose twin was tried in the same state (0: off)."""
 
     name = "explorer"
 
@@ -88,8 +77,9 @@ class Explorer:
                  nav: bool = True, nav_budget: int = 300, nav_yield: float = 0.5,
                  nav_frontier: float | None = 6.0, nav_space: bool = True,
                  feedback: bool = True, key_give_up: int | None = 8,
-                 spot_dud: int | None = 3) -> None:
+                 spot_dud: int | None = 3, twin_cost: float = 6.0) -> None:
         self.spot_dud = spot_dud
+        self.twin_cost = twin_cost
         self.feedback_on = feedback
         self.key_give_up = key_give_up
         self.nav_space = nav_space
@@ -151,113 +141,6 @@ class Explorer:
         self.attempt = 0
         if self.nav is not None:
             self.nav.new_level(won_last=self._why == "nav")
-
-    # ------------------------------------------------------------------ candidates
-    def _cands(self, node: Node, available: list[int]) -> list[Cand]:
-        if node.cands is not None:
-            return node.cands
-        out = [Cand(a, 0.0, f"k{a}", a) for a in self.keys_order]
-        if 7 in available:
-            out.append(Cand(7, 4.0, "k7", 7))
-        if 6 in available:
-            targets: list[Target] = click_targets(node.grid, self.hud.mask)[: self.max_clicks]
-            for t in targets:
-                # a seed-dependent tie-break inside a tier, stable otherwise
-                out.append(Cand((6, t.x, t.y), TIER_COST[t.tier] + self.rng.random() * 0.5,
-                                t.cls, (t.cls, t.x, t.y)))
-        node.cands = out
-        return out
-
-    def _class_stats(self, cls: str) -> tuple[int, int, int]:
-        cur = self.graph.cls_stats.get(cls)
-        old = self.carried.get(cls)
-        return ((cur.tries if cur else 0) + (old.tries if old else 0),
-                (cur.effects if cur else 0) + (old.effects if old else 0),
-                (cur.tests if cur else 0) + (old.tests if old else 0))
-
-    def _cost(self, cand: Cand) -> float:
-        """Rank cost of an untried action: its tier, corrected by what its class did
-        elsewhere (never anything: pushed back; changed the state: pulled forward; ran an
-        animation that came back to the same state, a "test" such as a pour or a program
-        run whose outcome depends on the state: pulled forward most), and by how often this
-        very action (same object, same place) was already tried on this level."""
-        c = cand.base
-        tries, effects, tests = self._class_stats(cand.cls)
-        if not tries:
-            tries, effects, tests = self._class_stats(coarse(cand.cls))
-        if coarse(cand.cls) in self.win_cls:
-            c -= 2.0
-        if tests and tests * 2 >= tries:
-            c -= self.test_bonus
-        elif tries:
-            if effects == 0:
-                c += (4.0 if isinstance(cand.akey, tuple) else self.key_dud) * min(tries, 3)
-                if not isinstance(cand.akey, tuple) and self.key_give_up and tries >= self.key_give_up:
-                    c += 8.0  # a key that never did anything anywhere goes behind every click
-            else:
-                c -= effects / tries
-        n = self.graph.tried.get(cand.ident, 0)
-        if n:
-            w = self.novelty if isinstance(cand.akey, tuple) else self.key_novelty
-            c += w * math.log2(1 + n)
-            # this very object at this very place never did anything, in `spot_dud` states:
-            # a fixed tile of a class whose other members respond (ft09) goes back
-            if (self.spot_dud and n >= self.spot_dud and isinstance(cand.akey, tuple)
-                    and not self.graph.worked.get(cand.ident)):
-                c += 12.0
-        return c
-
-    def _best_untried(self, node: Node, available: list[int], dead_ok: bool,
-                      here: bool = False, attempt: int = 0) -> tuple[float, Any] | None:
-        """The cheapest untried action of a node reached at `attempt` actions into the
-        current attempt. An action that ended in GAME_OVER counts as untried again when it
-        would now come earlier in an attempt than when it died (a move budget, not the
-        action, may have ended the game); with `dead_ok`, always, at a high cost."""
-        best: tuple[float, Any] | None = None
-        undo_again = (here and self.last_akey is not None and self.reversal.tries >= 2
-                      and self.reversal.effects * 2 >= self.reversal.tries)
-        for cand in self._cands(node, available):
-            res = node.edges.get(cand.akey)
-            if res is None:
-                c = self._cost(cand)
-                if undo_again and cand.akey == self.last_akey:
-                    c += 3.0
-                if self.known_penalty:
-                    pk = self._predict(node, cand)
-                    if pk and pk != node.key and pk in self.graph.nodes:
-                        c += self.known_penalty
-            elif (res == DEAD and attempt + 1 < node.dead_at.get(cand.akey, 0) - 1
-                  and self._budget_death(node.dead_at[cand.akey])):
-                c = self._cost(cand) + 2.0
-            elif res == DEAD and dead_ok:
-                c = self._cost(cand) + 20.0
-            else:
-                continue
-            if best is None or c < best[0]:
-                best = (c, cand.akey)
-        return best
-
-    def _predict(self, node: Node, cand: Cand) -> str:
-        """The state this action would lead to if it changes the same pixels, from and to
-        the same colours, as it last did elsewhere (a button that moves a piece, a tile
-        that toggles); "" when its last change does not fit this board."""
-        pk = node.pred.get(cand.akey)
-        if pk is None:
-            pk = ""
-            dd = self.graph.diffs.get(cand.ident)
-            if dd is not None and node.grid.shape == self.hud.mask.shape:
-                idx, bv, av = dd
-                if np.array_equal(node.grid.ravel()[idx], bv):
-                    t = node.grid.copy()
-                    t.ravel()[idx] = av
-                    pk = self.hud.key(t)
-            node.pred[cand.akey] = pk
-        return pk
-
-    def _budget_death(self, length: int) -> bool:
-        """A GAME_OVER after `length` actions of an attempt looks like a move budget
-        running out when another GAME_OVER came after the same number of actions."""
-        return sum(1 for n in self.death_lengths if abs(n - length) <= 1) >= 2
 
     # ------------------------------------------------------------------ planning
     def _plan(self, cur: Node, available: list[int], reset_ok: bool, dead_ok: bool) -> Any | None:
