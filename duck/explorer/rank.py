@@ -18,7 +18,7 @@ computed here. The rank cost learns from what this game showed:
   are twins once they led from one state to the same new state, until they ever do
   different things (the ring and the centre of one button, two parts of one switch; a
   segmentation sees two objects, the game one). Prediction (above) cannot tell this when
-  a click's change depends on the state (a bar that grows: s5i5, vc33).
+  a click's change depends on the state (s5i5's buttons grow a bar wherever it ends).
 
 RankCosts is mixed into Explorer: it reads the explorer's options and memory (graph, hud,
 rng, keys_order, carried, win_cls, reversal, last_akey, death_lengths), set by Explorer.
