@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from duck.explorer.graph import LevelGraph, Transition
 from duck.explorer.policy import Explorer
 from duck.explorer.vision import HudTracker, click_targets, lattice
 from duck.game.regions import merge_sets, regions
@@ -212,6 +213,33 @@ def test_a_button_that_runs_an_animation_is_never_taken_for_a_dead_tile(tmp_path
         runs = sum(1 for a in rec.actions if a["action"][0] == 6 and a["action"][2] >= 48)
         assert rec.end["levels"] == 1 and runs > 3, (seed, runs)
 
+
+
+
+def test_twin_clicks_are_parted_for_good_by_one_difference():
+    """Two clicks that led from one state to the same new state are twins; once they gave
+    different results in one state they are not, even if they agree again later."""
+    hud = HudTracker((8, 8))
+    boards = [np.full((8, 8), 5, dtype=np.int8) for _ in range(4)]
+    for i, b in enumerate(boards):
+        b[0, i] = 9  # four different states
+    g = LevelGraph(0, boards[0])
+    g.rebuild(hud)
+    ring, centre = ("5:a", 10, 10), ("4:b", 11, 10)
+
+    def click(before, ident, after):
+        g.add(Transition(boards[before], (6, ident[1], ident[2]), boards[after], None,
+                         ident[0], ident), hud)
+
+    click(0, ring, 1)
+    click(0, centre, 1)  # the same new state from the same state: twins
+    assert g.twins[ring] == {centre} and g.twins[centre] == {ring}
+    click(1, ring, 2)
+    click(1, centre, 3)  # different results in one state: parted
+    assert not g.twins[ring] and not g.twins[centre]
+    click(2, ring, 0)
+    click(2, centre, 0)  # agreeing again does not make them twins again
+    assert not g.twins[ring] and not g.twins[centre]
 
 
 def test_two_parts_of_one_switch_are_clicked_as_one(tmp_path):
