@@ -39,6 +39,13 @@ def _actions(rec) -> list[list[int]]:
     return [a["action"] for a in rec.actions]
 
 
+def _actions_to_win(game_id: str, tmp_path, max_actions: int, **options) -> list[int]:
+    """Actions each of seeds 0-4 took to win a one-level click fixture (all must win)."""
+    recs = [_play(CLICK_GAMES, game_id, tmp_path, seed, max_actions, **options) for seed in range(5)]
+    assert all(r.end["levels"] == 1 for r in recs), game_id
+    return [len(r.actions) for r in recs]
+
+
 
 
 # ---------------------------------------------------------------- perception
@@ -194,12 +201,7 @@ def test_a_tile_that_never_responded_stops_being_clicked(tmp_path):
     """zd01: four switches among twelve tiles that look like them but never respond. Without
     `spot_dud` every new state offers the dead tiles again; with it, a tile clicked in three
     states without effect goes back, and the level is won in fewer actions (seeds 0-4)."""
-    spent = {}
-    for spot_dud in (3, None):
-        recs = [_play(CLICK_GAMES, "zd01-00000001", tmp_path, seed, 400, spot_dud=spot_dud)
-                for seed in range(5)]
-        assert all(r.end["levels"] == 1 for r in recs)
-        spent[spot_dud] = [len(r.actions) for r in recs]
+    spent = {v: _actions_to_win("zd01-00000001", tmp_path, 400, spot_dud=v) for v in (3, None)}
     assert all(a <= b for a, b in zip(spent[3], spent[None]))
     assert sum(spent[3]) < 0.8 * sum(spent[None])
 
@@ -248,12 +250,7 @@ def test_two_parts_of_one_switch_are_clicked_as_one(tmp_path):
     prediction cannot tell the second part is useless. Once two clicks led from one state to
     the same new state, the explorer tries one of them: fewer actions on every seed 0-4, and
     less than 60% of them in all."""
-    spent = {}
-    for twin_cost in (6.0, 0.0):
-        recs = [_play(CLICK_GAMES, "zw01-00000001", tmp_path, seed, 1500, twin_cost=twin_cost)
-                for seed in range(5)]
-        assert all(r.end["levels"] == 1 for r in recs)
-        spent[twin_cost] = [len(r.actions) for r in recs]
+    spent = {v: _actions_to_win("zw01-00000001", tmp_path, 1500, twin_cost=v) for v in (6.0, 0.0)}
     assert all(a <= b for a, b in zip(spent[6.0], spent[0.0])), spent
     assert sum(spent[6.0]) < 0.6 * sum(spent[0.0]), spent
 
