@@ -145,3 +145,11 @@ def test_ab_stats_with_no_pairs_in_common_is_an_error(tmp_path):
 def test_a_flag_without_its_value(flag, tmp_path):
     r = duck("play", flag)
     assert r.returncode == 2 and "expected one argument" in r.stderr
+
+
+@pytest.mark.parametrize("args", [[], ["nope"], ["../explorer"], ["__main__"]])
+def test_a_missing_or_unknown_benchmark_names_the_benchmarks(args):
+    r = subprocess.run([sys.executable, "-m", "duck.bench", *args], capture_output=True,
+                       text=True, timeout=120)
+    one_line_error(r, "duck.bench", "explorer", "calibration")
+    assert r.stdout == ""

@@ -1,6 +1,39 @@
+"""`python -m duck.bench NAME [args]`: run duck.bench.NAME.main(args); NAME is a module of
+duck/bench/ with a `main`. A missing or unknown NAME is a one-line error (exit 2) that
+lists the names; -h prints the usage; never a traceback."""
+
 import importlib
+import pkgutil
 import sys
 
+import duck.bench
+
+
+def usage() -> str:
+    names = sorted(m.name for m in pkgutil.iter_modules(duck.bench.__path__)
+                   if not m.name.startswith("_")
+                   and hasattr(importlib.import_module(f"duck.bench.{m.name}"), "main"))
+    return f"usage: python -m duck.bench NAME [args]  (NAME: {', '.join(names)})"
+
+
+def fail(message: str) -> None:
+    print(f"python -m duck.bench: error: {message}; {usage()}", file=sys.stderr)
+    sys.exit(2)
+
+
+if len(sys.argv) > 1 and sys.argv[1] in ("-h", "--help"):
+    print(usage())
+    sys.exit(0)
 if len(sys.argv) < 2:
-    sys.exit("usage: python -m duck.bench NAME [args]  (NAME: a module of duck/bench/)")
-sys.exit(importlib.import_module(f"duck.bench.{sys.argv[1]}").main(sys.argv[2:]) or 0)
+    fail("no benchmark named")
+name = sys.argv[1]
+try:
+    module = importlib.import_module(f"duck.bench.{name}") if (
+        name.isidentifier() and not name.startswith("_")) else None
+except ModuleNotFoundError as e:
+    if e.name != f"duck.bench.{name}":
+        raise  # the benchmark exists but one of its imports does not: that is a real error
+    module = None
+if module is None or not hasattr(module, "main"):
+    fail(f"no benchmark named {name!r}")
+sys.exit(module.main(sys.argv[2:]) or 0)
