@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 
-from duck.bench.explorer import main
+from duck.bench.explorer import main, paired, summarize
 from duck.bench.explorer_arms import ROOT
 from duck.play.record import read_record
 
@@ -41,6 +41,8 @@ def test_baseline_arm_plays_the_same_games_side_by_side(bundled, tmp_path, capsy
     # both arms ran the explorer of one commit on the same games and seed: identical play
     assert doc["games"] == doc["baseline"]["games"]
     assert doc["ratio"]["mean_levels"] == 1.0
+    assert doc["paired"] == {"seeds": 1, "score_diff": 0.0, "score_diff_sem": None,
+                             "levels_diff": 0, "levels_diff_sem": None}
     assert _worktrees() == before  # the temporary worktree is gone
 
 
@@ -73,3 +75,26 @@ def test_a_game_over_its_wall_clock_cap_is_reported_and_the_others_go_on(bundled
     # the killed game's record holds its actions up to the kill, scored as it stands
     rec = read_record(tmp_path / "run" / "current" / "seed0" / "records" / "zh01-00000001.jsonl")
     assert 5 <= len(rec.actions) < 200
+
+
+def _seed_doc(scores: dict[str, float], levels: dict[str, int]) -> dict:
+    return {"games": {g: {"score": scores[g], "levels": levels[g], "level_actions": [10] * levels[g]}
+                      for g in scores}, "whole_game_resets": 0}
+
+
+def test_seed_spread_and_paired_differences_are_reported():
+    # two seeds, two games: seed scores 2.0 and 4.0 (mean over games), levels 2 and 4
+    cur = summarize({0: _seed_doc({"a": 4.0, "b": 0.0}, {"a": 2, "b": 0}),
+                     1: _seed_doc({"a": 4.0, "b": 4.0}, {"a": 2, "b": 2})},
+                    [0, 1], [], 100, 1.0)
+    o = cur["overall"]
+    assert o["seed_scores"] == {"0": 2.0, "1": 4.0} and o["spread"] == 2.0
+    assert o["score_sem"] == 1.0  # stdev sqrt(2) / sqrt(2 seeds)
+    base = summarize({0: _seed_doc({"a": 1.0, "b": 0.0}, {"a": 1, "b": 0}),
+                      1: _seed_doc({"a": 4.0, "b": 0.0}, {"a": 2, "b": 0})},
+                     [0, 1], [], 100, 1.0)
+    # per-seed differences: score 1.5 and 2.0, levels 1 and 2
+    assert paired(cur, base) == {"seeds": 2, "score_diff": 1.75, "score_diff_sem": 0.25,
+                                 "levels_diff": 1.5, "levels_diff_sem": 0.5}
+    one = summarize({3: _seed_doc({"a": 1.0}, {"a": 1})}, [3], [], 100, 1.0)
+    assert one["overall"]["score_sem"] is None

@@ -23,7 +23,9 @@ official score; per game the mean score, mean levels and mean actions per comple
 overall the score of each seed, their mean, minimum and spread (max - min), the games with
 level 1 completed (per seed and mean), the levels (per seed and mean), the actions per
 completed level (all actions spent on completed levels / their number), the number of
-whole-game RESETs (a RESET at level_actions 0: must be 0), errors and time-outs. The
+whole-game RESETs (a RESET at level_actions 0: must be 0), errors and time-outs, and
+`score_sem`, the standard error of the mean score over the seeds. With a baseline,
+"paired" has the per-seed differences (score, levels) averaged, with their standard error. The
 official score needs human baselines: on folders whose metadata has placeholders (the
 community games) it means nothing; read levels and actions per level there.
 """
@@ -32,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import shutil
 import statistics
 import tempfile
@@ -115,6 +118,7 @@ def summarize(per_seed: dict[int, dict], seeds: list[int], results: list[JobResu
         "mean_score": round(statistics.mean(scores), 4),
         "min_score": round(min(scores), 4),
         "spread": round(max(scores) - min(scores), 4),
+        "score_sem": _sem(scores),
         "level1_games": dict(zip(map(str, seeds), level1)),
         "mean_level1_games": round(statistics.mean(level1), 2),
         "levels": dict(zip(map(str, seeds), levels)),
@@ -130,6 +134,26 @@ def summarize(per_seed: dict[int, dict], seeds: list[int], results: list[JobResu
         "seconds": round(seconds, 1),
     }
     return {"games": games_out, "overall": overall}
+
+
+def _sem(xs: list[float]) -> float | None:
+    """Standard error of the mean of per-seed values (None for one seed): how far the mean
+    of these seeds may sit from the mean over many seeds."""
+    return round(statistics.stdev(xs) / math.sqrt(len(xs)), 4) if len(xs) > 1 else None
+
+
+def paired(current: dict, baseline: dict) -> dict:
+    """Per-seed differences current - baseline of score and levels, their mean and its
+    standard error: one seed plays the same games in both arms, so the difference varies
+    less than either arm's score does from seed to seed."""
+    c, b = current["overall"], baseline["overall"]
+    seeds = [s for s in c["seed_scores"] if s in b["seed_scores"]]
+    out: dict[str, Any] = {"seeds": len(seeds)}
+    for name, field in (("score", "seed_scores"), ("levels", "levels")):
+        d = [c[field][s] - b[field][s] for s in seeds]
+        out[f"{name}_diff"] = round(statistics.mean(d), 4) if d else None
+        out[f"{name}_diff_sem"] = _sem(d)
+    return out
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
@@ -176,6 +200,7 @@ def run(games: str, seeds: list[int], max_actions: int, workers: int, out: Path,
         c, b = doc["overall"], base["overall"]
         doc["ratio"] = {k: _ratio(c[k], b[k]) for k in
                         ("mean_levels", "mean_level1_games", "mean_score", "actions_per_level")}
+        doc["paired"] = paired(doc, base)
     if game_seconds:
         doc["overall"]["game_seconds"] = game_seconds
     return doc
