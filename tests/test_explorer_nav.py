@@ -12,7 +12,7 @@ import numpy as np
 
 from duck.explorer.avatar import Avatar, find_motions
 from duck.explorer.nav import Navigator
-from duck.explorer.push import push_step
+from duck.explorer.push import blocked_pushes, push_step
 
 CELL = 4
 MOVES = {1: (-1, 0), 2: (1, 0), 3: (0, -1), 4: (0, 1)}
@@ -143,3 +143,13 @@ def test_push_step_plans_a_box_path_and_where_to_stand():
     assert (key, behind, box) == (2, (1, 3), (2, 3))
     assert push_step([(5, 5)], lambda q: q == (5, 5), free, deltas) is None  # already placed
     assert push_step([(0, 0)], lambda q: q == (5, 5), free, deltas) is None  # stuck in a corner
+
+
+def test_blocked_pushes_skip_a_key_that_no_longer_moves():
+    # key 4 was blocked at (3, 3) and key 1 at (2, 2) in world "w"; then the avatar model lost
+    # key 4's move (g50t seed 16 and sk48 seeds 6 and 13 raised KeyError here and lost the
+    # rest of their games): only key 1's blocked push remains, one row up from the avatar
+    edges = {("w", (3, 3), 4): None, ("w", (2, 2), 1): None, ("w", (5, 5), 1): (4, 5),
+             ("v", (0, 0), 1): None}
+    assert blocked_pushes(edges, "w", {1: (-1, 0), 2: (1, 0)}) == {((1, 2), 1)}
+    assert blocked_pushes(edges, "w", {}) == set()

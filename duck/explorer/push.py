@@ -81,6 +81,15 @@ def box_positions(labels: np.ndarray, colours: np.ndarray, areas: np.ndarray, to
             if (int(colours[k]), int(areas[k])) in kinds]
 
 
+def blocked_pushes(edges: dict, world: str, deltas: dict[int, Pos]) -> set[tuple[Pos, int]]:
+    """(box position, key) of the pushes seen blocked in this world: `edges` maps (world,
+    avatar position, key) to the new position or None (blocked). A key the avatar model no
+    longer gives a move (its delta went unknown) is left out: no push plans with it."""
+    return {((behind[0] + deltas[k][0], behind[1] + deltas[k][1]), k)
+            for (wd, behind, k), res in edges.items()
+            if wd == world and res is None and k in deltas}
+
+
 def plan_push(nav: Any, grid: np.ndarray, clean: np.ndarray, world: str, pos: Pos,
               deltas: dict[int, Pos], tg: list[tuple], dead_keys: set[int]) -> tuple | None:
     """(goal, key) of the next step of pushing a box onto a pad for the navigator `nav`
@@ -117,9 +126,8 @@ def plan_push(nav: Any, grid: np.ndarray, clean: np.ndarray, world: str, pos: Po
     def on_pad(q: Pos) -> bool:
         return inside(q) and bool(nav.pads[q[0]:q[0] + h, q[1]:q[1] + w].any())
 
-    banned = {((behind[0] + deltas[k][0], behind[1] + deltas[k][1]), k)
-              for (wd, behind, k), res in nav.edges.items() if wd == world and res is None}
-    step = push_step(boxes, on_pad, free, deltas, banned, nav.push_box)
+    step = push_step(boxes, on_pad, free, deltas, blocked_pushes(nav.edges, world, deltas),
+                     nav.push_box)
     if step is None:
         return None
     key, behind, box = step
