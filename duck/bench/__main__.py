@@ -25,7 +25,7 @@ if len(sys.argv) > 1 and sys.argv[1] in ("-h", "--help"):
     print(usage())
     sys.exit(0)
 if len(sys.argv) < 2:
-    fail("no benchmark named")
+    fail("which benchmark? none named")
 name = sys.argv[1]
 try:
     module = importlib.import_module(f"duck.bench.{name}") if (
