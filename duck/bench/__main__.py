@@ -27,13 +27,13 @@ if len(sys.argv) > 1 and sys.argv[1] in ("-h", "--help"):
 if len(sys.argv) < 2:
     fail("which benchmark? none named")
 name = sys.argv[1]
-try:
-    module = importlib.import_module(f"duck.bench.{name}") if (
-        name.isidentifier() and not name.startswith("_")) else None
-except ModuleNotFoundError as e:
-    if e.name != f"duck.bench.{name}":
-        raise  # the benchmark exists but one of its imports does not: that is a real error
-    module = None
+module = None
+if name.isidentifier() and not name.startswith("_"):  # never a path, never __main__ itself
+    try:
+        module = importlib.import_module(f"duck.bench.{name}")
+    except ModuleNotFoundError as e:
+        if e.name != f"duck.bench.{name}":
+            raise  # the benchmark exists but one of its imports does not: a real error
 if module is None or not hasattr(module, "main"):
     fail(f"no benchmark named {name!r}")
 sys.exit(module.main(sys.argv[2:]) or 0)
