@@ -153,3 +153,48 @@ def test_blocked_pushes_skip_a_key_that_no_longer_moves():
              ("v", (0, 0), 1): None}
     assert blocked_pushes(edges, "w", {1: (-1, 0), 2: (1, 0)}) == {((1, 2), 1)}
     assert blocked_pushes(edges, "w", {}) == set()
+
+
+def _homing_walk(nav: Navigator, steps: int) -> list:
+    """Things to walk to (a goal, a clock cell that ticks each step: the board is never
+    the same twice in a row), and after every 4 moves a SPACE from the graph search
+    that sends the avatar home (g50t's replay of a recorded walk did this): the navigator
+    walks the same few places again and again, and the graph never sees a new state. The
+    keys it chose, None when it handed the turn back."""
+    maze = Maze([], start=(8, 1), goal=(8, 14))
+    mask = np.zeros((64, 64), dtype=bool)
+
+    def board(t: int) -> np.ndarray:
+        g = maze.board()
+        g[60:64, 0:4] = 12 + t % 3  # the clock: outside any HUD mask the test gives
+        return g
+
+    for t, key in enumerate((4, 2)):  # the first moves, from the graph search
+        before = board(t)
+        maze.step(key)
+        nav.observe(before, board(t + 1), key, None, mask)
+    chosen = []
+    for t in range(2, 2 + steps):
+        key = nav.choose(board(t), mask, [1, 2, 3, 4])
+        chosen.append(key)
+        if key is None:
+            break
+        before = board(t)
+        maze.step(key)
+        nav.observe(before, board(t + 1), key, None, mask)
+        if t % 4 == 1:
+            before = board(t)
+            maze.pos = (8, 1)  # home again
+            nav.observe(before, board(t + 1), 5, None, mask)
+    return chosen
+
+
+def test_walking_in_circles_hands_the_turn_back_until_a_new_state():
+    chosen = _homing_walk(Navigator(), 40)
+    assert None not in chosen  # per-world visits never add up: it would walk on and on
+    nav = Navigator(loop=2)
+    chosen = _homing_walk(nav, 40)
+    assert chosen[-1] is None and len(chosen) <= 16  # three rounds at most
+    nav.progress()  # the graph search found a new state: walking is worth a try again
+    maze_board = Maze([], start=(8, 1), goal=(8, 14)).board()
+    assert nav.choose(maze_board, np.zeros((64, 64), dtype=bool), [1, 2, 3, 4]) is not None

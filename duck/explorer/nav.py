@@ -23,7 +23,10 @@ seen under it, and without the HUD: the same wherever the avatar stands). The na
   avatar that vanished under something drawn over it.
 Colours, keys, boxes and the avatar carry over to the next level. It hands the turn back
 to the graph search (duck.explorer) when nothing is left to walk to, when it walks in
-circles (a place chosen from five times in one world) or when the level's walking budget
+circles (a place chosen from five times in one world; or `loop` + 1 times since the graph
+search last saw a new state or a RESET, for boards where something else changes at every
+step, a timer or a ghost replaying a walk, so that no world repeats; the graph search tells
+it with `progress()`) or when the level's walking budget
 is spent (half of `budget` on level 1; then `budget` after a level it completed, a
 quarter after one the graph search completed).
 """
@@ -47,7 +50,9 @@ KEYS = (1, 2, 3, 4)
 
 class Navigator:
     def __init__(self, budget: int = 300, max_nodes: int = 4000,
-                 frontier: float | None = 6.0, space: bool = True) -> None:
+                 frontier: float | None = 6.0, space: bool = True,
+                 loop: int | None = None) -> None:
+        self.loop = loop  # a place chosen from more often than this, no new state since: a loop
         self.space = space  # try SPACE once where a target was touched
         self.frontier = frontier  # penalty of walking to a place never stood on (None: off)
         self.av = Avatar()
@@ -89,6 +94,11 @@ class Navigator:
         self.at_target = False  # the last move touched a target
         self.pressed: set[tuple] = set()  # (world, position) where SPACE was tried
         self.under: np.ndarray | None = None  # the board as last seen without the avatar
+        self.since_new: Counter = Counter()  # position -> times chosen from since a new state
+
+    def progress(self) -> None:
+        """The graph search saw a new state: positions may be worth passing again."""
+        self.since_new.clear()
 
     def _remember(self, grid: np.ndarray, pos: tuple[int, int] | None) -> None:
         """Keep the board's pixels outside the avatar's box: what lies under the avatar
@@ -305,7 +315,11 @@ class Navigator:
         if self.visits[(world, pos)] > 4:
             self.idle_world = world  # walking in circles (or ping-pong with the graph)
         if self.idle_world == world:
-            return None  # nothing to walk to in this world: the graph's turn until it changes
+            return None
+        if self.loop is not None:
+            self.since_new[pos] += 1
+            if self.since_new[pos] > self.loop:
+                return None  # nothing to walk to in this world: the graph's turn until it changes
         space_ok = self.space and bool(self.space_off) and not any(
             (d & ~mask).any() if d.shape == mask.shape else True for _, d in self.space_off)
         if self.at_target and space_ok and 5 in available and (world, pos) not in self.pressed:

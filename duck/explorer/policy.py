@@ -23,7 +23,9 @@ and pushes boxes onto pads (duck.explorer.push), planning on the avatar's lattic
 of the state graph. The graph search keeps learning from every transition and takes the
 turn back when its own choice is a promising non-move action right here (an untried SPACE,
 a click of a class that did something: `nav_yield`), when the navigator has nothing left
-to walk to, walks in circles, or has spent the level's walking budget; and for good once
+to walk to, walks in circles (also while the rest of the board keeps changing: a place
+walked from a third time with no new state since: `nav_loop`), or has spent the level's
+walking budget; and for good once
 a click has changed something (a game played with the mouse: sc25 cast spells by clicking,
 and walking to its objects only reordered the search, losing levels on 2 seeds of 5).
 
@@ -67,7 +69,9 @@ class Explorer(RankCosts):
     out of the board once one is found; `key_give_up` tries of a key that never changed
     anything push it behind every click (None: never); `spot_dud` tries of one click (same
     object, same place) that never changed anything on this level push it back (None: never);
-    `twin_cost` rank cost of a click whose twin was tried in the same state (0: off)."""
+    `twin_cost` rank cost of a click whose twin was tried in the same state (0: off);
+    `nav_loop`: the navigator hands the turn back once it would walk from one place more
+    than this often with no new state seen since (None: off; duck.explorer.nav)."""
 
     name = "explorer"
 
@@ -77,7 +81,9 @@ class Explorer(RankCosts):
                  nav: bool = True, nav_budget: int = 300, nav_yield: float = 0.5,
                  nav_frontier: float | None = 6.0, nav_space: bool = True,
                  feedback: bool = True, key_give_up: int | None = 8,
-                 spot_dud: int | None = 3, twin_cost: float = 6.0) -> None:
+                 spot_dud: int | None = 3, twin_cost: float = 6.0,
+                 nav_loop: int | None = 2) -> None:
+        self.nav_loop = nav_loop
         self.spot_dud = spot_dud
         self.twin_cost = twin_cost
         self.feedback_on = feedback
@@ -122,7 +128,8 @@ class Explorer(RankCosts):
         self.clicks_matter = False
         self.clicked = False
         keyboard = any(k in obs.available_actions for k in KEYS)
-        self.nav = (Navigator(self.nav_budget, frontier=self.nav_frontier, space=self.nav_space)
+        self.nav = (Navigator(self.nav_budget, frontier=self.nav_frontier, space=self.nav_space,
+                              loop=self.nav_loop)
                     if self.nav_on and keyboard else None)
 
     def _new_level(self, obs: Any) -> None:
@@ -260,6 +267,8 @@ class Explorer(RankCosts):
         if akey == "R":
             self.graph.add(Transition(g0, "R", g1, None), self.hud)
             self.attempt = 0
+            if self.nav is not None:
+                self.nav.progress()  # walking the known way again after a RESET is no loop
             self.last_akey = None
             self._res = "reset"
             return
@@ -287,6 +296,8 @@ class Explorer(RankCosts):
                 if ":" in c:
                     self.win_cls.add(coarse(c))
         self._res = "same" if not effect else ("known" if known else "new")
+        if self.nav is not None and (self._res == "new" or marker is not None):
+            self.nav.progress()
         if effect and akey == self.last_akey and self.prev_key is not None:
             self.reversal.tries += 1
             self.reversal.effects += int(b.key == self.prev_key)
