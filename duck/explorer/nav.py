@@ -26,9 +26,9 @@ to the graph search (duck.explorer) when nothing is left to walk to, when it wal
 circles (a place chosen from five times in one world; or `loop` + 1 times since the graph
 search last saw a new state or a RESET, for boards where something else changes at every
 step, a timer or a ghost replaying a walk, so that no world repeats; the graph search tells
-it with `progress()`) or when the level's walking budget
-is spent (half of `budget` on level 1; then `budget` after a level it completed, a
-quarter after one the graph search completed).
+it with `progress()`) or when the level's walking budget is spent (half of `budget` on
+level 1; then `budget` after a level it completed, a quarter after one the graph search
+completed).
 """
 from __future__ import annotations
 
@@ -97,7 +97,8 @@ class Navigator:
         self.since_new: Counter = Counter()  # position -> times chosen from since a new state
 
     def progress(self) -> None:
-        """The graph search saw a new state: positions may be worth passing again."""
+        """The graph search saw a new state (or sent a RESET): places may be worth passing
+        again."""
         self.since_new.clear()
 
     def _remember(self, grid: np.ndarray, pos: tuple[int, int] | None) -> None:
@@ -315,11 +316,11 @@ class Navigator:
         if self.visits[(world, pos)] > 4:
             self.idle_world = world  # walking in circles (or ping-pong with the graph)
         if self.idle_world == world:
-            return None
+            return None  # nothing to walk to in this world: the graph's turn until it changes
         if self.loop is not None:
             self.since_new[pos] += 1
             if self.since_new[pos] > self.loop:
-                return None  # nothing to walk to in this world: the graph's turn until it changes
+                return None  # circles in changing worlds: the graph's turn until a new state
         space_ok = self.space and bool(self.space_off) and not any(
             (d & ~mask).any() if d.shape == mask.shape else True for _, d in self.space_off)
         if self.at_target and space_ok and 5 in available and (world, pos) not in self.pressed:

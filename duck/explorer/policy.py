@@ -25,9 +25,9 @@ turn back when its own choice is a promising non-move action right here (an untr
 a click of a class that did something: `nav_yield`), when the navigator has nothing left
 to walk to, walks in circles (also while the rest of the board keeps changing: a place
 walked from a third time with no new state since: `nav_loop`), or has spent the level's
-walking budget; and for good once
-a click has changed something (a game played with the mouse: sc25 cast spells by clicking,
-and walking to its objects only reordered the search, losing levels on 2 seeds of 5).
+walking budget; and for good once a click has changed something (a game played with the
+mouse: sc25 cast spells by clicking, and walking to its objects only reordered the search,
+losing levels on 2 seeds of 5).
 
 Once transitions show a mark drawn around the last click for many actions (a ring, a
 cross: duck.explorer.feedback), the explorer plays on a view of the board without it; a key
