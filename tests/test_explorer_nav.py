@@ -182,8 +182,8 @@ def _homing_walk(nav: Navigator, steps: int) -> list:
         before = board(t)
         maze.step(key)
         nav.observe(before, board(t + 1), key, None, mask)
-        if t % 4 == 1:
-            before = board(t)
+        if t % 4 == 1:  # the SPACE, on the board the move left
+            before = board(t + 1)
             maze.pos = (8, 1)  # home again
             nav.observe(before, board(t + 1), 5, None, mask)
     return chosen
