@@ -7,7 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from duck.agent.context import (Context, ContextFull, compress_actions, estimate_tokens, render, summary_text)
+from duck.agent.context import Context, ContextFull, compress_actions, estimate_tokens, summary_text
+from duck.agent.turn import render
 from duck.paths import SHARED
 
 

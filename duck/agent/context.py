@@ -14,33 +14,24 @@ history is one that only ever grows at its end. Here:
   later request hits the cache again (the Duck dropped one turn at a time right after the
   system prompt, so nearly every request missed).
 
-Also here: what the model is told: the prompt files (prompts/*.j2, strict), the turn's user
-message with the frame as a PNG (4x upscaled, ARC palette), and what a call's actions did.
+What goes into the messages (the prompt files, the turn's board image, what a call's
+actions did) is duck.agent.turn.
 """
 
 from __future__ import annotations
 
-import base64
-import json
 from collections import Counter
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import Any, Callable
 
-import jinja2
-
-from duck.game.actions import OUR_DIALECT_NAMES, display_name
-from duck.game.frames import grid_png
+from duck.agent.turn import render
+from duck.game.actions import display_name
 from duck.play.conversation import NULL, ConversationWriter
 
 CHARS_PER_TOKEN = 3.4  # a first guess; replaced by the server's counts as they come
 IMAGE_TOKENS = 68  # a 256x256 image on Qwen3.6's vision encoder: 8x8 merged patches + marks
 MESSAGE_OVERHEAD = 5  # <|im_start|>role\n ... <|im_end|>\n
 SUMMARY_TOKENS = 700  # room kept for the summary of dropped turns (prompts/summary.j2)
-
-def image_part(png: bytes) -> dict[str, Any]:
-    return {"type": "image_url",
-            "image_url": {"url": "data:image/png;base64," + base64.b64encode(png).decode()}}
 
 
 def estimate_tokens(message: dict[str, Any]) -> float:
@@ -242,67 +233,8 @@ def level_digest(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [levels[k] for k in sorted(levels)]
 
 
-# ---------------------------------------------------------------------------------------
-# Prompt files (prompts/*.j2): no prompt text lives in Python.
-
-@lru_cache(maxsize=1)
-def _env() -> jinja2.Environment:
-    # The templates are package data of the top-level `prompts` package (in the wheel too).
-    return jinja2.Environment(loader=jinja2.PackageLoader("prompts", ""), undefined=jinja2.StrictUndefined,
-                              autoescape=False, keep_trailing_newline=False)
-
-
-def render(name: str, **variables: Any) -> str:
-    """Render prompts/<name> with strict undefined variables."""
-    return _env().get_template(name).render(**variables).strip()
-
-
-def python_tool(output_chars: int) -> list[dict[str, Any]]:
-    """The one tool's schema; its description is prompts/tool.j2."""
-    return [{"type": "function", "function": {
-        "name": "python", "description": render("tool.j2", output_chars=output_chars),
-        "parameters": {"type": "object", "properties": {"code": {"type": "string"}}, "required": ["code"]}}}]
-
-
 def summary_text(dropped: list[Turn], items: list[dict[str, Any]], recent: int = 24) -> str:
     """The compact summary that replaces dropped turns (prompts/summary.j2)."""
     tail = [dict(it, actions_text=compress_actions(it["actions"])) for it in items[-recent:]]
     return render("summary.j2", first_turn=items[0]["turn"], last_turn=items[-1]["turn"],
                   levels=level_digest(items), recent=tail, notes=items[-1]["notes"])
-
-
-# ---------------------------------------------------------------------------------------
-# What the model is told each turn
-
-def turn_message(session: Any, agent: Any, notes: Any, last: dict[str, Any] | None, stalled: int,
-                 first: bool, level_start: int) -> dict[str, Any]:
-    """The user message that opens a turn (prompts/turn.j2 and the board as a PNG)."""
-    obs, game = session.obs, session.game
-    text = render("turn.j2", first=first, last=last, stalled=stalled, level=obs.levels_completed + 1,
-                  counts=agent.action_counts_in_prompt, win_levels=game.win_levels,
-                  level_actions=game.actions - level_start, total_actions=game.actions,
-                  actions_left=session.actions_left, notes=notes.view(),
-                  valid_actions=OUR_DIALECT_NAMES.valid(obs.available_actions))
-    png = grid_png(obs.grid, agent.image_scale)
-    return {"role": "user", "content": [{"type": "text", "text": text}, image_part(png)]}
-
-
-def without_animation(message: dict[str, Any]) -> str:
-    """The tool message without animation summaries (the A/B baseline: the Duck had none)."""
-    def strip(v: Any) -> Any:
-        return {k: x for k, x in v.items() if k != "animation"} if isinstance(v, dict) else v
-    return json.dumps({k: strip(v) for k, v in message.items()}, indent=2, default=str)
-
-
-def outcome(r: Any, session: Any, level_before: int, animation: bool = True) -> dict[str, Any]:
-    """What a call's actions did, for the next turn's message and the context summary."""
-    done = [x for x in r.action_results if x.get("executed")]
-    obs = session.obs
-    text = ("won" if obs.state == "WIN" else "level completed" if obs.levels_completed > level_before
-            else "GAME_OVER" if obs.state == "GAME_OVER"
-            else "board changed" if any(x.get("board_changed") for x in done) else "no visible change")
-    return {"count": len(r.actions), "actions": list(r.actions),
-            "animation": (done or [{}])[-1].get("animation") if animation else None,
-            "board_changed": any(x.get("board_changed") for x in done) if done else None, "text": text,
-            "won": obs.state == "WIN", "level_completed": obs.levels_completed > level_before,
-            "game_over": obs.state == "GAME_OVER", "auto_reset": False}

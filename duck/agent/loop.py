@@ -19,7 +19,8 @@ from __future__ import annotations
 import json
 from typing import Any, Callable
 
-from duck.agent.context import Context, ContextFull, outcome, python_tool, render, turn_message, without_animation
+from duck.agent.context import Context, ContextFull
+from duck.agent.turn import outcome, python_tool, render, turn_message, without_animation
 from duck.agent.notes import Notes
 from duck.config import Config, KernelConfig
 from duck.game.actions import RESET

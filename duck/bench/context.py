@@ -48,7 +48,7 @@ def run(traces: Path, games: Path, game: str, pass_: int, budget: int, preserve_
         out: Path, overrides: list[str] = (), turns_limit: int | None = None) -> dict[str, Any]:
     import duck.agent.loop as agent_module
     from duck.agent.loop import AgentPolicy
-    from duck.agent.context import turn_message
+    from duck.agent.turn import turn_message
     from duck.config import load_config
     from duck.game.source import GameSource
     from duck.play.session import play_game

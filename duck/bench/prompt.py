@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 
-from duck.agent.context import python_tool, render
+from duck.agent.turn import python_tool, render
 from duck.config import load_config
 from duck.testing.stub.render import approx_tokens, default_template
 

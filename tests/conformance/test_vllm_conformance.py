@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from duck.config import ModelConfig, load_config
-from duck.agent.context import image_part, python_tool
+from duck.agent.turn import image_part, python_tool
 from duck.game.frames import grid_png
 from duck.llm.client import ContextOverflow, ModelClient, ModelError
 from duck.llm.serve import command, pick_chat_template
