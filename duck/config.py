@@ -26,11 +26,17 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 from pydantic import (BaseModel, ConfigDict, Field, NonNegativeFloat, NonNegativeInt, PositiveFloat,
-                      PositiveInt, ValidationError, model_validator)
+                      PositiveInt, PrivateAttr, ValidationError, model_validator)
+
+import duck.profiles as profiles
 
 
 PolicyName = Literal["random", "explorer", "llm"]  # what duck.policies.make_policy knows
+ProfileName = Literal["flash-next", "qwen3.8-27b", "qwen3.6-27b"]  # duck.profiles.PROFILES
 SchedulerName = Literal["fixed", "adaptive"]  # what scheduler.policy.make_policy knows
+# The default profile's plan: the defaults of the planned fields when a section is made on
+# its own (a test's KernelConfig()); in a Config, Config._resolve plans them for its profile.
+_PLAN = profiles.plan(profiles.DEFAULT_PROFILE)
 
 
 class ConfigError(ValueError):
@@ -51,22 +57,28 @@ class PlayConfig(Section):
 
 
 class ServeConfig(Section):
-    """`duck serve`: the vLLM command (DESIGN §1c; flags checked against vLLM's docs)."""
+    """`duck serve`: the vLLM command (DESIGN §1c; flags checked against vLLM's docs).
 
-    model_path: str = "Qwen/Qwen3.6-27B-FP8"  # a local folder on Kaggle (no internet)
+    The fields marked "the profile's" or "the plan's" come from the serving profile's memory
+    plan (`model.profile`, duck.profiles) unless a file or override sets them: set one only
+    to depart from the plan (an A/B, a smaller card)."""
+
+    model_path: str = _PLAN.checkpoint  # the profile's checkpoint; a local folder on Kaggle (no internet)
     executable: str = "vllm"  # a stand-in script in tests
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=1, le=65535)
-    max_model_len: PositiveInt = 40960  # a 32K prompt budget plus the output cap
-    gpu_memory_utilization: float = Field(0.90, gt=0, le=1)
-    max_num_seqs: PositiveInt = 32  # concurrent games; KV share per game = cache / this
+    max_model_len: PositiveInt = _PLAN.window  # the profile's window: prompt + output of one request
+    gpu_memory_utilization: float = Field(_PLAN.utilization, gt=0, le=1)
+    max_num_seqs: PositiveInt = _PLAN.max_num_seqs  # the plan's slots + 1 (the health probe)
+    gpu_memory_mib: PositiveInt = profiles.RTX_PRO_6000_MIB  # the card the plan is made for (Kaggle's)
+    host_memory_gb: PositiveFloat = profiles.KAGGLE_HOST_GB  # its host RAM (the n-gram table lives there)
     max_num_batched_tokens: PositiveInt = 8192  # what the field found stable on the RTX Pro 6000
     # Tokens per streamed chunk (the first is sent at once): at 1, 28 games' ~570 tokens/s are
     # 570 chunks/s to serialise (vLLM's API server) and parse (our client: ~0.3 ms of CPU each,
     # most of the harness's CPU in `python -m duck.bench load`); the agent needs no token-level
     # stream, only the time limit checked between chunks.
     stream_interval: PositiveInt = 16
-    kv_cache_dtype: str = "auto"  # "fp8" doubles the cache (an A/B question)
+    kv_cache_dtype: Literal["auto", "fp8"] = _PLAN.kv_cache_dtype  # "auto": the checkpoint's dtype (BF16)
     cudagraph_mode: str = "PIECEWISE"  # piecewise CUDA graphs: stable where full graphs wedged
     # `--linear-backend` (CUTLASS FP8 GEMM) exists from vLLM 0.2x on; the pinned 0.19 refuses
     # the flag and exits, so it stays empty ("" = not passed) until the pin moves.
@@ -93,7 +105,10 @@ class ExplorerConfig(Section):
 
 class ModelConfig(Section):
     urls: list[str] = []  # OpenAI-compatible base URLs, one per vLLM server (GPU)
-    name: str = "Qwen3.6-27B-FP8"
+    # The serving profile (duck.profiles): the model, its quantisation and KV dtype, the
+    # window, and from its memory plan the slots and the context budget everything uses.
+    profile: ProfileName = profiles.DEFAULT_PROFILE
+    name: str = _PLAN.served_name  # the served model name
     temperature: NonNegativeFloat = 0.6  # Qwen's recommended thinking-mode sampling
     top_p: float = Field(0.95, gt=0, le=1)
     top_k: int = Field(20, ge=-1)  # -1: off (vLLM)
@@ -102,7 +117,7 @@ class ModelConfig(Section):
     # it by default): the prompt then only ever grows at its end, so the prefix cache hits,
     # at the price of a faster-filling context. None: the template's own default.
     preserve_thinking: bool | None = True
-    max_output_tokens: PositiveInt = 4096  # the Duck had no cap; its calls averaged ~800 tokens
+    max_output_tokens: PositiveInt = _PLAN.output_tokens  # Flash-Next: 12,288 (FIELD §3)
     timeout_s: PositiveFloat = 180.0  # per request; what arrived by then is kept
     stall_s: PositiveFloat = 60.0  # no byte for this long ends the request
     retries: NonNegativeInt = 3
@@ -115,7 +130,9 @@ class KernelConfig(Section):
     output_chars: PositiveInt = 4096  # head+tail kept of each call's output (the Duck's cap)
     memory_mb: PositiveInt = 2048  # address-space limit of the worker (numpy needs ~300 MB)
     file_mb: PositiveInt = 16  # largest file model code may write in its temp dir
-    disk_mb: PositiveInt = 256  # all of its temp dir (a tmpfs of this size where mounts work; else checked)
+    # All of its temp dir (a tmpfs of this size where mounts work; else checked): the
+    # host-RAM plan's share per kernel (duck.profiles), at most 256 MB.
+    disk_mb: PositiveInt = _PLAN.kernel_disk_mb
     # Sandbox layers not to apply even where the machine allows them (duck.sandbox.isolation):
     # for testing the fallbacks, and a way out if a layer misbehaves on some machine.
     layers_off: list[Literal["uid", "namespaces", "landlock", "seccomp"]] = []
@@ -127,7 +144,7 @@ class KernelConfig(Section):
 
 
 class AgentConfig(Section):
-    context_tokens: PositiveInt = 32768  # prompt budget per game (see DESIGN §1c: KV cache share)
+    context_tokens: PositiveInt = _PLAN.context_tokens  # prompt + output budget per game: the memory plan's
     evict_to: float = Field(0.5, gt=0, lt=1)  # near the budget, drop old turns until the prompt is this share
     # The Duck's rules, for the A/B baseline (experiments/baseline.toml): both false.
     keep_notes_on_game_over: bool = True
@@ -192,7 +209,7 @@ class SchedulerConfig(Section):
     """When games start and stop (scheduler/): the policy, its thresholds, the slots."""
 
     policy: SchedulerName = "adaptive"
-    slots: PositiveInt = 28  # games played at once (vLLM's max_num_seqs leaves room for restarts)
+    slots: PositiveInt = _PLAN.slots  # games played at once: the memory plan's slots
     fixed: FixedConfig = FixedConfig()
     adaptive: AdaptiveConfig = AdaptiveConfig()
 
@@ -246,6 +263,62 @@ class Config(Section):
     agent: AgentConfig = AgentConfig()
     scheduler: SchedulerConfig = SchedulerConfig()
     kaggle: KaggleConfig = KaggleConfig()
+    # The fields _resolve filled in from the plan (dotted names): with_values() unsets them
+    # again, so that a changed profile or budget is planned anew.
+    _derived: tuple[str, ...] = PrivateAttr(default=())
+    _plan: profiles.Plan | None = PrivateAttr(default=None)
+
+    @model_validator(mode="after")
+    def _resolve(self) -> "Config":
+        """Plan the fields no file or override set from the serving profile's memory plan."""
+        m, s = self.model, self.model.serve
+
+        def given(section: BaseModel, key: str) -> Any:
+            return getattr(section, key) if key in section.model_fields_set else None
+        try:
+            p = profiles.plan(m.profile, model_path=given(s, "model_path"), gpu_mib=s.gpu_memory_mib,
+                              host_gb=s.host_memory_gb, utilization=given(s, "gpu_memory_utilization"),
+                              kv_cache_dtype=given(s, "kv_cache_dtype"), window=given(s, "max_model_len"),
+                              context_tokens=given(self.agent, "context_tokens"),
+                              output_tokens=given(m, "max_output_tokens"), slots=given(self.scheduler, "slots"),
+                              max_num_seqs=given(s, "max_num_seqs"), low_water=self.agent.evict_to,
+                              kernel_disk_mb=given(self.kernel, "disk_mb"))
+        except profiles.ProfileError as e:
+            raise ValueError(str(e)) from None
+        derived = []
+        for section, key, value in ((m, "name", p.served_name), (s, "model_path", p.checkpoint),
+                                    (s, "max_model_len", p.window), (s, "gpu_memory_utilization", p.utilization),
+                                    (s, "max_num_seqs", p.max_num_seqs), (s, "kv_cache_dtype", p.kv_cache_dtype),
+                                    (m, "max_output_tokens", p.output_tokens),
+                                    (self.agent, "context_tokens", p.context_tokens),
+                                    (self.scheduler, "slots", p.slots), (self.kernel, "disk_mb", p.kernel_disk_mb)):
+            if key not in section.model_fields_set:
+                setattr(section, key, value)
+                derived.append(_dotted(self, section, key))
+        self._derived, self._plan = tuple(derived), p
+        return self
+
+    @property
+    def plan(self) -> profiles.Plan:
+        """The serving profile's memory plan this config was resolved with (duck.profiles)."""
+        assert self._plan is not None
+        return self._plan
+
+    @property
+    def derived(self) -> tuple[str, ...]:
+        """The dotted fields that came from the plan rather than from a file or override."""
+        return self._derived
+
+
+def _dotted(cfg: Config, section: BaseModel, key: str) -> str:
+    for name in type(cfg).model_fields:
+        top = getattr(cfg, name)
+        if top is section:
+            return f"{name}.{key}"
+        for sub in type(top).model_fields:
+            if getattr(top, sub) is section:
+                return f"{name}.{sub}.{key}"
+    raise KeyError(key)
 
 
 def _set(doc: dict[str, Any], dotted: str, value: Any) -> None:
@@ -305,6 +378,12 @@ def with_values(cfg: Config, values: dict[str, Any]) -> Config:
     """A copy of `cfg` with dotted fields replaced (`{"play.seed": 3}`), validated as
     load_config validates (ConfigError)."""
     doc = cfg.model_dump()
+    for key in cfg.derived:  # planned anew from what is set
+        *path, last = key.split(".")
+        d = doc
+        for k in path:
+            d = d[k]
+        d.pop(last, None)
     for key, value in values.items():
         _set(doc, key, value)
     return _validate(doc)

@@ -12,6 +12,7 @@
     play                                  any policy under a budget; records; scores
     game                                  game access and perception (the only importer of arc_agi)
     config, paths, seeds                  the one config surface; stable seeds from names
+    profiles                              the serving profiles and their memory plan (the config's defaults)
 
 A module may import from lower layers and from its own package, never upwards or sideways
 (sandbox, explorer and llm do not import each other). Lazy imports inside functions count too.
@@ -26,6 +27,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 LAYERS = {
+    "duck.profiles": -1,
     "duck.config": 0, "duck.paths": 0, "duck.seeds": 0,
     "duck.game": 1,
     "duck.play": 2,

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from duck.config import ModelConfig, load_config
+from duck.config import ModelConfig, load_config, with_values
 from duck.llm.client import ModelClient
 from duck.llm.serve import ServeError, VLLMServer, command
 
@@ -77,11 +77,12 @@ def cfg(tmp_path):
 
 
 def test_command_has_the_flags_the_field_found_stable(cfg):
+    cfg = with_values(cfg, {"model.profile": "qwen3.6-27b"})  # the window and memory share come from its plan
     argv, env = command(cfg.model.serve, "Qwen3.6-27B-FP8")
     line = " ".join(argv)
     assert argv[1:3] == ["serve", "Qwen/Qwen3.6-27B-FP8"]
     for flag in ("--tool-call-parser qwen3_coder", "--reasoning-parser qwen3", "--enable-prefix-caching",
-                 "--enable-auto-tool-choice", "--max-model-len 40960", "--gpu-memory-utilization 0.9",
+                 "--enable-auto-tool-choice", "--max-model-len 65536", "--gpu-memory-utilization 0.92",
                  "--max-num-batched-tokens 8192", "--stream-interval 16", "--served-model-name Qwen3.6-27B-FP8",
                  "--enable-prompt-tokens-details"):
         assert flag in line, flag
