@@ -58,6 +58,8 @@ class RunView:
         self._live: Any = None
         self._console: Any = None
         self._fallback_said = False
+        self._started = False
+        self._pending: list[str] = []  # notices given before start(): said right after the title
 
     # --- lifecycle ------------------------------------------------------------------------
 
@@ -71,6 +73,9 @@ class RunView:
             self._live.start()
         else:
             self._say(f"duck play: {self.title}")
+        self._started = True
+        for text in self._pending:
+            self._print_notice(text)
 
     def close(self) -> None:
         if self._live is not None:
@@ -78,7 +83,7 @@ class RunView:
             self._live = None
             self._console.print(self._table(final=True))
         else:
-            self._say(f"duck play: {self._totals()}")
+            self._say(f"duck play: {self._totals(final=True)}")
 
     def kill_line(self, text: str) -> None:
         """The second Ctrl-C: no redraw, no summary, one line, the cursor back."""
@@ -134,6 +139,12 @@ class RunView:
         if text in self.notices:
             return
         self.notices.append(text)
+        if not self._started:
+            self._pending.append(text)
+        else:
+            self._print_notice(text)
+
+    def _print_notice(self, text: str) -> None:
         if self._live is not None:
             self._console.print(f"duck play: {text}", markup=False)
         else:
@@ -168,25 +179,29 @@ class RunView:
             out[r.state] = out.get(r.state, 0) + 1
         return out
 
-    def _totals(self) -> str:
+    def _totals(self, final: bool = False) -> str:
         c = self._counts()
         played = [r for r in self.rows.values() if r.state not in ("queued", "skipped")]
         mean = sum(r.score for r in played) / len(played) if played else 0.0
         parts = [f"{c.get('done', 0)}/{len(self.rows)} games done"]
-        for state in ("playing", "stopped", "error", "disk_full", "queued", "skipped"):
+        for state, label in (("playing", "playing"), ("stopped", "stopped mid-game"), ("error", "with an error"),
+                             ("disk_full", "cut by the full disk"), ("queued", "queued" if not final else "not started"),
+                             ("skipped", "not started")):
             if c.get(state):
-                parts.append(f"{c[state]} {'not started' if state in ('queued', 'skipped') else state}")
+                parts.append(f"{c[state]} {label}")
         fell = sum(1 for r in self.rows.values() if r.fallback)
         if fell:
-            parts.append(f"{fell} played by the explorer after the model became unreachable")
-        return ", ".join(parts) + f"; score so far {mean:.3f}% (mean over the games played)"
+            parts.append(f"{fell} finished by the explorer: {UNREACHABLE}")
+        return ", ".join(parts) + f"; mean score of these {len(played)} games {'' if final else 'so far '}{mean:.3f}%"
 
     def _table(self, final: bool = False) -> Any:
+        from rich.console import Group
         from rich.table import Table
+        from rich.text import Text
         with self._lock:
             rows = list(self.rows.values())
-            title = f"{self.title} · {self._totals()}" + ("" if final else " · Ctrl-C stops")
-        table = Table(title=title, title_justify="left", box=None, pad_edge=False, expand=False)
+            head = f"{self.title}\n{self._totals(final)}" + ("" if final else " · Ctrl-C stops")
+        table = Table(box=None, pad_edge=False, expand=False)
         for col in ("game", "state", "level", "actions", "score", "policy"):
             table.add_column(col, justify="right" if col in ("level", "actions", "score") else "left")
         shown = rows
@@ -198,8 +213,9 @@ class RunView:
             queued = sum(1 for r in rows if r.state == "queued")
         for r in shown:
             levels = f"{r.levels}/{r.levels_total}" if r.levels_total else str(r.levels)
-            state = r.state + (f" ({r.error[:60]})" if r.error and final else "")
+            state = {"skipped": "not started", "disk_full": "disk full"}.get(r.state, r.state)
+            state += f" ({r.error[:60]})" if r.error and final else ""
             table.add_row(r.game, state, levels, str(r.actions), f"{r.score:.3f}", r.policy_shown)
         if not final and queued:
             table.add_row(f"… {queued} queued", "", "", "", "", "")
-        return table
+        return Group(Text(head, style="bold"), table)
