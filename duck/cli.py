@@ -17,36 +17,63 @@ import json
 import logging
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-# The commands other modules implement: name -> (module, help, the arguments that name input
-# files or folders that must exist). The module is imported only when its command runs: most
-# bring the model client (openai, ~0.6 s to import), the toolkit (arc_agi, ~0.7 s: flask,
-# matplotlib) or the report's plotting, which `duck --help`, `duck score` and the explorer's
-# `duck play` never need. tests/test_cli.py checks that each module registers these names
-# with this help text.
-COMMANDS: dict[str, tuple[str, str, tuple[str, ...]]] = {
-    "simulate": ("scheduler.cli", "replay recorded progress curves under a scheduling policy", ("runs",)),
-    "replay": ("duck.lab.replay", "replay Duck traces through the kernel (replay.json), or with --through-agent "
-               "through the whole agent loop (replay_loop.json)", ("traces_dir", "games")),
-    "report": ("duck.lab.report.build", "per-game scoring report (report.html + report.md) of a run folder; "
-               "with two, a comparison game by game", ()),
-    "ab": ("duck.lab.ab.run", "paired A/B experiment of two configs on the same games and seeds", ("a", "b", "games")),
-    "ab-stats": ("duck.lab.ab.run", "A/B statistics from run folders or runs.jsonl-format files", ("a", "b")),
-    "ab-merge": ("duck.lab.ab.run", "gather `duck ab --shard` folders into one and score it", ("shards",)),
-    "serve": ("duck.llm.serve", "start vLLM (one server per GPU), wait until ready, supervise it", ("config",)),
-    "stub-server": ("duck.testing.stub.server", "a local OpenAI-compatible server driven by a scripted model",
-                    ("replies", "traces", "solutions", "conversation")),
-    "rehearse": ("duck.testing.rehearse.run", "rehearse a Kaggle run: the real notebook, a local gateway, "
-                 "a stand-in vLLM", ("games",)),
-    "doctor": ("duck.lab.doctor", "check a GPU machine: driver, vLLM, duck serve, a smoke chat, three games", ("games",)),
+@dataclass(frozen=True)
+class Command:
+    """A command another module implements (its `register(subparsers)`): imported only when it
+    runs. `inputs`: the arguments (dest names) that name files or folders that must exist;
+    `positive`: the numbers that must be above 0. Both are checked here, before the command
+    runs, so that its bad input is one line whatever its own code would have raised."""
+
+    module: str
+    help: str
+    inputs: tuple[str, ...] = ()
+    positive: tuple[str, ...] = ()
+
+
+# Most of these modules bring the model client (openai, ~0.6 s to import), the toolkit
+# (arc_agi: flask, requests) or the report's plotting (matplotlib), which `duck --help`,
+# `duck score` and the explorer's `duck play` never need. tests/test_cli.py checks that each
+# module registers these names with this help text.
+COMMANDS: dict[str, Command] = {
+    "simulate": Command("scheduler.cli", "replay recorded progress curves under a scheduling policy",
+                        ("runs", "baselines"), ("seeds", "games", "slots", "budget")),
+    "replay": Command("duck.lab.replay", "replay Duck traces through the kernel (replay.json), or with "
+                      "--through-agent through the whole agent loop (replay_loop.json)",
+                      ("traces_dir", "games"), ("workers", "timeout")),
+    "report": Command("duck.lab.report.build", "per-game scoring report (report.html + report.md) of a run "
+                      "folder; with two, a comparison game by game", ("duck_summary",)),
+    "ab": Command("duck.lab.ab.run", "paired A/B experiment of two configs on the same games and seeds",
+                  ("a", "b", "games"), ("passes", "max_passes", "budget_s", "game_seconds", "workers", "boot", "perm")),
+    "ab-stats": Command("duck.lab.ab.run", "A/B statistics from run folders or runs.jsonl-format files",
+                        ("A", "B"), ("boot", "perm")),
+    "ab-merge": Command("duck.lab.ab.run", "gather `duck ab --shard` folders into one and score it", ("shards",),
+                        ("boot", "perm")),
+    "serve": Command("duck.llm.serve", "start vLLM (one server per GPU), wait until ready, supervise it", ("config",)),
+    "stub-server": Command("duck.testing.stub.server", "a local OpenAI-compatible server driven by a scripted model",
+                           ("replies", "traces", "solutions", "conversation")),
+    "rehearse": Command("duck.testing.rehearse.run", "rehearse a Kaggle run: the real notebook, a local gateway, "
+                        "a stand-in vLLM", ("games",), ("budget_seconds", "max_actions")),
+    "doctor": Command("duck.lab.doctor", "check a GPU machine: driver, vLLM, duck serve, a smoke chat, three games",
+                      ("games", "lock", "config"), ("game_seconds", "max_actions")),
 }
 EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED = 2, 1, 130
+DESCRIPTION = ("duck-arc3: play the ARC-AGI-3 games with a Duck-style model agent (a Qwen model writing Python "
+               "in a sandbox) or the non-LLM explorer, and score, report and compare the runs.")
 
 
 class BadInput(ValueError):
     """A command's input is wrong: reported in one line, exit status 2."""
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with its usage errors in one line (the usage is one `--help` away)."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def _play(args: argparse.Namespace) -> int:
@@ -117,6 +144,8 @@ def _after_play(args: argparse.Namespace, doc: dict, interrupted_code: int) -> i
         ([f"duck play --resume --out {out}"] if doc.get("partial") else [])
     print(json.dumps(summary, indent=1))
     _warn_problems(doc)
+    if doc.get("resumed") == []:
+        print(f"duck play: nothing to resume: every game of {out} has finished (score.json recomputed)", file=sys.stderr)
     status = doc.get("run_status")
     played = len(doc["games"])
     short = len(doc.get("unfinished") or [])
@@ -131,7 +160,7 @@ def _after_play(args: argparse.Namespace, doc: dict, interrupted_code: int) -> i
         print(f"duck play: interrupted ({doc.get('stopped_by') or 'Ctrl-C'}): {played - short} game(s) finished, "
               f"{short} stopped mid-game, {missing} not started; {where}; finish with: duck play --resume --out {out}",
               file=sys.stderr)
-        return interrupted_code
+        return interrupted_code if doc.get("stopped_by") != "SIGTERM" else 128 + 15
     if status == "disk_full":
         print(f"duck play: error: the disk is full: the run stopped ({played - short} game(s) finished, {short} cut, "
               f"{missing} not started; records keep every line written); {where}; free space, then: "
@@ -226,7 +255,7 @@ def _command_of(argv: list[str]) -> str | None:
 
 def build_parser(command: str | None = "*") -> argparse.ArgumentParser:
     """The parser; only `command`'s module is imported ("*": every command's, as for tests)."""
-    p = argparse.ArgumentParser(prog="duck", description=__doc__.split("\n\n")[0],
+    p = Parser(prog="duck", description=DESCRIPTION,
                                 epilog="duck COMMAND --help: that command's flags. README.md: what each does.")
     p.add_argument("-v", "--verbose", action="store_true",
                    help="log at INFO (what each game did, the model client's retries) and show tracebacks")
@@ -237,25 +266,38 @@ def build_parser(command: str | None = "*") -> argparse.ArgumentParser:
         sub.add_parser("play", help="play every game of a folder and score the run")
     _add_score(sub)
     modules: list[str] = []
-    for name, (module, help_, _) in COMMANDS.items():
-        if command == "*" or COMMANDS.get(command, ("",))[0] == module:
-            if module not in modules:
-                modules.append(module)
+    chosen = COMMANDS[command].module if command in COMMANDS else None
+    for name, c in COMMANDS.items():
+        if command == "*" or c.module == chosen:
+            if c.module not in modules:
+                modules.append(c.module)
         else:
-            sub.add_parser(name, help=help_)
+            sub.add_parser(name, help=c.help)
     for module in modules:
         importlib.import_module(module).register(sub)
     return p
 
 
-def _check_inputs(args: argparse.Namespace) -> None:
-    """The input paths a command names must exist (COMMANDS' third field): one line each."""
-    for dest in COMMANDS.get(args.command, ("", "", ()))[2]:
+def _check_inputs(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """What a command names must be there and make sense (Command.inputs, .positive; an
+    --out that is a file): one line each, before the command runs."""
+    c = COMMANDS.get(args.command)
+    if c is None:
+        return
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[args.command]
+    label = {a.dest: (a.option_strings[-1] if a.option_strings else (a.metavar or a.dest)) for a in sub._actions}
+    for dest in c.inputs:
         values = getattr(args, dest, None)
         for value in values if isinstance(values, list) else [values]:
-            if isinstance(value, str) and value and not Path(value).exists() and "://" not in value:
-                flag = dest if dest in ("traces_dir",) else "--" + dest.replace("_", "-")
-                raise BadInput(f"{flag} {value}: no such file or folder")
+            if isinstance(value, str) and value and "://" not in value and not Path(value).exists():
+                raise BadInput(f"{label.get(dest, dest)} {value}: no such file or folder")
+    for dest in c.positive:
+        value = getattr(args, dest, None)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value <= 0:
+            raise BadInput(f"{label.get(dest, dest)} {value}: must be above 0")
+    out = getattr(args, "out", None)
+    if isinstance(out, str) and Path(out).exists() and not Path(out).is_dir():
+        raise BadInput(f"--out {out} is a file, not a folder")
 
 
 def _input_error(e: BaseException) -> bool:
@@ -277,9 +319,19 @@ def _os_error(e: OSError) -> str:
     return f"{where}{e.strerror or e}"
 
 
+def _as_list(value: Any) -> list[str]:
+    return [str(v) for v in (value if isinstance(value, list) else [value]) if v]
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else repr(e)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    args = build_parser(_command_of(argv)).parse_args(argv)
+    parser = build_parser(_command_of(argv))
+    args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("arc_agi").setLevel(logging.WARNING if args.verbose else logging.ERROR)
@@ -289,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger("duck.llm").setLevel(logging.ERROR)
     cmd = f"duck {args.command}"
     try:
-        _check_inputs(args)
+        _check_inputs(parser, args)
         return args.func(args)
     except KeyboardInterrupt:
         print(f"{cmd}: interrupted", file=sys.stderr)
@@ -309,15 +361,21 @@ def main(argv: list[str] | None = None) -> int:
         if args.verbose:
             raise
         if isinstance(e, OSError):
+            if e.errno == errno.EADDRINUSE and getattr(args, "port", None):
+                print(f"{cmd}: error: --port {args.port}: already in use (another server listens there)", file=sys.stderr)
+                return EXIT_BAD_INPUT
             print(f"{cmd}: error: {_os_error(e)}", file=sys.stderr)
             return EXIT_FAILED if e.errno in (errno.ENOSPC, errno.EDQUOT) else EXIT_BAD_INPUT
-        if isinstance(e, (ValueError, UnicodeDecodeError)):  # unreadable or malformed input files
-            given = [str(getattr(args, d)) for d in COMMANDS.get(args.command, ("", "", ()))[2] if getattr(args, d, None)]
-            print(f"{cmd}: error: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else e!r}"
-                  + (f" (reading {', '.join(given)})" if given else ""), file=sys.stderr)
+        if isinstance(e, ValueError):  # a malformed input file, or a value the command refused
+            c = COMMANDS.get(args.command)
+            given = [v for d in (c.inputs if c else ()) for v in _as_list(getattr(args, d, None))]
+            kind = {"JSONDecodeError": "malformed JSON", "TOMLDecodeError": "malformed TOML",
+                    "UnicodeDecodeError": "not UTF-8 text"}.get(type(e).__name__, type(e).__name__)
+            print(f"{cmd}: error: {kind}: {_first_line(e)}" + (f" (reading {', '.join(given)})" if given else ""),
+                  file=sys.stderr)
             return EXIT_BAD_INPUT
-        print(f"{cmd}: error: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''} "
-              f"(duck -v {args.command} ... shows the traceback)", file=sys.stderr)
+        print(f"{cmd}: error: {type(e).__name__}: {_first_line(e)} (duck -v {args.command} ... shows the traceback)",
+              file=sys.stderr)
         return EXIT_FAILED
 
 

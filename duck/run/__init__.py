@@ -181,7 +181,7 @@ def play_folder(games_dir: str | Path | None, out: str | Path, cfg: Config | Non
         info["status"] = entry["status"] = "complete"
         entry["ended"] = now()
         write_info(out, info)
-        return write_score(out)
+        return write_score(out) | {"resumed": []}
 
     ends, reason = _play(games_dir, out, cfg, todo, interactive=interactive, unreachable=unreachable)
     status = ("interrupted" if reason else
@@ -200,6 +200,8 @@ def play_folder(games_dir: str | Path | None, out: str | Path, cfg: Config | Non
         doc["run_status"] = status
         doc["not_written"] = f"score.json could not be written: {e.strerror or e}"
     doc["stopped_by"] = reason
+    if resume:
+        doc["resumed"] = todo
     doc["fallback"] = sorted({e["game"] for e in ends if e.get("fallback")})
     return doc
 
@@ -225,11 +227,11 @@ def _resume_plan(out: Path, values: dict[str, Any]) -> tuple[dict, Config, str, 
         raise RunError(f"--resume: no run folder at {out}")
     try:
         info = read_info(out)
-        if info is None:
-            raise RunError(f"--resume: {out} has no run.json (only a folder duck play wrote can be resumed)")
-        cfg = config_of(info)
+        cfg = config_of(info) if info is not None else None
     except ValueError as e:
         raise RunError(f"--resume: {e}") from None
+    if info is None or cfg is None:
+        raise RunError(f"--resume: {out} has no run.json (only a folder duck play wrote can be resumed)")
     extra = {k: v for k, v in values.items() if k not in ("play.workers", "model.urls")}
     if extra:
         raise RunError(f"--resume plays with the run's own config (run.json); not with {', '.join(extra)}")

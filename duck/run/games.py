@@ -44,11 +44,26 @@ def init_worker(stop: Any, queue: Any) -> None:
     to `queue`."""
     global _stop, _sink
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not the run's handler, which the fork copied
+    _die_with_parent()
     _stop, _sink = stop, queue.put
     root = logging.getLogger()
     for h in list(root.handlers):
         root.removeHandler(h)
     root.addHandler(logging.handlers.QueueHandler(queue))
+
+
+def _die_with_parent() -> None:
+    """A worker whose run was killed (SIGKILL, OOM) must not play on alone: Linux's parent-death
+    signal kills it with its parent (elsewhere: nothing; the pool's own pipes end it later)."""
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() == 1:  # the parent died before the call
+        os._exit(1)
 
 
 def use_here(stop: Any, sink: Callable[[dict], None]) -> None:
