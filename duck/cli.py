@@ -45,7 +45,7 @@ COMMANDS: dict[str, Command] = {
                       "--through-agent through the whole agent loop (replay_loop.json)",
                       ("traces_dir", "games"), ("workers", "timeout")),
     "report": Command("duck.lab.report.build", "per-game scoring report (report.html + report.md) of a run "
-                      "folder; with two, a comparison game by game", ("duck_summary",)),
+                      "folder; with two, a comparison game by game"),
     "ab": Command("duck.lab.ab.run", "paired A/B experiment of two configs on the same games and seeds",
                   ("a", "b", "games"), ("passes", "max_passes", "budget_s", "game_seconds", "workers", "boot", "perm")),
     "ab-stats": Command("duck.lab.ab.run", "A/B statistics from run folders or runs.jsonl-format files",

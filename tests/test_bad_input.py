@@ -228,7 +228,6 @@ CATALOG: list[tuple[str, str, int, tuple[str, ...]]] = [
     ("report A B, B missing", "report {DONE} {B}/nope", 2, ("no such folder",)),
     ("report A B, B without records", "report {DONE} {B}/emptydir", 2, ("no records/",)),
     ("report of three runs", "report {DONE} {DONE} {DONE}", 2, ("not 3",)),
-    ("report --duck-summary missing", "report {DONE} --duck-summary {B}/nope.json", 2, ("no such file",)),
     ("report --duck-summary malformed", "report {DONE} --duck-summary {B}/bad.json", 2, ("summary.json",)),
     # duck simulate (issue 29's module: checked here, in the CLI layer)
     ("simulate --runs missing", "simulate --runs {B}/nope.jsonl", 2, ("--runs", "no such file")),

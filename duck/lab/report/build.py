@@ -84,6 +84,8 @@ def _cmd(args: argparse.Namespace) -> int:
         if not Path(run).is_dir():
             raise SystemExit(f"{run}: " + ("not a folder" if Path(run).exists() else "no such folder"))
     _writable(args.out)
+    if args.duck_summary is not None and Path(args.duck_summary).exists():  # absent: no column (its help)
+        _summary_file(Path(args.duck_summary))
     if len(runs) == 2:
         from duck.lab.report.compare import write_comparison
         paths = write_comparison(runs[0], runs[1], args.out)
@@ -92,6 +94,16 @@ def _cmd(args: argparse.Namespace) -> int:
                              conversations=not args.no_conversations)
     print(json.dumps({k: str(v) for k, v in paths.items()}))
     return 0
+
+
+def _summary_file(path: Path) -> None:
+    """A summary file named on the command line must be the Duck's summary.json."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise SystemExit(f"--duck-summary {path}: not the Duck's summary.json ({type(e).__name__}: {e})") from None
+    if not isinstance(doc, dict):
+        raise SystemExit(f"--duck-summary {path}: not the Duck's summary.json (not an object)")
 
 
 def _writable(out: str | None) -> None:

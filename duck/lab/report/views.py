@@ -225,28 +225,17 @@ def game_view(rec: Record, duck: dict[str, Any] | None = None) -> GameView:
 # ---------------------------------------------------------------------------------------
 
 def load_duck_summary(path: str | Path | None) -> dict[str, Any] | None:
-    """summary.json of the Duck's traces, or None when absent (the column is then left out).
-    A file named explicitly (`--duck-summary`) that is missing or malformed is an error."""
-    explicit = path is not None
+    """summary.json of the Duck's traces, or None when absent (the column is then left out)."""
     if path is None:
         env = os.environ.get("DUCK_TRACES_SUMMARY")
         path = Path(env) if env else DEFAULT_DUCK_SUMMARY
     path = Path(path)
     if not path.is_file():
-        if explicit:
-            raise SystemExit(f"--duck-summary {path}: no such file")
         return None
     try:
-        doc = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        if explicit:
-            raise SystemExit(f"--duck-summary {path}: not the Duck's summary.json ({type(e).__name__}: {e})") from None
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
         return None
-    if not isinstance(doc, dict):
-        if explicit:
-            raise SystemExit(f"--duck-summary {path}: not the Duck's summary.json (not an object)")
-        return None
-    return doc
 
 
 def duck_for(summary: dict[str, Any] | None, game_id: str) -> dict[str, Any] | None:

@@ -1,0 +1,57 @@
+"""How long `duck` takes to start: `python -m duck.bench startup [--runs 5] [--baseline-duck PATH]`.
+
+Times, as wall clock of a fresh process each, `duck --help` and the explorer's shortest run
+(`duck play --games tests/games --only zs01 --policy explorer --max-actions 1`: start-up,
+config, the toolkit, one game made and one action recorded, score.json, run.json), `--runs`
+times each, interleaved with the same commands of `--baseline-duck` (another checkout's
+`.venv/bin/duck`, e.g. main's) when given. Prints JSON: per command the median, min and max in
+seconds and the ratio to the baseline's median. The issue's bar: both under 1 s."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+GAMES = Path(__file__).resolve().parents[2] / "tests" / "games"
+
+
+def _time(argv: list[str]) -> float:
+    t0 = time.perf_counter()
+    r = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=300)
+    dt = time.perf_counter() - t0
+    if r.returncode != 0:
+        raise SystemExit(f"{' '.join(argv)} failed ({r.returncode}): {r.stderr.strip()[-300:]}")
+    return dt
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m duck.bench startup", description=__doc__.split("\n\n")[0])
+    p.add_argument("--runs", type=int, default=5, help="fresh processes per command (default 5)")
+    p.add_argument("--duck", default=str(Path(sys.executable).parent / "duck"), help="the duck to time")
+    p.add_argument("--baseline-duck", default=None, help="another duck executable, timed interleaved")
+    a = p.parse_args(argv)
+    arms = {"this": a.duck} | ({"baseline": a.baseline_duck} if a.baseline_duck else {})
+    times: dict[str, dict[str, list[float]]] = {arm: {"help": [], "explorer": []} for arm in arms}
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(a.runs):
+            for arm, duck in arms.items():
+                times[arm]["help"].append(_time([duck, "--help"]))
+                out = Path(tmp) / f"{arm}-{i}"
+                times[arm]["explorer"].append(_time([duck, "play", "--games", str(GAMES), "--only", "zs01", "--policy",
+                                                     "explorer", "--max-actions", "1", "--out", str(out)]))
+    doc: dict = {"runs": a.runs, "loadavg_1min": round(os.getloadavg()[0], 2), "cpus": os.cpu_count()}
+    for arm, per in times.items():
+        doc[arm] = {cmd: {"median_s": round(statistics.median(v), 3), "min_s": round(min(v), 3),
+                          "max_s": round(max(v), 3)} for cmd, v in per.items()}
+    if "baseline" in doc:
+        doc["ratio"] = {cmd: round(doc["this"][cmd]["median_s"] / doc["baseline"][cmd]["median_s"], 3)
+                        for cmd in ("help", "explorer")}
+    print(json.dumps(doc, indent=1))
+    return 0
