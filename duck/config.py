@@ -23,15 +23,29 @@ import json
 import os
 import tomllib
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
 
-from pydantic import (BaseModel, ConfigDict, Field, NonNegativeFloat, NonNegativeInt, PositiveFloat,
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, NonNegativeFloat, NonNegativeInt, PositiveFloat,
                       PositiveInt, PrivateAttr, ValidationError, model_validator)
 
 import duck.profiles as profiles
 
 
 PolicyName = Literal["random", "explorer", "llm"]  # what duck.policies.make_policy knows
+
+
+def _policy_spec(value: str) -> str:
+    """A policy by name, or a user's policy class in a file: `path/to/file.py:ClassName`
+    (duck.policies.load_policy_file; `duck play --policy`)."""
+    if value in get_args(PolicyName):
+        return value
+    path, sep, cls = value.rpartition(":")
+    if not sep or not path.endswith(".py") or not cls.isidentifier():
+        raise ValueError(f"a policy is one of {', '.join(get_args(PolicyName))} or FILE.py:ClassName")
+    return value
+
+
+PolicySpec = Annotated[str, AfterValidator(_policy_spec)]
 ProfileName = Literal["flash-next", "qwen3.8-27b", "qwen3.6-27b"]  # duck.profiles.PROFILES
 SchedulerName = Literal["fixed", "adaptive"]  # what scheduler.policy.make_policy knows
 # The default profile's plan: the defaults of the planned fields when a section is made on
@@ -49,11 +63,15 @@ class Section(BaseModel):
 
 class PlayConfig(Section):
     games_dir: str = "environment_files"  # the public games, fetched (see the README)
-    policy: PolicyName = "explorer"  # the non-LLM default: runs anywhere, no GPU
+    policy: PolicySpec = "explorer"  # the non-LLM default: runs anywhere, no GPU; or FILE.py:ClassName
     seed: int = 0
     max_actions: PositiveInt = 1000  # per game; ~7x the Duck's mean of 137 actions per game
     workers: PositiveInt = 1  # parallel game processes (the engine is pure Python under the GIL)
     conversations: bool = True  # a model-played game writes its conversation (duck.play.conversation)
+    # `duck play --policy llm` when no model server answers: False, an error before anything
+    # plays (a run that quietly played the explorer instead reads like a model's score); True,
+    # agent.fallback plays every game and the progress line and the summary say so.
+    model_fallback: bool = False
 
 
 class ServeConfig(Section):
@@ -374,8 +392,7 @@ def load_config(files: list[str | Path] = (), overrides: list[str] = (),
     ConfigError (one line) on an unknown key or a bad value."""
     doc: dict[str, Any] = {}
     for f in files:
-        text = Path(f).read_text()
-        part = tomllib.loads(text) if str(f).endswith(".toml") else json.loads(text)
+        part = read_config_file(f)
         for section, values in part.items():
             if isinstance(values, dict):
                 doc.setdefault(section, {}).update(values)
@@ -390,6 +407,28 @@ def load_config(files: list[str | Path] = (), overrides: list[str] = (),
         key, value = item.split("=", 1)
         _set(doc, key.strip(), parse_value(value))
     return _validate(doc)
+
+
+def read_config_file(path: str | Path) -> dict[str, Any]:
+    """One config file (TOML by its `.toml` suffix, else JSON) as a dict; a missing,
+    unreadable or malformed file is a ConfigError naming the file and the problem."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+        part = tomllib.loads(text) if str(path).endswith(".toml") else json.loads(text)
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path}: no such file") from None
+    except IsADirectoryError:
+        raise ConfigError(f"config file {path}: is a folder, not a file") from None
+    except OSError as e:
+        raise ConfigError(f"config file {path}: cannot be read ({e.strerror or e})") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"config file {path}: not UTF-8 text") from None
+    except (tomllib.TOMLDecodeError, json.JSONDecodeError) as e:
+        kind = "TOML" if str(path).endswith(".toml") else "JSON (a .toml suffix reads TOML)"
+        raise ConfigError(f"config file {path}: malformed {kind}: {e}") from None
+    if not isinstance(part, dict):
+        raise ConfigError(f"config file {path}: not a table of sections")
+    return part
 
 
 def with_values(cfg: Config, values: dict[str, Any]) -> Config:

@@ -4,50 +4,163 @@ Nothing below this module knows which policies exist. `make_policy("llm", ...)` 
 agent wrapped in `FallbackPolicy`, so that a game whose model fails (the server keeps
 failing, the notebook's health flag says it is down, or the agent raises) goes on with the
 explorer from where it stands instead of sitting idle; the agent itself only raises.
+
+A user's own policy is a class in one file, `make_policy("path/to/file.py:MyPolicy")`
+(`duck play --policy path/to/file.py:MyPolicy`): a subclass of `UserPolicy` that answers
+`choose_action(obs)`, or any class with `name` and `play(session)` (duck.play.session.Policy).
+It runs in duck's own process (it is the user's code, not the model's: no sandbox).
 """
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 import traceback
-from typing import Any, Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
 
-from duck.agent.loop import AgentPolicy
 from duck.config import POLICIES, Config, load_config
 from duck.explorer.policy import Explorer
-from duck.game.source import GameError
-from duck.llm.health import ModelHealth
+from duck.game.actions import RESET, Action
+from duck.game.source import GameError, Observation
 from duck.play.random_policy import RandomPolicy
-from duck.play.session import PlayStopped, Policy, Session
-from duck.sandbox.host import Kernel
+from duck.play.session import PlayStopped, Policy, Session, game_seed
 from duck.seeds import stable_hash
 
+if TYPE_CHECKING:  # the model side is imported when a model plays (the agent brings openai: ~0.6 s)
+    from duck.agent.loop import AgentPolicy
+    from duck.llm.health import ModelHealth
+    from duck.sandbox.host import Kernel
+
 MODEL_DOWN = "model_down"  # the PlayStopped reason that hands a game to the fallback
+__all__ = ["RESET", "Action", "Observation", "UserPolicy", "make_policy", "load_policy_file"]
+
+
+class PolicyError(ValueError):
+    """A user's policy file that cannot be used, said in one line."""
+
+
+class UserPolicy:
+    """The base of a policy a user writes in one file (README, "Your own policy").
+
+    Implement `choose_action(obs)`: given the current `Observation` (`obs.grid`, the board as
+    a 64x64 numpy array of colours 0-15; `obs.frames`, every frame of the last action's
+    animation; `obs.state`, NOT_FINISHED, WIN or GAME_OVER; `obs.levels_completed`,
+    `obs.win_levels`; `obs.available_actions`, ids 1-7, 6 being a click), return the next
+    `Action` (`Action(1)`..`Action(7)`, `Action.click(x, y)`, `RESET`) or None to stop.
+    The budget (`--max-actions`), Ctrl-C and the record are duck's business: the loop ends
+    when they say so. `self.seed` is the run's seed, `self.rng` a `random.Random` seeded per
+    game, `self.game_id` the game's id and `self.step_count` the actions sent so far.
+    `start(obs)` is called once per game before the first action (default: nothing).
+    """
+
+    name = ""  # the record's "policy"; "" names it after the file and class
+
+    def __init__(self, seed: int = 0) -> None:
+        self.seed = seed
+
+    def start(self, obs: Observation) -> None:
+        """Called once per game, on the first board."""
+
+    def choose_action(self, obs: Observation) -> Action | None:
+        raise NotImplementedError("a UserPolicy implements choose_action(obs)")
+
+    def play(self, session: Session) -> None:
+        import random
+        self.game_id = session.game.game_id
+        self.rng = random.Random(game_seed(self.seed, self.game_id))
+        self.step_count = 0
+        self.start(session.obs)
+        while (action := self.choose_action(session.obs)) is not None:
+            if not isinstance(action, Action):
+                raise TypeError(f"choose_action returned {action!r}, not an Action (or None to stop)")
+            session.step(action)
+            self.step_count = session.game.actions
+
+
+def load_policy_file(spec: str) -> type:
+    """The class `ClassName` of `path/to/file.py:ClassName`, loaded from the file (once per
+    process: the module is kept in sys.modules under a name made from its path). Raises
+    PolicyError (one line) for a missing or broken file, a missing class, or one that is
+    not a policy."""
+    path, _, cls_name = spec.rpartition(":")
+    file = Path(path).resolve()
+    if not file.is_file():
+        raise PolicyError(f"--policy {spec}: no such file {path}")
+    mod_name = "duck_user_policy_" + "".join(c if c.isalnum() else "_" for c in str(file))
+    module = sys.modules.get(mod_name)
+    if module is None:
+        loader = importlib.util.spec_from_file_location(mod_name, file)
+        if loader is None or loader.loader is None:
+            raise PolicyError(f"--policy {spec}: {path} cannot be imported as Python")
+        module = importlib.util.module_from_spec(loader)
+        try:
+            loader.loader.exec_module(module)
+        except SyntaxError as e:
+            raise PolicyError(f"--policy {spec}: syntax error in {path}, line {e.lineno}: {e.msg}") from None
+        except Exception as e:  # the user's module raised on import
+            raise PolicyError(f"--policy {spec}: importing {path} raised {type(e).__name__}: {e}") from None
+        sys.modules[mod_name] = module
+    cls = getattr(module, cls_name, None)
+    if cls is None:
+        names = sorted(n for n, v in vars(module).items() if isinstance(v, type) and hasattr(v, "play")
+                       and v.__module__ == mod_name)
+        raise PolicyError(f"--policy {spec}: {path} has no {cls_name}"
+                          + (f" (its policies: {', '.join(names)})" if names else ""))
+    if not isinstance(cls, type) or not callable(getattr(cls, "play", None)):
+        raise PolicyError(f"--policy {spec}: {cls_name} is not a policy class (subclass duck.policies.UserPolicy, "
+                          "or give it play(session))")
+    return cls
+
+
+def _user_policy(spec: str, seed: int) -> Policy:
+    cls = load_policy_file(spec)
+    try:
+        policy = cls(seed)
+    except TypeError:
+        policy = cls()  # a class that takes no seed
+    if not getattr(policy, "name", ""):
+        policy.name = f"{Path(spec.rpartition(':')[0]).stem}:{cls.__name__}"
+    return policy
 
 
 def make_policy(name: str, seed: int = 0, *, config: Config | None = None, model_url: str | list[str] | None = None,
-                url_index: int | None = None, pass_: int = 0, health: ModelHealth | None = None,
-                kernel_factory: Any = None) -> Policy:
-    """The policy `name` for one game. `config` (default: `load_config()`) configures the
-    agent and names its fallback (`agent.fallback`, None for none); `model_url` overrides
-    `model.urls`; `url_index` picks the endpoint a game starts on (paired A/B units share it);
-    `pass_` seeds the model's sampling; `health` is the notebook's model-down flag."""
+                url_index: int | None = None, pass_: int = 0, health: "ModelHealth | None" = None,
+                kernel_factory: Any = None, on_fallback: Callable[[str], None] | None = None,
+                probe_on_failure: bool = False) -> Policy:
+    """The policy `name` for one game (a name, or `FILE.py:ClassName`: load_policy_file).
+    `config` (default: `load_config()`) configures the agent and names its fallback
+    (`agent.fallback`, None for none); `model_url` overrides `model.urls`; `url_index` picks
+    the endpoint a game starts on (paired A/B units share it); `pass_` seeds the model's
+    sampling; `health` is the model-down flag (the notebook's monitor, or `duck play`'s);
+    `on_fallback(message)` hears when the fallback takes over; `probe_on_failure`: when the
+    agent gives up, probe the server and, when it does not answer, set `health` so that the
+    other games switch at their next action (`duck play`, which has no monitor)."""
     if name == "random":
         return RandomPolicy(seed)
+    if name not in POLICIES and ":" in name:
+        return _user_policy(name, seed)
     cfg = config or load_config()
     if name == "explorer":
         return Explorer(seed=seed, **cfg.explorer.options)
     if name == "llm":
+        from duck.agent.loop import AgentPolicy
+        from duck.llm.client import join_urls
+        from duck.llm.health import probe_model
 
         if kernel_factory is None and cfg.agent.world_model_tools:
             kernel_factory = world_model_kernel(cfg, seed)
 
-        def agent() -> AgentPolicy:
+        def agent() -> "AgentPolicy":
             return AgentPolicy(seed, cfg, model_url=model_url, url_index=url_index, pass_=pass_,
                                kernel_factory=kernel_factory)
 
         if cfg.agent.fallback is None:
             return agent()
-        return FallbackPolicy(agent, lambda: make_policy(cfg.agent.fallback, seed, config=cfg), health)
+        probe = (lambda: probe_model((join_urls(model_url) or cfg.model.urls or [None])[0], 10.0)) \
+            if probe_on_failure else None
+        return FallbackPolicy(agent, lambda: make_policy(cfg.agent.fallback, seed, config=cfg), health,
+                              on_fallback=on_fallback, probe=probe)
     raise ValueError(f"unknown policy {name!r}: {', '.join(POLICIES)}")
 
 
@@ -57,7 +170,9 @@ def world_model_kernel(cfg: Config, seed: int) -> Any:
     does not know the explorer; duck.sandbox.handoff). Each explore(n) call gets an explorer of
     its own, seeded by the call's number, so that repeated calls do not repeat one another."""
 
-    def factory(session: Session, kernel_config: Any) -> Kernel:
+    from duck.sandbox.host import Kernel
+
+    def factory(session: Session, kernel_config: Any) -> "Kernel":
         calls = [0]
 
         def explore(view: Any) -> None:
@@ -77,8 +192,10 @@ class FallbackPolicy:
     name = "llm"
 
     def __init__(self, llm: Callable[[], Policy], fallback: Callable[[], Policy],
-                 health: ModelHealth | None = None) -> None:
+                 health: "ModelHealth | None" = None, *, on_fallback: Callable[[str], None] | None = None,
+                 probe: Callable[[], bool] | None = None) -> None:
         self.llm, self.fallback, self.health = llm, fallback, health
+        self.on_fallback, self.probe = on_fallback, probe
 
     def play(self, session: Any) -> None:
         if self.health is None or self.health.ok():
@@ -90,16 +207,23 @@ class FallbackPolicy:
             except PlayStopped as e:
                 if e.reason != MODEL_DOWN:
                     raise
-                session.event("fallback", "the model server is down: the explorer takes over")
+                self._say(session, "the model server is down: the explorer takes over")
             except GameError:
                 raise
             except Exception as e:  # a failing model or a bug must not idle the game
-                session.event("fallback", f"the model policy failed ({type(e).__name__}: {e}): "
-                                          "the explorer takes over", traceback.format_exc(limit=6))
+                self._say(session, f"the model policy failed ({type(e).__name__}: {e}): the explorer takes over",
+                          traceback.format_exc(limit=6))
+                if self.probe is not None and self.health is not None and not self.probe():
+                    self.health.mark_down(f"{type(e).__name__}: {e}", quiet=True)
         else:
-            session.event("fallback", "no model server: the explorer plays")
+            self._say(session, "no model server: the explorer plays")
         if session.stop_reason() is None:
             self.fallback().play(session)
+
+    def _say(self, session: Any, message: str, detail: Any = None) -> None:
+        session.event("fallback", message, detail)
+        if self.on_fallback is not None:
+            self.on_fallback(message)
 
     def _model_down(self) -> str | None:
         return MODEL_DOWN if self.health is not None and self.health.down() else None

@@ -84,8 +84,9 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--baselines", default=None,
                    help="public-games.json or a games folder (default: environment_files/, "
                         "else ../shared/public-games.json)")
-    p.add_argument("--policy", choices=SCHEDULERS, default="adaptive")
-    p.add_argument("--scenario", choices=sorted(SCENARIOS), default="30min")
+    p.add_argument("--policy", choices=SCHEDULERS, default="adaptive", help="the scheduling policy")
+    p.add_argument("--scenario", choices=sorted(SCENARIOS), default="30min",
+                   help="the budget, margin and games of the simulated run")
     p.add_argument("--seeds", type=int, default=100, help="number of drawn sets")
     p.add_argument("--seed0", type=int, default=0, help="first seed")
     p.add_argument("--compare", action="store_true",

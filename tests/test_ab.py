@@ -66,14 +66,16 @@ def test_ab_writes_paired_records_ab_json_and_report(ab_run: Path):
     assert doc["delta"] == pytest.approx(sum(s["delta"] for s in doc["games"].values()) / 3)
 
 
-def test_rerun_resumes_and_refuses_another_experiment(ab_run: Path, configs, tmp_path: Path):
+def test_rerun_resumes_and_refuses_another_experiment(ab_run: Path, configs, tmp_path: Path, capsys):
     files = sorted(ab_run.rglob("records/*.jsonl"))
     before = {f: f.stat().st_mtime_ns for f in files}
     ab(ab_run, *configs)  # everything is done: nothing is replayed
     assert {f: f.stat().st_mtime_ns for f in files} == before
     other = write(tmp_path / "other.toml", '[play]\npolicy = "random"\nmax_actions = 61\n')
-    with pytest.raises(SystemExit, match="another experiment"):
-        ab(ab_run, configs[0], other)
+    # duck.cli.main turns the refusal into one line on stderr and exit status 2
+    assert main(["ab", "--a", str(configs[0]), "--b", str(other), "--games", str(GAMES), "--passes", "2",
+                 "--out", str(ab_run), "--boot", "500"]) == 2
+    assert "another experiment" in capsys.readouterr().err
 
 
 def test_interrupted_unit_is_replayed(ab_run: Path, configs, tmp_path: Path):

@@ -153,3 +153,239 @@ def test_a_missing_or_unknown_benchmark_names_the_benchmarks(args):
                        text=True, timeout=120)
     one_line_error(r, "duck.bench", "explorer", "calibration")
     assert r.stdout == ""
+
+
+# ---------------------------------------------------------------------------------------------
+# The catalog (issue 31): every kind of bad input a new user tried, through every command, is
+# one line on stderr (exit 2: bad input; 1: a full disk), never a traceback and never silence.
+# Run in-process through duck.cli.main (the same error path as the command line, a fraction of
+# the start-up); `python tests/test_bad_input.py` prints the table of inputs and their lines.
+# ---------------------------------------------------------------------------------------------
+
+# (what, argv; {B}: a folder of bad files, {G}: the bundled games, {DONE}: a finished run,
+#  {NORUN}: a folder with records/ and no run.json, {PORT}: a port in use), exit, words in the line
+CATALOG: list[tuple[str, str, int, tuple[str, ...]]] = [
+    # duck play
+    ("--games missing", "play --games {B}/nope --out {B}/p", 2, ("no such folder",)),
+    ("--games is a file", "play --games {B}/afile --out {B}/p", 2, ("not a folder",)),
+    ("--games has no games", "play --games {B}/emptydir --out {B}/p", 2, ("no games found",)),
+    ("--out is a file", "play --games {G} --out {B}/afile", 2, ("is a file",)),
+    ("--out cannot be made", "play --games {G} --out /proc/duck-x", 2, ("cannot be written",)),
+    ("--out under a file", "play --games {G} --out {B}/afile/sub", 2, ("cannot be written",)),
+    ("--out holds records", "play --games {G} --out {DONE}", 2, ("already holds records", "--resume")),
+    ("--max-actions 0", "play --games {G} --out {B}/p --max-actions 0", 2, ("max_actions",)),
+    ("--max-actions negative", "play --games {G} --out {B}/p --max-actions -5", 2, ("max_actions",)),
+    ("--max-actions not a number", "play --games {G} --out {B}/p --max-actions abc", 2, ("--max-actions", "abc")),
+    ("--workers 0", "play --games {G} --out {B}/p --workers 0", 2, ("workers",)),
+    ("--seed not a number", "play --games {G} --out {B}/p --seed abc", 2, ("--seed",)),
+    ("--only names no game", "play --games {G} --out {B}/p --only zz99", 2, ("no game named zz99",)),
+    ("--config missing", "play --games {G} --out {B}/p --config {B}/nope.toml", 2, ("nope.toml", "no such file")),
+    ("--config malformed TOML", "play --games {G} --out {B}/p --config {B}/bad.toml", 2, ("malformed TOML",)),
+    ("--config malformed JSON", "play --games {G} --out {B}/p --config {B}/bad.json", 2, ("malformed JSON",)),
+    ("--config not a table", "play --games {G} --out {B}/p --config {B}/list.json", 2, ("not a table",)),
+    ("--config binary", "play --games {G} --out {B}/p --config {B}/binary.toml", 2, ("not UTF-8",)),
+    ("--config unknown field", "play --games {G} --out {B}/p --config {B}/unknown.toml", 2, ("play.bogus", "unknown")),
+    ("--config is a folder", "play --games {G} --out {B}/p --config {B}/emptydir", 2, ("is a folder",)),
+    ("--set without =", "play --games {G} --out {B}/p --set play.seed", 2, ("a.b=value",)),
+    ("--set unknown field", "play --games {G} --out {B}/p --set play.bogus=1", 2, ("play.bogus",)),
+    ("--set value out of range", "play --games {G} --out {B}/p --set kernel.call_timeout_s=-1", 2,
+     ("call_timeout_s",)),
+    ("--set unknown profile", "play --games {G} --out {B}/p --set model.profile=bogus", 2, ("model.profile",)),
+    ("DUCK_ variable malformed", "ENV:DUCK_PLAY__SEED=abc play --games {G} --out {B}/p", 2, ("play.seed",)),
+    ("--policy unknown", "play --games {G} --out {B}/p --policy bogus", 2, ("play.policy", "FILE.py:ClassName")),
+    ("--policy llm, no server", "play --games {G} --out {B}/p --policy llm", 2, ("needs a model server",
+                                                                                  "model_fallback")),
+    ("--model-url refused", "play --games {G} --out {B}/p --model-url http://127.0.0.1:9", 2,
+     ("no model server answers", "nothing played")),
+    ("--model-url not a URL", "play --games {G} --out {B}/p --model-url notaurl", 2, ("not an http",)),
+    ("--policy file missing", "play --games {G} --out {B}/p --policy {B}/nope.py:Mine", 2, ("no such file",)),
+    ("--policy class missing", "play --games {G} --out {B}/p --policy {B}/noclass.py:Mine", 2, ("has no Mine",)),
+    ("--policy file syntax error", "play --games {G} --out {B}/p --policy {B}/syntax.py:Mine", 2,
+     ("syntax error", "line 1")),
+    ("--policy file raises on import", "play --games {G} --out {B}/p --policy {B}/raises.py:Mine", 2,
+     ("raised RuntimeError: boom",)),
+    ("--policy class not a policy", "play --games {G} --out {B}/p --policy {B}/notpolicy.py:NotPolicy", 2,
+     ("not a policy class",)),
+    ("--policy not a .py file", "play --games {G} --out {B}/p --policy {B}/afile:Mine", 2, ("FILE.py:ClassName",)),
+    ("--resume without run.json", "play --resume --out {NORUN}", 2, ("no run.json",)),
+    ("--resume of no folder", "play --resume --out {B}/nope", 2, ("no run folder",)),
+    ("--resume with --games", "play --resume --out {DONE} --games {G}", 2, ("own config", "--games")),
+    ("--resume with --set", "play --resume --out {DONE} --set play.seed=3", 2, ("own config", "--set")),
+    ("--resume with --overwrite", "play --resume --out {DONE} --overwrite", 2, ("--overwrite",)),
+    ("--resume of a malformed run.json", "play --resume --out {BADRUN}", 2, ("run.json", "unreadable")),
+    ("a flag without its value", "play --games", 2, ("expected one argument",)),
+    ("an unknown flag", "play --bogus", 2, ("unrecognized arguments",)),
+    # duck score / report
+    ("score: no folder", "score {B}/nope", 2, ("no such folder",)),
+    ("score: a file", "score {B}/afile", 2, ("not a folder",)),
+    ("score: no records/", "score {B}/emptydir", 2, ("no records/",)),
+    ("report: no folder", "report {B}/nope", 2, ("no such folder",)),
+    ("report: a file", "report {B}/afile", 2, ("not a folder",)),
+    ("report: no records/", "report {B}/emptydir", 2, ("no records/",)),
+    ("report: empty records/", "report {NORUN}", 2, ("holds no records",)),
+    ("report --out cannot be made", "report {DONE} --out /proc/duck-x", 2, ("cannot be written",)),
+    ("report --out is a file", "report {DONE} --out {B}/afile", 2, ("is a file",)),
+    ("report A B, B missing", "report {DONE} {B}/nope", 2, ("no such folder",)),
+    ("report A B, B without records", "report {DONE} {B}/emptydir", 2, ("no records/",)),
+    ("report of three runs", "report {DONE} {DONE} {DONE}", 2, ("not 3",)),
+    ("report --duck-summary malformed", "report {DONE} --duck-summary {B}/bad.json", 2, ("summary.json",)),
+    # duck simulate (issue 29's module: checked here, in the CLI layer)
+    ("simulate --runs missing", "simulate --runs {B}/nope.jsonl", 2, ("--runs", "no such file")),
+    ("simulate --runs malformed", "simulate --runs {B}/runs.jsonl", 2, ("malformed JSON", "runs.jsonl")),
+    ("simulate --runs a folder", "simulate --runs {B}/emptydir", 2, ("Is a directory",)),
+    ("simulate --seeds 0", "simulate --runs {B}/afile --seeds 0", 2, ("--seeds", "above 0")),
+    ("simulate --slots negative", "simulate --runs {B}/afile --slots -2", 2, ("--slots", "above 0")),
+    ("simulate --scenario unknown", "simulate --runs {B}/afile --scenario x", 2, ("invalid choice",)),
+    ("simulate --baselines missing", "simulate --runs {B}/afile --baselines {B}/nope", 2, ("--baselines",)),
+    # duck replay, ab, ab-stats, ab-merge
+    ("replay: traces missing", "replay {B}/nope --games {G} --out {B}/r", 2, ("no such file",)),
+    ("replay: traces without runs.jsonl", "replay {B}/emptydir --games {G} --out {B}/r", 2, ("runs.jsonl",)),
+    ("replay --games missing", "replay {B}/emptydir --games {B}/nope --out {B}/r", 2, ("--games",)),
+    ("replay --out is a file", "replay {B}/emptydir --games {G} --out {B}/afile", 2, ("is a file",)),
+    ("ab --a missing", "ab --a {B}/nope.toml --b {B}/nope.toml --games {G} --out {B}/ab", 2, ("--a",)),
+    ("ab --a malformed", "ab --a {B}/bad.toml --b {B}/bad.toml --games {G} --out {B}/ab", 2, ("malformed TOML",)),
+    ("ab --games missing", "ab --a {B}/ok.toml --b {B}/ok.toml --games {B}/nope --out {B}/ab", 2, ("--games",)),
+    ("ab --out is a file", "ab --a {B}/ok.toml --b {B}/ok.toml --games {G} --out {B}/afile", 2, ("is a file",)),
+    ("ab --passes 0", "ab --a {B}/ok.toml --b {B}/ok.toml --games {G} --out {B}/ab --passes 0", 2, ("--passes",)),
+    ("ab-stats: A missing", "ab-stats {B}/nope {B}/nope", 2, ("no such file",)),
+    ("ab-stats: malformed runs", "ab-stats {B}/runs.jsonl {B}/runs.jsonl", 2, ("malformed JSON",)),
+    ("ab-merge: shard missing", "ab-merge {B}/nope --out {B}/m", 2, ("no such file",)),
+    ("ab-merge: not a shard", "ab-merge {B}/emptydir --out {B}/m", 2, ("plan.json",)),
+    # the servers and the rehearsals
+    ("stub-server --replies missing", "stub-server --replies {B}/nope.json", 2, ("--replies",)),
+    ("stub-server --replies malformed", "stub-server --replies {B}/bad.json", 2, ("malformed JSON",)),
+    ("stub-server --conversation missing", "stub-server --conversation {B}/nope.jsonl", 2, ("--conversation",)),
+    ("stub-server --conversation not one", "stub-server --conversation {B}/afile", 2, ("not a conversation file",)),
+    ("stub-server --traces missing", "stub-server --traces {B}/nope --game ls20", 2, ("--traces",)),
+    ("stub-server --port in use", "stub-server --replies {B}/replies.json --port {PORT}", 2, ("already in use",)),
+    ("rehearse --games missing", "rehearse --games {B}/nope", 2, ("--games",)),
+    ("rehearse --budget-seconds negative", "rehearse --budget-seconds -1", 2, ("--budget-seconds", "above 0")),
+    ("doctor --games missing", "doctor --games {B}/nope", 2, ("--games",)),
+    ("doctor --game-seconds 0", "doctor --game-seconds 0", 2, ("--game-seconds",)),
+    ("serve --config missing", "serve --dry-run --config {B}/nope.toml", 2, ("--config",)),
+    ("serve --config malformed", "serve --dry-run --config {B}/bad.toml", 2, ("malformed TOML",)),
+    ("an unknown command", "bogus", 2, ("invalid choice",)),
+    ("no command", "", 2, ("required",)),
+]
+
+
+def make_bad_inputs(b: Path) -> dict[str, str]:
+    """The files and folders the catalog names; returns the placeholders."""
+    b.mkdir(parents=True, exist_ok=True)
+    (b / "afile").write_text("x\n")
+    (b / "emptydir").mkdir(exist_ok=True)
+    (b / "bad.toml").write_text("play = {seed = \n")
+    (b / "bad.json").write_text('{"play": ')
+    (b / "list.json").write_text("[1, 2]")
+    (b / "binary.toml").write_bytes(b"\xff\xfe\x00play")
+    (b / "unknown.toml").write_text("[play]\nbogus = 1\n")
+    (b / "ok.toml").write_text('[play]\npolicy = "random"\n')
+    (b / "runs.jsonl").write_text("[1,2\n")
+    (b / "replies.json").write_text('[{"content": "hi"}]')
+    (b / "syntax.py").write_text("def f(:\n")
+    (b / "noclass.py").write_text("class Other:\n    pass\n")
+    (b / "raises.py").write_text("raise RuntimeError('boom')\n")
+    (b / "notpolicy.py").write_text("class NotPolicy:\n    pass\n")
+    (b / "norun" / "records").mkdir(parents=True, exist_ok=True)
+    (b / "badrun" / "records").mkdir(parents=True, exist_ok=True)
+    (b / "badrun" / "run.json").write_text("{ torn")
+    done = b / "done"
+    if not (done / "score.json").exists():
+        r = duck("play", "--games", str(BUNDLED), "--only", "zs01", "--max-actions", "3", "--out", str(done))
+        assert r.returncode == 0, r.stderr
+    return {"B": str(b), "G": str(BUNDLED), "DONE": str(done), "NORUN": str(b / "norun"), "BADRUN": str(b / "badrun")}
+
+
+def run_case(argv: str, places: dict[str, str]) -> tuple[int, str, str]:
+    """(exit status, stderr, stdout) of `duck ARGV` run in this process."""
+    import contextlib
+    import io
+    import os
+
+    from duck.cli import main
+    env = {}
+    if argv.startswith("ENV:"):
+        assign, argv = argv[4:].split(" ", 1)
+        env = dict([assign.split("=", 1)])
+    args = [a.format(**places) for a in argv.split()]
+    err, out = io.StringIO(), io.StringIO()
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
+            try:
+                code = main(args)
+            except SystemExit as e:
+                code = e.code if isinstance(e.code, int) else 1
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    return code, err.getvalue(), out.getvalue()
+
+
+@pytest.fixture(scope="module")
+def places(tmp_path_factory):
+    import socket
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(1)
+    p = make_bad_inputs(tmp_path_factory.mktemp("bad"))
+    p["PORT"] = str(sock.getsockname()[1])
+    yield p
+    sock.close()
+
+
+@pytest.mark.parametrize("what,argv,code,words", CATALOG, ids=[c[0] for c in CATALOG])
+def test_catalog_of_bad_inputs(what, argv, code, words, places):
+    got, err, _ = run_case(argv, places)
+    lines = err.strip().splitlines()
+    assert got == code and len(lines) == 1, f"{what}: exit {got}, stderr:\n{err}"
+    assert "error:" in lines[0] and "Traceback" not in err
+    assert all(w in lines[0] for w in words), lines[0]
+
+
+def test_the_catalog_counts_the_issues_54_kinds():
+    assert len(CATALOG) >= 54 and len({c[0] for c in CATALOG}) == len(CATALOG)
+
+
+def test_a_full_disk_under_report_and_score_is_one_line(places, tmp_path):
+    """A full disk where a command writes: one line, exit 1, what was there kept."""
+    import os
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(disk)],
+                                           capture_output=True).returncode != 0:
+        pytest.skip("needs root to mount a small tmpfs")
+    try:
+        shutil.copytree(places["DONE"], disk / "run")
+        (disk / "filler").write_bytes(b"\0" * (64 * 1024))  # whatever did not fit is still the disk full
+    except OSError:
+        pass
+    try:
+        for argv in (f"report {disk / 'run'}", f"score {disk / 'run'}"):
+            code, err, _ = run_case(argv, places)
+            lines = err.strip().splitlines()
+            assert code == 1 and len(lines) == 1 and "the disk is full" in lines[0], err
+        assert (disk / "run" / "records").is_dir()
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], capture_output=True)
+
+
+if __name__ == "__main__":  # the table of the catalog, for the issue's note
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        import socket
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        s.listen(1)
+        p = make_bad_inputs(Path(tmp) / "bad") | {"PORT": str(s.getsockname()[1])}
+        print("| # | bad input | command | exit | the one line |\n|---|---|---|---|---|")
+        for n, (what, argv, _, _) in enumerate(CATALOG, 1):
+            code, err, _ = run_case(argv, p)
+            line = " / ".join(err.strip().splitlines()).replace(tmp, "TMP").replace("|", "\\|")
+            shown = argv.replace("{B}", "BAD").replace("{G}", "tests/games").replace("{DONE}", "RUN")
+            shown = shown.replace("{NORUN}", "NORUN").replace("{BADRUN}", "BADRUN").replace("{PORT}", "PORT")
+            print(f"| {n} | {what} | `duck {shown}` | {code} | {line} |")

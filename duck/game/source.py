@@ -27,10 +27,14 @@ from pathlib import Path
 from typing import Any, Iterable
 
 import numpy as np
-from arc_agi import Arcade, OperationMode
 from arcengine import GameAction, GameState
 
 from duck.game.actions import Action
+from duck.game.toolkit import import_toolkit
+
+# arc_agi without the matplotlib it imports for a render window duck never opens (duck.game.toolkit).
+_arc_agi = import_toolkit()
+Arcade, OperationMode = _arc_agi.Arcade, _arc_agi.OperationMode
 
 log = logging.getLogger(__name__)
 # arc_agi.scorecard installs its own INFO handler on stdout at import; keep stdout for results.

@@ -284,7 +284,8 @@ def register(subparsers: Any) -> None:
                         "(duck.sandbox.dialect)")
     p.add_argument("--workers", type=int, default=2, help="game-runs replayed in parallel")
     p.add_argument("--only", nargs="*", default=None, help="game ids or prefixes")
-    p.add_argument("--passes", nargs="*", type=int, default=None)
+    p.add_argument("--passes", nargs="*", type=int, default=None,
+                   help="only these passes of the traces (default: all)")
     p.add_argument("--timeout", type=float, default=30.0, help="per-call limit (the Duck's 30 s)")
     p.set_defaults(func=_main)
 

@@ -14,11 +14,20 @@ and per game, from the `scorecard` event the host writes at each game's end) and
 game where the two disagree (`disagrees`: [game ids], and `toolkit_disagrees` per game), so
 a record that does not tell the truth cannot raise a score unnoticed. Records with skipped
 lines or that could not be read are listed under `record_problems`.
+
+A run that did not play every game it meant to is `partial` (always present, true or false):
+`missing` lists the games the run folder's `run.json` names (duck.run.info) that have no
+record, `unfinished` those whose record ends short (no end line: killed; or stopped by Ctrl-C
+or a full disk: `record_finished`); `score` stays the mean over the games recorded, and
+`score_missing_as_0` counts every game of the run (a missing one as 0, as the competition
+does). `run_status` is run.json's status (running, complete, interrupted, disk_full).
 """
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterable
@@ -26,6 +35,9 @@ from typing import Iterable
 from duck.play.record import Record, read_records
 
 LEVEL_CAP = 115.0
+# End reasons of a game that did not end by itself: `duck play --resume` plays it again.
+SHORT_ENDS = ("stopped", "disk_full")
+_DISK_FULL_WORDS = (os.strerror(errno.ENOSPC), os.strerror(errno.EDQUOT))
 TOLERANCE = 1e-6  # percent points: ours and the toolkit's differ only by float rounding
 
 
@@ -127,10 +139,61 @@ def score_json(scores: list[GameScore]) -> dict:
     return doc
 
 
+def record_finished(rec: Record) -> bool:
+    """Whether a game's record ends where the game ended (its budget, a win, the policy done,
+    a game error), rather than where the run was cut: no end line (killed), stopped by Ctrl-C
+    or a full disk, or an error that was the disk's."""
+    if rec.end is None or rec.end.get("reason") in SHORT_ENDS:
+        return False
+    return not any(e.get("kind") == "error" and any(w in str(e.get("message")) for w in _DISK_FULL_WORDS)
+                   for e in rec.events)
+
+
+def _run_info(run_dir: Path) -> dict:
+    """The parts of run.json scoring needs (duck.run.info writes it); {} when absent or unreadable."""
+    try:
+        info = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return info if isinstance(info, dict) else {}
+
+
+def score_doc(run_dir: str | Path) -> dict:
+    """The `score.json` document of a run folder, with its partial marking, not written."""
+    run_dir = Path(run_dir)
+    records = read_records(run_dir)
+    scores = [score_record(r) for r in records]
+    doc = score_json(scores)
+    info = _run_info(run_dir)
+    expected = [g for g in info.get("games") or [] if isinstance(g, str)]
+    have = {s.game_id for s in scores}
+    missing = [g for g in expected if g not in have]
+    unfinished = [r.game_id for r in records if not record_finished(r)]
+    doc["partial"] = bool(missing or unfinished)
+    if missing:
+        doc["missing"] = missing
+    if unfinished:
+        doc["unfinished"] = unfinished
+    if doc["partial"]:
+        n = len(set(expected) | have)
+        doc["score_missing_as_0"] = sum(s.score for s in scores) / n if n else 0.0
+    if expected:
+        doc["games_expected"] = len(expected)
+    if isinstance(info.get("status"), str):
+        doc["run_status"] = info["status"]
+    return doc
+
+
 def write_score(run_dir: str | Path) -> dict:
     """Recompute `score.json` from the records of a run folder (one unreadable record is a
-    game with an error, never a reason to stop)."""
+    game with an error, never a reason to stop). Raises OSError when it cannot be written."""
     run_dir = Path(run_dir)
-    doc = score_json([score_record(r) for r in read_records(run_dir)])
-    (run_dir / "score.json").write_text(json.dumps(doc, indent=1))
+    doc = score_doc(run_dir)
+    path, tmp = run_dir / "score.json", run_dir / ".score.json.tmp"
+    try:  # whole or not at all: a full disk must not leave half a score.json
+        tmp.write_text(json.dumps(doc, indent=1))
+        os.replace(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        raise
     return doc

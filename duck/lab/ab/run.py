@@ -161,7 +161,7 @@ def _cmd_merge(args: argparse.Namespace) -> int:
 def _stats_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--boot", type=int, default=10000, help="bootstrap resamples")
     p.add_argument("--perm", type=int, default=20000, help="sign flips when not enumerated exactly")
-    p.add_argument("--stats-seed", type=int, default=0)
+    p.add_argument("--stats-seed", type=int, default=0, help="seed of the bootstrap and the sign flips")
 
 
 def register(sub: Any) -> None:
@@ -199,7 +199,7 @@ def register(sub: Any) -> None:
 
     m = sub.add_parser("ab-merge", help="gather `duck ab --shard` folders into one and score it")
     m.add_argument("shards", nargs="+", help="shard folders of one experiment")
-    m.add_argument("--out", required=True)
+    m.add_argument("--out", required=True, help="the merged experiment folder")
     _stats_args(m)
     m.set_defaults(func=_cmd_merge)
 

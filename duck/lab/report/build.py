@@ -27,6 +27,11 @@ What the report reads from a record beyond actions (all optional):
 A level's "last frame" is the board before the action that completed it: a record keeps only
 each action's final board, which for a level-up is already the next level's first board.
 
+The header comes from the run folder's run.json (duck.run.info: the command, status, times,
+commit, policy, serving profile, machine, versions, missing games; duck.lab.report.runinfo).
+`duck report A B` compares two run folders game by game instead (duck.lab.report.compare:
+compare.html and compare.md).
+
 The pieces: duck.lab.report.views (what the records say, game by game), duck.lab.report.plots
 (frames and plots as PNG) and duck.lab.report.html (the `Report` of a run folder, rendered as
 HTML and Markdown); this module holds the entry points (`build_report`, `write_report`) and
@@ -42,6 +47,7 @@ from typing import Any
 
 from duck.play.record import read_records
 from duck.lab.report.html import Report
+from duck.lab.report.runinfo import load_info
 from duck.lab.report.views import (duck_for, game_view, load_duck_summary)
 
 
@@ -55,7 +61,7 @@ def build_report(run_dir: str | Path, duck_summary: str | Path | None = None) ->
     views = [game_view(r, duck_for(summary, r.game_id)) for r in read_records(run_dir)]
     if not views:
         raise SystemExit(f"{run_dir}/records holds no records")
-    return Report(run_dir, views, summary)
+    return Report(run_dir, views, summary, load_info(run_dir))
 
 
 def write_report(run_dir: str | Path, out: str | Path | None = None, *,
@@ -71,16 +77,58 @@ def write_report(run_dir: str | Path, out: str | Path | None = None, *,
 
 
 def _cmd(args: argparse.Namespace) -> int:
-    paths = write_report(args.run_dir, args.out, duck_summary=args.duck_summary, frames=not args.no_frames,
-                         conversations=not args.no_conversations)
+    runs = args.run_dir
+    if len(runs) > 2:
+        raise SystemExit(f"one run folder (its report) or two (their comparison), not {len(runs)}")
+    for run in runs:
+        if not Path(run).is_dir():
+            raise SystemExit(f"{run}: " + ("not a folder" if Path(run).exists() else "no such folder"))
+    _writable(args.out)
+    if args.duck_summary is not None and Path(args.duck_summary).exists():  # absent: no column (its help)
+        _summary_file(Path(args.duck_summary))
+    if len(runs) == 2:
+        from duck.lab.report.compare import write_comparison
+        paths = write_comparison(runs[0], runs[1], args.out)
+    else:
+        paths = write_report(runs[0], args.out, duck_summary=args.duck_summary, frames=not args.no_frames,
+                             conversations=not args.no_conversations)
     print(json.dumps({k: str(v) for k, v in paths.items()}))
     return 0
 
 
+def _summary_file(path: Path) -> None:
+    """A summary file named on the command line must be the Duck's summary.json."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise SystemExit(f"--duck-summary {path}: not the Duck's summary.json ({type(e).__name__}: {e})") from None
+    if not isinstance(doc, dict):
+        raise SystemExit(f"--duck-summary {path}: not the Duck's summary.json (not an object)")
+
+
+def _writable(out: str | None) -> None:
+    """--out must be a folder that can be made and written: one line, before any work."""
+    if out is None:
+        return
+    path = Path(out)
+    if path.exists() and not path.is_dir():
+        raise SystemExit(f"--out {out} is a file, not a folder")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / ".duck-probe"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as e:
+        raise SystemExit(f"--out {out} cannot be written: {e.strerror or e}") from None
+
+
 def register(sub: Any) -> None:
-    p = sub.add_parser("report", help="per-game scoring report (report.html + report.md) of a run folder")
-    p.add_argument("run_dir", help="a run folder (records/ inside)")
-    p.add_argument("--out", default=None, help="folder for report.html/report.md (default: the run folder)")
+    p = sub.add_parser("report", help="per-game scoring report (report.html + report.md) of a run folder; "
+                                      "with two, a comparison game by game")
+    p.add_argument("run_dir", nargs="+", metavar="RUN",
+                   help="a run folder (records/ inside); two: compare them (compare.html + compare.md)")
+    p.add_argument("--out", default=None, help="folder for report.html/report.md, or compare.html/compare.md "
+                                               "(default: the (first) run folder)")
     p.add_argument("--duck-summary", default=None,
                    help="the Duck's summary.json for reference means (default: ../shared/duck-traces/"
                         "summary.json or $DUCK_TRACES_SUMMARY; absent file: column left out)")

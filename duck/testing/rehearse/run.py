@@ -150,8 +150,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("rehearse", help="rehearse a Kaggle run: the real notebook, a local gateway, a stand-in vLLM")
     p.add_argument("--games", default=str(BUNDLED_GAMES), help="environments folder the gateway serves")
     p.add_argument("--budget-seconds", type=float, default=60.0, help="the notebook's whole budget")
-    p.add_argument("--mode", choices=["rerun", "interactive"], default="rerun")
-    p.add_argument("--fault", choices=[*FAULTS, "all"], default="none")
+    p.add_argument("--mode", choices=["rerun", "interactive"], default="rerun",
+                   help="rerun: the competition rerun against the gateway; interactive: a Save & Run All")
+    p.add_argument("--fault", choices=[*FAULTS, "all"], default="none",
+                   help="a fault to inject (all: each in turn, and an interactive run)")
     p.add_argument("--out", default=None, help="keep the rehearsal folders here (default: a temp folder)")
     p.add_argument("--max-actions", type=int, default=MAX_ACTIONS, help="per game (play.max_actions)")
     p.add_argument("--verbose-report", dest="verbose", action="store_true", help="print every fact, not just the checks")

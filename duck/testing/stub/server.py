@@ -402,12 +402,12 @@ def _main(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("stub-server", help="a local OpenAI-compatible server driven by a scripted model")
-    p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--model-name", default="stub")
+    p.add_argument("--port", type=int, default=8000, help="port to listen on (0: a free one, printed as JSON on the first line)")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    p.add_argument("--model-name", default="stub", help="the model id /v1/models lists")
     p.add_argument("--traces", default=None, help="a duck-traces folder: replay one Duck run")
     p.add_argument("--game", default=None, help="game id or 4-letter prefix (with --traces)")
-    p.add_argument("--pass", dest="pass_", type=int, default=0)
+    p.add_argument("--pass", dest="pass_", type=int, default=0, help="the Duck run's pass (with --traces)")
     p.add_argument("--replies", default=None, help="a JSON file with a list of fixed replies")
     p.add_argument("--loop", action="store_true", help="repeat the fixed replies forever")
     p.add_argument("--solutions", default=None,

@@ -1,0 +1,123 @@
+"""`run.json`: what produced a run folder, written when `duck play` starts and updated when it ends.
+
+Fields: `command` (argv), `out`, `games_dir`, `games` (the ids the run means to play: what
+`duck score` and `--resume` measure a folder against), `status` (running, complete,
+interrupted, disk_full, failed), `started` / `ended` (UTC, ISO 8601), `config` (the resolved
+config, `Config.model_dump()`), `derived` (the fields the serving profile's plan filled in),
+`plan` (that plan, duck.profiles.Plan.as_dict()), `profile` (the serving profile's name),
+`git` (`commit`, `dirty`: the checkout duck ran from; null outside a git checkout),
+`versions` (Python and the pinned packages), `machine` (host name, OS, CPUs, memory, GPU
+when nvidia-smi answers) and `resumes` (one entry per `duck play --resume`: command,
+started, ended, status, the games it played). Written whole to a temporary file and renamed,
+so a reader never sees half of it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from duck.config import Config, one_line
+from duck.play.record import versions
+
+RUN_JSON = "run.json"
+ROOT = Path(__file__).resolve().parents[2]  # the checkout (or site-packages) duck runs from
+
+
+def now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def git_state(root: Path = ROOT) -> dict[str, Any] | None:
+    """The commit of the checkout and whether tracked files differ from it; None outside git."""
+    def git(*args: str) -> str | None:
+        try:
+            r = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return r.stdout.strip() if r.returncode == 0 else None
+    commit = git("rev-parse", "HEAD")
+    if commit is None:
+        return None
+    status = git("status", "--porcelain", "--untracked-files=no")
+    return {"commit": commit, "dirty": bool(status) if status is not None else None,
+            "branch": git("rev-parse", "--abbrev-ref", "HEAD")}
+
+
+def machine() -> dict[str, Any]:
+    out: dict[str, Any] = {"host": platform.node(), "os": platform.platform(), "cpus": os.cpu_count(),
+                           "python": sys.version.split()[0]}
+    try:
+        out["memory_gb"] = round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)
+    except (ValueError, OSError):
+        pass
+    if shutil.which("nvidia-smi"):
+        try:
+            r = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"],
+                               capture_output=True, text=True, timeout=10)
+            if r.returncode == 0 and r.stdout.strip():
+                out["gpus"] = [line.strip() for line in r.stdout.strip().splitlines()]
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+    return out
+
+
+def new_info(cfg: Config, *, command: list[str] | None, out: Path, games_dir: Path, games: list[str]) -> dict:
+    return {"command": list(command if command is not None else sys.argv), "out": str(out),
+            "games_dir": str(games_dir), "games": list(games), "status": "running", "started": now(),
+            "ended": None, "config": cfg.model_dump(mode="json"), "derived": list(cfg.derived),
+            "plan": cfg.plan.as_dict(), "profile": cfg.model.profile, "git": git_state(),
+            "versions": versions(), "machine": machine(), "resumes": []}
+
+
+def write_info(out: Path, info: dict) -> None:
+    """Write run.json whole (a temporary file renamed over it). Raises OSError."""
+    path = Path(out) / RUN_JSON
+    tmp = path.with_name(f".{RUN_JSON}.tmp")
+    try:
+        tmp.write_text(json.dumps(info, indent=1) + "\n", encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def read_info(out: str | Path) -> dict | None:
+    """The run folder's run.json, None when it has none; ValueError (one line) when it is
+    not a run.json."""
+    path = Path(out) / RUN_JSON
+    try:
+        info = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"{path}: unreadable ({type(e).__name__}: {e})") from None
+    if not isinstance(info, dict) or not isinstance(info.get("config"), dict) or \
+            not isinstance(info.get("games"), list):
+        raise ValueError(f"{path}: not a run.json (no config or games)")
+    return info
+
+
+def config_of(info: dict) -> Config:
+    """The run's config as it was resolved: the fields the plan filled in are planned again
+    from the same inputs (so they come out the same and stay marked derived)."""
+    doc = json.loads(json.dumps(info["config"]))
+    for key in info.get("derived") or []:
+        *path, last = key.split(".")
+        d = doc
+        for k in path:
+            d = d.get(k, {})
+        d.pop(last, None)
+    try:
+        return Config.model_validate(doc)
+    except ValidationError as e:
+        raise ValueError(f"run.json's config no longer validates: {one_line(e)}") from None
