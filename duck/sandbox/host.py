@@ -85,6 +85,7 @@ class CallResult:
     stdout_total: int = 0
     error_kind: str | None = None
     notice: str | None = None  # what the host did about the worker (ended a thread, a process)
+    steps: list[Any] = field(default_factory=list)  # duck.game.change.Step per action played (its frames)
 
     @property
     def text(self) -> str:
@@ -438,6 +439,7 @@ class Kernel:
         if died and not res.restarted:
             res.restarted = True
             res.error_kind = res.error_kind or "died between calls"
+        res.steps = call.steps
         notes_error = trust.text(done["notes_error"], 500) if done and done.get("notes_error") else None
         res.message = self.dialect.render(res, timeout=timeout, limit=self.cfg.output_chars,
                                           notes_error=notes_error, died=died)

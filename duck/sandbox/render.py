@@ -68,7 +68,10 @@ def render_our_dialect(res: Any, *, timeout: float, limit: int, notes_error: str
                        died: bool = False) -> dict[str, Any]:
     """Our message for a CallResult; `died`: the worker had died since the previous call."""
     msg: dict[str, Any] = {"tool": "python"}
-    if res.kind in ("timeout", "stopped"):
+    guard = res.action_results[-1].get("guard") if res.action_results else None
+    if res.kind == "stopped" and guard:  # a host guard ended the snippet (duck.sandbox.batch_guards)
+        msg["stopped"] = guard
+    elif res.kind in ("timeout", "stopped"):
         kept = "your definitions were kept" if not res.restarted else (
             "the kernel was restarted: your functions and variables are gone (game variables "
             "and notes are restored)")
