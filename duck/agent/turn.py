@@ -38,7 +38,7 @@ from typing import Any
 import jinja2
 import numpy as np
 
-from duck.game.actions import OUR_DIALECT_NAMES, UNDO_ID
+from duck.game.actions import OUR_DIALECT_NAMES
 from duck.game.change import Pick, animation_line, net_change, pick_frames
 from duck.game.images import render as render_image
 
@@ -92,9 +92,9 @@ def compress(actions: list[str]) -> str:
 
 
 def valid_names(available: list[int]) -> list[str]:
-    """The valid actions as the turn lists them: our names, UNDO with its engine name."""
-    listed = OUR_DIALECT_NAMES.listed
-    return [f"{listed[i]} (ACTION7)" if i == UNDO_ID else listed[i] for i in available if i in listed]
+    """The valid actions as the turn lists them: our names (ACTION7 as UNDO), each one a name
+    `action()` accepts as written."""
+    return OUR_DIALECT_NAMES.valid(available)
 
 
 # What a call's actions did

@@ -26,8 +26,8 @@ also takes every in-between position of a slide or a fall (bp35: 143 of 154 reco
 which shows only where a moving piece passed; the second is the field's rule (an in-between
 board that differs from the start more than the final board does, FIELD §3); together they keep
 flashes, pieces that appear and vanish again, and effects that undo themselves.
-`informative_frames` finds them; `pick_frames` chooses up to K of a call's (the ones covering
-the most transient cells not yet covered, shown in play order).
+`informative_frames` finds them; `pick_frames` chooses up to K of a call's (greedily the one
+showing the most transient cells in a colour not shown there yet, then in play order).
 """
 
 from __future__ import annotations
@@ -136,8 +136,9 @@ class Pick:
 
 
 def pick_frames(steps: Sequence[Step], k: int, border: int = HUD_BORDER) -> list[Pick]:
-    """Up to `k` informative mid frames of a call: greedily the one covering the most
-    transient cells not yet covered by the frames already chosen, then in play order."""
+    """Up to `k` informative mid frames of a call: greedily the one showing the most transient
+    cells in a colour no frame already chosen of the same action shows there, then in play
+    order. A frame that shows nothing new is never chosen."""
     if k <= 0:
         return []
     cands: list[tuple[int, int, np.ndarray, np.ndarray]] = []  # step, frame, transient mask, grid
@@ -145,22 +146,23 @@ def pick_frames(steps: Sequence[Step], k: int, border: int = HUD_BORDER) -> list
         idx = informative_frames(st.before, st.frames, border)
         if idx:
             t = transient(st.before, st.frames, border)
-            cands += [(s, i, t[i], st.frames[i]) for i in idx]
+            cands += [(s, i, t[i], np.asarray(st.frames[i])) for i in idx]
     chosen: list[int] = []
-    covered: dict[int, np.ndarray] = {}  # per step: cells already shown
+    shown: dict[int, list[np.ndarray]] = {}  # per step: the frames already chosen
     while cands and len(chosen) < k:
         best, gain = -1, 0
-        for j, (s, _, t, _) in enumerate(cands):
+        for j, (s, _, t, g) in enumerate(cands):
             if j in chosen:
                 continue
-            g = int((t & ~covered.get(s, np.zeros_like(t))).sum())
-            if g > gain:
-                best, gain = j, g
+            new = t.copy()
+            for other in shown.get(s, []):
+                new &= other != g
+            if int(new.sum()) > gain:
+                best, gain = j, int(new.sum())
         if best < 0:
             break
         chosen.append(best)
-        s = cands[best][0]
-        covered[s] = covered.get(s, np.zeros_like(cands[best][2])) | cands[best][2]
+        shown.setdefault(cands[best][0], []).append(cands[best][3])
     return [Pick(cands[j][0], cands[j][1], len(steps[cands[j][0]].frames), cands[j][3]) for j in sorted(chosen)]
 
 

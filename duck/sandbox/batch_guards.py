@@ -66,10 +66,12 @@ def from_config(agent: Any) -> Guards:
 
 def install(kernel: Any, guards: Guards) -> bool:
     """Put `guards` on a kernel's action host (duck.sandbox.host.Kernel.host); True when the
-    kernel has one in our dialect (the Duck dialect replays the Duck, which had no guards)."""
+    kernel has one in our dialect and takes guards (the Duck dialect, and a replay of recorded
+    calls, `takes_guards = False`, replay the Duck, which had none)."""
     host = getattr(kernel, "host", None)
     dialect = getattr(kernel, "dialect", None)
-    if host is None or not hasattr(host, "guards") or getattr(dialect, "name", None) != "ours":
+    if (host is None or not hasattr(host, "guards") or getattr(dialect, "name", None) != "ours"
+            or getattr(kernel, "takes_guards", True) is False):
         return False
     host.guards = guards if guards.active else None
     return host.guards is not None
