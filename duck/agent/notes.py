@@ -3,7 +3,9 @@
 Six sections: World model, Goal model, Action model, Plan, Open questions, Cross-level
 notes. Three sources, applied in the order they were written within a call:
 
-1. the reasoning (thinking text), for lines that start with a section label;
+1. the reasoning (thinking text), for lines that start with a section label; a block ends at
+   the next label or, with `stop_at_blank_line` (agent.notes_stop_at_blank_line, on), at its
+   first blank line;
 2. the visible text, same rule (it wins over the reasoning of the same call);
 3. the kernel's `notes` dict, which the model's Python may write (`notes['Plan'] = ...`);
    only keys whose value changed since the last look are applied, so an old dict entry
@@ -17,6 +19,10 @@ from the previous level, to be rechecked quickly (the mark goes when they are re
 `keep_on_game_over` off it wipes instead, as the Duck did (the A/B baseline:
 agent.carry_notes_across_levels / agent.keep_notes_on_game_over set to false).
 Each section is capped (head and tail kept) so the notes cannot eat the context.
+
+The turn shows the notes only with `agent.notes_in_turn` (off: structured notes scored best
+switched off in the field, FIELD §2) and on the first turn of a fresh context; they are kept
+in the record and the conversation either way, and the kernel's `notes` dict stays the model's.
 """
 
 from __future__ import annotations

@@ -16,8 +16,11 @@ The rules that matter for play:
   replay of the Duck's traces enforces the recorded action counts with one
   (duck.lab.replay_caps).
 
-Which names are accepted (ours add UNDO and CLICK) and what GAME_OVER allows is the kernel's
-dialect (duck.sandbox.dialect).
+Which names are accepted (ours add UNDO, CLICK and clicks written as the results display them,
+`'MOUSE(row=20, col=20)'`) and what GAME_OVER allows is the kernel's dialect
+(duck.sandbox.dialect). The guards against wasted actions (`ActionHost.guards`, installed by
+the agent: duck.sandbox.batch_guards) are checked here between two actions; every executed
+action's frames go into `CallActions.steps` (duck.game.change.Step) for the turn's facts.
 """
 
 from __future__ import annotations

@@ -6,7 +6,8 @@ output, each of stdout/error/result is cut to 4,096 characters with `... [trunca
 `render_our_dialect` keeps the shape but shows more, because hidden results and lost output
 cost the model turns: stdout (head and tail), the `result` variable and the last action result
 (with its animation summary) together, on a time-out the output so far plus whether the
-definitions survived, and whether the kernel had to be restarted.
+definitions survived, whether the kernel had to be restarted, and `stopped` (the guard's line)
+when a host guard ended the snippet (duck.sandbox.batch_guards).
 
 `transcript` renders a message the way the Duck's transcripts (and so the traces'
 `result` field) show it; the replay compares printed output through it.
