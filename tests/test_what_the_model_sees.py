@@ -154,6 +154,21 @@ def test_a_batch_is_reported_by_its_net_change_with_a_diff_image(tmp_path):
         ["record", "diff@10"]]
 
 
+def test_every_frame_of_every_animation_of_a_batch_is_in_python(make_kernel):
+    """Not only the last action's: `transitions[i].frames` holds each action's animation (no
+    action is spent to look at them); `last_animation` is the last one's."""
+    k = make_kernel("zs01")
+    r = k.run("action(['DOWN', 'LEFT', 'LEFT'])\n"
+              "print([len(t.frames) for t in transitions], len(last_animation))\n"
+              "print(transitions[1].frames[-1] is transitions[1].after_frame, transitions[1].frames[0].grid[40, 40])")
+    assert r.kind == "ok" and r.stdout.splitlines()[0] == "[3, 5, 1] 1", r.text
+    game = GameSource.offline(BUNDLED).make(k.session.game.game_id)
+    game.reset()
+    game.step(Action(2))
+    mid = game.step(Action(3)).frames[0]
+    assert r.stdout.splitlines()[1] == f"True {mid[40, 40]}"
+
+
 def test_the_switches_give_the_old_turn(tmp_path):
     more = ["agent.image_scale=4", "agent.diff_image=false", "agent.death_images=false", "agent.animation_images=0",
             "agent.compact_results=false"]
