@@ -236,3 +236,36 @@ def test_public_games_with_long_animations(public, tmp_path, game, pass_, turns)
     assert mids > 0
     if game in ("sp80", "su15"):
         assert deaths >= 1
+
+
+def test_the_system_prompt_states_facts_and_its_switches():
+    """The review: the prompt said a time-out loses the definitions (the kernel keeps them: only
+    a restart of its process loses them); advice text goes (it lowered every score in the field)."""
+    from duck.agent.turn import system_prompt
+    cfg = load_config()
+    text = system_prompt(cfg)
+    assert "you are told that your definitions were lost" not in text
+    assert f"A call is stopped after {cfg.kernel.call_timeout_s} seconds and the session keeps your definitions" in text
+    for advice in ("## Playing well", "Prefer actions", "Spend actions where", "usually", "Keep a short written model"):
+        assert advice not in text
+    assert "'MOUSE(row=12, col=40)'" in text and "UNDO (the engine's ACTION7)" in text
+    assert "From level 2 on" in text and "## Notes" not in text
+    off = load_config(overrides=["agent.guard_block_from_level=0", "agent.guard_stop_on_no_effect=false",
+                                 "agent.notes_in_turn=true", "agent.level_memory=false", "agent.diff_image=false"])
+    old = system_prompt(off)
+    assert "From level" not in old and "A batch stops after an action that changed nothing" not in old
+    assert "## Notes" in old and "Rule:" not in old and "dimmed" not in old
+
+
+def test_every_action_form_the_text_shows_is_accepted_and_bad_ones_get_one_line():
+    from duck.game.actions import DUCK_DIALECT_NAMES, OUR_DIALECT_NAMES
+    from duck.sandbox.actions import parse
+    shown = ["UP", "UNDO", "RESET", "MOUSE(row=12, col=40)", "mouse( col=40 , row=12 )", "CLICK(row=12, col=40)"]
+    got, err = parse([{"action": a} for a in shown] + [{"action": "MOUSE", "row": 12, "col": 40}], OUR_DIALECT_NAMES)
+    assert err is None and [str(a) for a in got] == ["UP", "UNDO", "RESET"] + ["CLICK 40 12"] * 4
+    assert parse([{"action": "MOUSE(row=99999, col=-5)"}], OUR_DIALECT_NAMES)[0][0] == Action.at(63, 0)  # clamped
+    for bad in ("MOUSE(row=x, col=1)", "MOUSE(row=1)", "MOUSE(row=1, row=2)", "MOUSE(12, 40)"):
+        got, err = parse([{"action": bad}], OUR_DIALECT_NAMES)
+        assert got == [] and err == f"Unknown action at index 1: {bad!r}"
+    # the Duck dialect (replays of its recorded code) refuses it as the Duck did
+    assert parse([{"action": "MOUSE(row=12, col=40)"}], DUCK_DIALECT_NAMES)[1].startswith("Unknown action")
