@@ -1,14 +1,14 @@
 """`python -m duck.bench prompt`: the size of what the model is told before it plays.
 
 Renders the first request of a game (system prompt, the `python` tool's schema, the first turn
-message on a bundled game's board) through the chat template the stub server uses
-(duck.testing.stub.render; `chat_template` says which file; DUCK_CHAT_TEMPLATE picks another,
-e.g. ../shared/qwen3.8/chat_template.jinja) and prints, as JSON, per variant (the default config;
-`agent.world_model_tools` on; the Duck-like baseline of experiments/baseline.toml): the system
-prompt's characters and tokens, the rendered request's characters and tokens, and the first
-turn's text tokens and image tokens (the board at `agent.image_scale` on Qwen3-VL's geometry:
-duck.llm.vision). Text tokens are the stub server's count (characters / 3.6; no tokenizer ships
-here, so an estimate: Qwen's tokenizers give about 3.5-4.2 characters per token on English).
+message on a bundled game's board) through the served model's chat template as vLLM applies it
+(duck.testing.stub.render: Qwen3.8's by default; `chat_template` says which file) and prints, as
+JSON, per variant (the default config; `agent.world_model_tools` on; the Duck-like baseline of
+experiments/baseline.toml): the system prompt's characters and tokens, the rendered request's
+characters and tokens, and the first turn's text tokens and image tokens (the board at
+`agent.image_scale` on Qwen3-VL's geometry: duck.llm.vision). Text tokens are the stub server's
+count (its stand-in tokenizer, duck.testing.stub.tokenizer: no tokenizer ships here, so an
+estimate with the field's characters per token by kind: English ~3.6-3.8, code ~2.4).
 """
 
 from __future__ import annotations
