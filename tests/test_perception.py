@@ -131,7 +131,7 @@ def test_bench_prompt_reports_the_system_prompt_and_the_first_turn(capsys):
     now, duck = doc["without_tools"], doc["baseline"]
     assert now["first_turn_image_tokens"] == 402 and duck["first_turn_image_tokens"] == 66  # 10x vs the Duck's 4x
     assert 0 < now["system_tokens"] < doc["with_tools"]["system_tokens"]
-    assert now["system_tokens"] < 1668  # the prompt of advice and notes it replaced (main at 87eed39)
+    assert now["system_tokens"] < 1669  # the prompt of advice and notes it replaced (main at 942551d)
 
 
 @pytest.mark.public
