@@ -108,7 +108,9 @@ class ServeConfig(Section):
     # checkout; the notebook sets the copy shipped in the wheel dataset (qwen3.6/).
     fallback_chat_template: str = ""
     flashinfer_sampler: bool = False  # the FlashInfer top-k kernel livelocked (vLLM #43885)
-    images_per_prompt: NonNegativeInt = 64  # one frame per turn stays in the history
+    # Images one prompt may hold (vLLM answers 400 beyond): a 131K history of turns with a 402-token
+    # board and a diff holds up to ~320; the agent leaves out a turn's optional images before the limit.
+    images_per_prompt: NonNegativeInt = 400
     extra_args: list[str] = []
     ready_timeout_s: PositiveFloat = 900.0  # the Duck's vLLM took ~6.5 min to become ready
     smoke_timeout_s: PositiveFloat = 120.0  # the first chat after start-up (CUDA graphs may still compile)
@@ -188,7 +190,32 @@ class AgentConfig(Section):
     animation_summaries: bool = True
     action_counts_in_prompt: bool = True
     seeded_sampling: bool = True
-    image_scale: PositiveInt = 4  # the frame as a 256x256 PNG (~64 image tokens on Qwen3.6)
+    # What the model is shown each turn (duck.agent.turn, issue 27). The defaults are the field's
+    # (FIELD §2-3); experiments/ has an A/B file for each with the Duck's value in baseline.toml.
+    image_scale: PositiveInt = 10  # the board at 640x640 px = 402 tokens on Qwen3-VL (duck.llm.vision); 10x beat 4x
+    diff_image: bool = True  # + the board with its changed cells in colour, the rest dimmed (when it changed inside the HUD border)
+    death_images: bool = True  # after a GAME_OVER + the fatal frame and a last-alive -> fatal diff
+    # Up to this many mid-animation frames that hold what the final board lost (duck.game.change);
+    # 0: none. 4 at 4x (66 tokens each) is the open 3rd place's setting (FIELD §3).
+    animation_images: NonNegativeInt = 4
+    animation_image_scale: PositiveInt = 4
+    hud_border: NonNegativeInt = 4  # outer rows/cols where HUD bars live: a change only there is "nothing changed"
+    # The tool message as plain text (stdout, result, error) with one line for the acting call
+    # instead of the Duck's JSON with its ~280-token action result (reward, done, timers).
+    compact_results: bool = True
+    # Per solved level: its action count, the winning attempt's last actions and the rule the
+    # model states once, carried into later levels (duck.agent.memory): +2.8 LB in the field.
+    level_memory: bool = True
+    memory_tail: PositiveInt = 20  # actions of the winning attempt kept per solved level
+    # Free-form notes stay in the kernel's `notes` and the record but are not pushed into every
+    # turn: structured world-model notes scored best switched off in the field's A/Bs.
+    notes_in_turn: bool = False
+    notes_stop_at_blank_line: bool = True  # a note taken from the text ends at its first blank line
+    # Host-side guards against wasted actions (duck.sandbox.batch_guards): a batch stops after an
+    # action that changed nothing inside the HUD border; from this level on no action follows
+    # such an action in the same call (0: never).
+    guard_stop_on_no_effect: bool = True
+    guard_block_from_level: NonNegativeInt = 2
     note_section_chars: PositiveInt = 900  # per notes section; longer text keeps its head and tail
     nudge_after_calls: PositiveInt = 6  # calls in a turn without an action before "act now"
     max_calls_per_turn: PositiveInt = 16  # then the turn ends and a fresh one starts

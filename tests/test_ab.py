@@ -189,6 +189,10 @@ def test_experiment_configs_change_one_field_each():
         changed.add(diff[0]["field"])
     assert {"agent.keep_notes_on_game_over", "agent.carry_notes_across_levels", "agent.animation_summaries",
             "agent.action_counts_in_prompt", "agent.seeded_sampling", "scheduler.policy"} <= changed
+    # what the model sees (issue 27): one file per switch
+    assert {f"agent.{k}" for k in ("image_scale", "diff_image", "death_images", "animation_images", "compact_results",
+                                   "level_memory", "notes_in_turn", "notes_stop_at_blank_line",
+                                   "guard_stop_on_no_effect", "guard_block_from_level")} <= changed
     for name in ("random", "explorer"):
         assert load_arm([str(EXPERIMENTS / f"{name}.toml")]).play.policy == name
 

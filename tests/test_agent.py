@@ -213,18 +213,18 @@ def test_notes_survive_game_over_and_carry_to_the_next_level(tmp_path):
         {"content": "Trying the path now.", "code": action_code(solution[0])},
         {"content": "Looking.", "code": "print(1)"},
     ])
-    res, rec = _play(tmp_path, "zb01", model)
+    res, rec = _play(tmp_path, "zb01", model, notes_in_turn=True)
     assert [a["action"] for a in rec.actions][18] == [0]  # the automatic RESET after GAME_OVER
     assert rec.actions[18]["info"] == {"auto": "reset after GAME_OVER"}
     after_game_over = _texts(seen[1]["messages"][-1])
-    assert "GAME_OVER" in after_game_over and "reset for you" in after_game_over
+    assert "Outcome: GAME_OVER. Level restarted: one RESET was played for you" in after_game_over
     for line in ("World model: a maze.", "Goal model: reach green.", "Plan: bump the wall.",
                  "Cross-level notes: walls cost moves."):
         assert line in after_game_over
     new_level = _texts(seen[2]["messages"][-1])
-    assert "Level 1 is cleared" in new_level
-    assert "Goal model (from level 1; check it quickly against this board): reach green." in new_level
-    assert "Plan (from level 1; check it quickly against this board): bump the wall." in new_level
+    assert "Outcome: level 1 completed in" in new_level and "This is level 2 of 2." in new_level
+    assert "Goal model (written on level 1): reach green." in new_level
+    assert "Plan (written on level 1): bump the wall." in new_level
     assert "World model: a maze." in new_level
     notes_events = [e for e in rec.events if e["kind"] == "notes"]
     assert notes_events[0]["message"] == "end of level 1"
@@ -368,10 +368,11 @@ def test_the_duck_baseline_switches(tmp_path):
             return r
 
     _play(tmp_path, "zb01", model, kernel=AnimatedKernel, keep_notes_on_game_over=False,
-          carry_notes_across_levels=False, action_counts_in_prompt=False, animation_summaries=False)
+          carry_notes_across_levels=False, action_counts_in_prompt=False, animation_summaries=False,
+          notes_in_turn=True, compact_results=False)
     after_game_over = _texts(seen[1]["messages"][-1])
     assert "World model" not in after_game_over and "Cross-level notes: walls cost moves." in after_game_over
-    assert "Actions so far" not in after_game_over and "What it did" not in after_game_over
+    assert "Step " not in after_game_over and "Animation:" not in after_game_over
     assert all("animation" not in m["content"] for m in seen[2]["messages"] if m["role"] == "tool")
     new_level = _texts(seen[2]["messages"][-1])
     assert "Plan" not in new_level and "Cross-level notes: walls cost moves." in new_level

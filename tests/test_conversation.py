@@ -73,7 +73,7 @@ def test_a_stub_run_of_the_bundled_games_keeps_every_message_of_every_request(tm
         assert _rebuilt(conv.path) == received[game_id]
         images = [p for ms in received[game_id] for m in ms if isinstance(m["content"], list)
                   for p in m["content"] if p["type"] == "image_url"]
-        assert images and all("board" in (conv.messages[i]["message"]["content"][1]["image_url"])
+        assert images and all("board" in (conv.messages[i]["message"]["content"][0]["image_url"])
                               for i, ln in conv.messages.items() if ln.get("level"))  # stored by reference
         evictions += sum(1 for ln in conv.lines if ln.get("kind") == "evict")
         replies = [conv.reply_of(n) for n in range(len(conv.requests))]
@@ -89,7 +89,7 @@ BROKEN = [
     {"reasoning": "long " * 40, "finish_reason": "length", "completion_tokens": 99999},  # cut by the cap
     {"content": "Plan: look", "code": "notes['Plan'] = 'go right'\nprint(current_frame.level)"},
     {"content": "Goal model: the green cell", "code": "action('RIGHT')"},
-    {"code": "action(['DOWN', 'LEFT'])"},
+    {"code": "action(['RIGHT', 'DOWN'])"},
 ]
 
 
@@ -144,7 +144,7 @@ def test_sigkill_mid_game_leaves_a_readable_conversation(tmp_path):
     grids = dict(read_record(record_of(live)).grids())
     for n in range(len(conv.requests)):  # every request is whole, images included
         msgs = conv.request_messages(n, grids)
-        assert msgs[0]["role"] == "system" and msgs[1]["content"][1]["image_url"]["url"].startswith("data:image/png")
+        assert msgs[0]["role"] == "system" and msgs[1]["content"][0]["image_url"]["url"].startswith("data:image/png")
 
 
 def _cli_stub(args: list[str]):

@@ -123,3 +123,18 @@ def test_clear_is_the_ducks_wipe_for_the_ab_baseline():
     n.from_kernel({"targets": [1]})
     n.clear()
     assert n.sections == {"Cross-level notes": "c"} and n.extra == {}
+
+
+def test_a_note_from_the_thinking_stops_at_its_first_blank_line():
+    """The review: a `Goal:` line in the thinking captured the next 900 characters of
+    rambling, then shown every turn."""
+    rambling = "Hmm, but maybe the yellow block is a key, or maybe not. " * 16
+    thinking = f"Goal: reach the green cell\nwith the orange piece.\n\n{rambling}\n\nSo I will press RIGHT."
+    n = Notes()
+    assert n.from_reply("", thinking) == ["Goal model"]
+    assert n.sections["Goal model"] == "reach the green cell\nwith the orange piece."
+    old = Notes(stop_at_blank_line=False)  # the switch off (agent.notes_stop_at_blank_line): the old rule
+    old.from_reply("", thinking)
+    assert "maybe the yellow block" in old.sections["Goal model"]
+    assert parse_sections("Plan:\n\n1. go left\n2. go up\n\nthen think", stop_at_blank_line=True) == {
+        "Plan": "1. go left\n2. go up"}

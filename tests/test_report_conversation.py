@@ -52,7 +52,8 @@ def run(tmp_path_factory) -> Path:
         cfg = load_config(overrides=["model.retries=0", "model.name=stub", "agent.fallback=null", "play.policy=llm",
                                      f'model.urls=["{url}"]', "agent.context_tokens=3600",
                                      "model.max_output_tokens=400",  # small: it trims
-                                     "agent.trim_summary=true"])  # (and the report shows the summary)
+                                     "agent.trim_summary=true",  # (and the report shows the summary)
+                                     "agent.image_scale=4", "agent.level_memory=false"])  # a turn fits that budget
         play_folder(BUNDLED, out, cfg, games=["zc01"])
     write_report(out)
     return out

@@ -1,8 +1,11 @@
 """The model-driven agent: one game, one kernel, one conversation (DESIGN §4).
 
-A turn is one user message (what the last action did, the action counts, the valid
-actions, the carried notes, the board as a PNG) followed by model calls until the model's
-Python plays an action. Control flow is by exceptions that carry their message:
+A turn is one user message (the facts of the last acting call, the step, level and valid
+actions, the board and the other images: duck.agent.turn) followed by model calls until the
+model's Python plays an action. Per solved level the memory (duck.agent.memory) goes into
+the first turn of every later level and, after a trim, right after the system prompt; the
+host's guards (duck.sandbox.batch_guards) are installed on the kernel. Control flow is by
+exceptions that carry their message:
 `Correction` (a reply without a usable tool call: the message goes back to the model),
 `TurnStalled` (too many calls without an action: a fresh turn starts), `ContextFull` (the
 turn alone outgrew the budget: it is dropped and a fresh turn starts), `ContextTooSmall` (no
@@ -22,13 +25,16 @@ import json
 from typing import Any, Callable
 
 from duck.agent.context import Context, ContextFull
-from duck.agent.turn import outcome, python_tool, render, turn_message, without_animation
+from duck.agent.memory import LevelMemory
+from duck.agent.turn import (call_facts, count_images, python_tool, render, system_prompt, tool_content,
+                             turn_message)
 from duck.agent.notes import Notes
 from duck.config import Config, KernelConfig
 from duck.game.actions import RESET
 from duck.llm.client import ContextOverflow, ModelClient, ModelError, join_urls, pick_url, request_seed
 from duck.play.conversation import NULL
 from duck.play.session import PlayStopped, Session
+from duck.sandbox import batch_guards
 from duck.sandbox.host import Kernel
 
 
@@ -99,7 +105,8 @@ class AgentPolicy:
         self.kernel_factory = kernel_factory or Kernel
         a = self.cfg.agent
         self.notes = Notes(limit=a.note_section_chars, carry_across_levels=a.carry_notes_across_levels,
-                           keep_on_game_over=a.keep_notes_on_game_over)
+                           keep_on_game_over=a.keep_notes_on_game_over, stop_at_blank_line=a.notes_stop_at_blank_line)
+        self.memory = LevelMemory(tail=a.memory_tail)
         self.tools = python_tool(self.cfg.kernel.output_chars)
         self.conv = NULL  # the session's conversation file, from play()
         self._notes_logged: dict[str, Any] | None = None
@@ -115,6 +122,7 @@ class AgentPolicy:
         self.conv.begin(**_conversation_start(self.cfg, self.urls, self.tools))
         self.ctx = self._new_context()  # its system prompt is the file's first message
         kernel = self.kernel_factory(session, self.cfg.kernel)
+        batch_guards.install(kernel, batch_guards.from_config(self.cfg.agent))
         kernel.start_soon()  # the worker starts while the first request is out
         try:
             self._loop(session, kernel)
@@ -126,14 +134,14 @@ class AgentPolicy:
     def _new_context(self) -> Context:
         a = self.cfg.agent
         counter = self.client.counter(self.tools) if self.client is not None and a.exact_tokens else None
-        return Context(render("system.j2", call_timeout_s=self.cfg.kernel.call_timeout_s,
-                              output_chars=self.cfg.kernel.output_chars,
-                              world_model_tools=a.world_model_tools),
-                       a.context_tokens, self.cfg.model.max_output_tokens, evict_to=a.evict_to,
-                       summary=a.trim_summary, counter=counter, log=self.conv)
+        # The per-level memory survives a trim of old turns: the context carries it right after the
+        # system prompt (duck.agent.memory).
+        return Context(system_prompt(self.cfg), a.context_tokens, self.cfg.model.max_output_tokens,
+                       evict_to=a.evict_to, summary=a.trim_summary, counter=counter, log=self.conv,
+                       carry=self.memory.carry if a.level_memory else None)
 
     def _loop(self, session: Session, kernel: Any) -> None:
-        last, stalled, turn, full = None, 0, 0, 0
+        last, stalled, turn, full, opened = None, 0, 0, 0, True
         while True:
             if reason := session.stop_reason():
                 raise PlayStopped(reason)
@@ -141,18 +149,24 @@ class AgentPolicy:
                 # The scheduler's fresh start: a new conversation on the same board; the
                 # notes (what was learnt) carry over, the stuck line of thought does not.
                 self.conv.event("fresh_start", turn=turn)
-                self.ctx, last, stalled = self._new_context(), None, 0
+                self.ctx, last, stalled, opened = self._new_context(), None, 0, True
                 session.fresh.clear()
                 session.event("fresh_start", f"fresh model context at turn {turn}", self.notes.as_dict())
             levels = session.obs.levels_completed
             kernel.new_turn()
-            self.ctx.begin_turn(turn_message(session, self.cfg.agent, self.notes, last, stalled, turn == 0,
-                                             self.level_start),
-                                index=turn, level=levels + 1, actions_before=session.game.actions)
+            a = self.cfg.agent
+            memory = self.memory.block() if a.level_memory and (opened or (last and last.level_completed)) else ""
+            self.ctx.begin_turn(turn_message(
+                session, a, self.notes, last, stalled, turn == 0, self.level_start, memory=memory,
+                ask_rule=self.memory.asking if a.level_memory else None, conv=self.conv,
+                show_notes=a.notes_in_turn or (opened and turn > 0),  # a fresh context: what was learnt
+                room=self.cfg.model.serve.images_per_prompt - count_images(self.ctx.messages())),
+                index=turn, level=levels + 1, actions_before=session.game.actions)
+            opened = False
             try:
                 last, stalled, full = self._turn(session, kernel, turn), 0, 0
                 self.ctx.current.notes = "\n".join(f"{n['name']}: {n['text']}" for n in self.notes.view())
-                ended = last["text"]
+                ended = last.text
             except TurnStalled as e:
                 last, stalled, ended = None, e.calls, f"stalled after {e.calls} calls"
             except ContextFull as e:
@@ -164,19 +178,25 @@ class AgentPolicy:
                            else f"{full} turns in a row, none acting,")
                     raise ContextTooSmall(f"{why} outgrow the context budget: {e}") from e
                 last, stalled, ended = None, 0, f"context full: {e}"
-            self.conv.event("turn_end", turn=turn, actions=last["actions"] if last else [], outcome=ended)
+            self.conv.event("turn_end", turn=turn, actions=last.actions if last else [], outcome=ended)
+            self.memory.end_turn()  # the rule is asked for once
+            if last is not None:
+                self.memory.played(last.actions)
             if session.obs.levels_completed > levels:
                 session.event("notes", f"end of level {levels + 1}", self.notes.as_dict())
+                solved = self.memory.level_done(levels + 1, session.game.actions - self.level_start)
+                self.conv.event("level_memory", level=levels + 1, actions=solved.actions, tail=solved.tail)
                 self.level_start = session.game.actions
             self.notes.after_turn(session.obs.levels_completed, session.obs.state)
             self._log_notes(turn)
             if session.obs.state == "GAME_OVER":  # only RESET does anything now: play it for the model
+                self.memory.game_over()
                 kernel.act(RESET, {"auto": "reset after GAME_OVER"})
                 if last is not None:
-                    last["auto_reset"] = True
+                    last.auto_reset = True
             turn += 1
 
-    def _turn(self, session: Session, kernel: Any, turn: int) -> dict[str, Any]:
+    def _turn(self, session: Session, kernel: Any, turn: int) -> Any:
         a, failures = self.cfg.agent, 0
         for call in range(a.max_calls_per_turn):
             if call == a.nudge_after_calls:
@@ -202,9 +222,9 @@ class AgentPolicy:
                 self._log_notes(turn)
                 continue
             for k, (call_id, code) in enumerate(calls):
+                before = session.obs.grid
                 r = kernel.run(code, info={"turn": turn, "call": call, "seed": reply.seed})
-                self.ctx.add({"role": "tool", "tool_call_id": call_id,
-                              "content": r.text if a.animation_summaries else without_animation(r.message)},
+                self.ctx.add({"role": "tool", "tool_call_id": call_id, "content": tool_content(r, a)},
                              call=call, result={"kind": r.kind, "actions": list(r.actions)})
                 self.notes.from_kernel(kernel.notes)
                 self._log_notes(turn)
@@ -216,8 +236,9 @@ class AgentPolicy:
                         self.ctx.add({"role": "tool", "tool_call_id": skipped_id,
                                       "content": render("correct.j2", reason="skipped", detail="")},
                                      call=call, correction="skipped")
-                    last = outcome(r, session, self.ctx.current.level - 1, a.animation_summaries)
-                    self.ctx.current.actions, self.ctx.current.outcome = list(r.actions), last["text"]
+                    level = self.ctx.current.level - 1
+                    last = call_facts(r, session, a, level, before, session.game.actions - self.level_start)
+                    self.ctx.current.actions, self.ctx.current.outcome = list(r.actions), last.text
                     return last
                 if reason := session.stop_reason():
                     raise PlayStopped(reason)
@@ -247,6 +268,8 @@ class AgentPolicy:
         self.conv.reply(n, self.ctx.add(reply.message(marker), call=call, cut=reply.cut), reply)
         self.ctx.observe(len(messages), reply.prompt_tokens, reply.completion_tokens)
         self.notes.from_reply(reply.content, reply.reasoning)
+        if self.memory.from_reply(reply.content, reply.reasoning):
+            self.conv.event("level_rule", level=self.memory.solved[-1].level, rule=self.memory.solved[-1].rule)
         session.event("model", f"turn {turn} call {call}",
                       reply.stats() | {"turn": turn, "call": call, "seed": seed, "estimate": self.ctx.estimate()})
         if reply.cut == "timeout":
@@ -261,4 +284,6 @@ def _conversation_start(cfg: Config, urls: list[str], tools: list[dict[str, Any]
             "sampling": {"temperature": m.temperature, "top_p": m.top_p, "top_k": m.top_k, "thinking": m.thinking,
                          "preserve_thinking": m.preserve_thinking, "seeded": a.seeded_sampling},
             "context_tokens": a.context_tokens, "evict_to": a.evict_to, "trim_summary": a.trim_summary,
-            "exact_tokens": a.exact_tokens, "cut_thinking_chars": m.cut_thinking_chars, "image_scale": a.image_scale}
+            "exact_tokens": a.exact_tokens, "cut_thinking_chars": m.cut_thinking_chars, "image_scale": a.image_scale,
+            "images": {"diff": a.diff_image, "death": a.death_images, "animation": a.animation_images,
+                       "animation_scale": a.animation_image_scale}}

@@ -3,7 +3,9 @@
 Six sections: World model, Goal model, Action model, Plan, Open questions, Cross-level
 notes. Three sources, applied in the order they were written within a call:
 
-1. the reasoning (thinking text), for lines that start with a section label;
+1. the reasoning (thinking text), for lines that start with a section label; a block ends at
+   the next label or, with `stop_at_blank_line` (agent.notes_stop_at_blank_line, on), at its
+   first blank line;
 2. the visible text, same rule (it wins over the reasoning of the same call);
 3. the kernel's `notes` dict, which the model's Python may write (`notes['Plan'] = ...`);
    only keys whose value changed since the last look are applied, so an old dict entry
@@ -17,6 +19,10 @@ from the previous level, to be rechecked quickly (the mark goes when they are re
 `keep_on_game_over` off it wipes instead, as the Duck did (the A/B baseline:
 agent.carry_notes_across_levels / agent.keep_notes_on_game_over set to false).
 Each section is capped (head and tail kept) so the notes cannot eat the context.
+
+The turn shows the notes only with `agent.notes_in_turn` (off: structured notes scored best
+switched off in the field, FIELD §2) and on the first turn of a fresh context; they are kept
+in the record and the conversation either way, and the kernel's `notes` dict stays the model's.
 """
 
 from __future__ import annotations
@@ -59,9 +65,14 @@ def normalise(label: str) -> str:
     return re.sub(r"[\s_]+", " ", label.strip().lower())
 
 
-def parse_sections(text: str) -> dict[str, str]:
+_BLANK_LINE = re.compile(r"\n[ \t]*\r?\n")
+
+
+def parse_sections(text: str, stop_at_blank_line: bool = False) -> dict[str, str]:
     """Section → text for every labelled block of `text`; a later block of the same
-    section replaces an earlier one. Blocks run to the next label or the end."""
+    section replaces an earlier one. Blocks run to the next label or the end, or with
+    `stop_at_blank_line` to the first blank line after their first text (a `Goal:` line in
+    the thinking once swallowed the next 900 characters of unrelated reasoning)."""
     out: dict[str, str] = {}
     if not text:
         return out
@@ -69,7 +80,12 @@ def parse_sections(text: str) -> dict[str, str]:
     for k, m in enumerate(matches):
         section = ALIASES.get(normalise(m.group(1)))
         end = matches[k + 1].start() if k + 1 < len(matches) else len(text)
-        body = _clean(text[m.end():end])
+        raw = text[m.end():end]
+        if stop_at_blank_line:
+            raw = raw.lstrip(" \t\r\n")
+            if blank := _BLANK_LINE.search(raw):
+                raw = raw[:blank.start()]
+        body = _clean(raw)
         if section and body:
             out[section] = body
     return out
@@ -113,6 +129,7 @@ class Notes:
     limit: int = AgentConfig().note_section_chars  # the config's default: one place
     carry_across_levels: bool = True
     keep_on_game_over: bool = True
+    stop_at_blank_line: bool = True  # agent.notes_stop_at_blank_line
     sections: dict[str, str] = field(default_factory=dict)
     extra: dict[str, str] = field(default_factory=dict)  # other keys of the kernel's dict
     carried_from: dict[str, int] = field(default_factory=dict)  # section → level it was written on
@@ -129,7 +146,7 @@ class Notes:
 
     def from_text(self, text: str) -> list[str]:
         """Apply the labelled blocks of visible text or reasoning; returns what changed."""
-        return [s for s, body in parse_sections(text).items() if self.set(s, body)]
+        return [s for s, body in parse_sections(text, self.stop_at_blank_line).items() if self.set(s, body)]
 
     def from_reply(self, content: str, reasoning: str) -> list[str]:
         changed = self.from_text(reasoning)

@@ -94,10 +94,13 @@ RESET = Action(RESET_ID)
 @dataclass(frozen=True)
 class ModelNames:
     """The action names of one sandbox dialect: `listed` (id -> the name `valid_actions` shows;
-    RESET is never listed) and `accepted` (every name `action()` takes, upper case -> id)."""
+    RESET is never listed), `accepted` (every name `action()` takes, upper case -> id) and
+    `click_strings`: whether a click may also be written as the text the results show it as,
+    `'MOUSE(row=20, col=20)'` (ours; the Duck refused it although it displayed clicks so)."""
 
     listed: Mapping[int, str]
     accepted: Mapping[str, int]
+    click_strings: bool = False
 
     def valid(self, available: list[int]) -> list[str]:
         """The names of the game's available actions, in the game's order."""
@@ -107,6 +110,19 @@ class ModelNames:
         """The id of a name as model code wrote it (case and surrounding blanks ignored)."""
         return self.accepted.get(str(name or "").strip().upper())
 
+    def click_text(self, name: Any) -> tuple[int, int] | None:
+        """(row, col) of a click written as text (`MOUSE(row=20, col=20)`, `CLICK(col=3, row=4)`,
+        any case and spacing), or None (not such a text, or this dialect takes none)."""
+        if not self.click_strings or not isinstance(name, str):
+            return None
+        m = _CLICK_TEXT.fullmatch(name.strip())
+        if m is None:
+            return None
+        args = dict(_CLICK_ARG.findall(m.group(1).lower()))
+        if set(args) != {"row", "col"}:
+            return None
+        return int(args["row"]), int(args["col"])
+
     def item(self, action: Action) -> str | dict[str, Any]:
         """What model code passes to `action()` to play `action`."""
         if action.id == CLICK_ID:
@@ -114,16 +130,22 @@ class ModelNames:
         return "RESET" if action.id == RESET_ID else self.listed[action.id]
 
 
+# A click as text: MOUSE/CLICK/ACTION6 with keyword arguments row and col, in either order.
+_CLICK_TEXT = re.compile(r"(?:MOUSE|CLICK|ACTION6)\s*\(\s*((?:row|col)\s*=\s*-?\d+\s*,\s*(?:row|col)\s*=\s*-?\d+)"
+                         r"\s*,?\s*\)", re.IGNORECASE)
+_CLICK_ARG = re.compile(r"(row|col)\s*=\s*(-?\d+)")
+
 _SIMPLE = {1: "UP", 2: "DOWN", 3: "LEFT", 4: "RIGHT", 5: "SPACE", CLICK_ID: "MOUSE"}
 # The old agent's (the Duck's) names: ACTION7 is listed but no name plays it.
 DUCK_DIALECT_NAMES = ModelNames(
     listed=_SIMPLE | {UNDO_ID: "ACTION7"},
     accepted={name: i for i, name in _SIMPLE.items()} | {"RESET": RESET_ID}
     | {f"ACTION{i}": i for i in range(1, 7)})
-# Ours: the Duck's, plus UNDO (= ACTION7) and CLICK (= MOUSE).
+# Ours: the Duck's, plus UNDO (= ACTION7), CLICK (= MOUSE) and clicks written as displayed.
 OUR_DIALECT_NAMES = ModelNames(
     listed=_SIMPLE | {UNDO_ID: "UNDO"},
-    accepted=dict(DUCK_DIALECT_NAMES.accepted) | {"ACTION7": UNDO_ID, "UNDO": UNDO_ID, "CLICK": CLICK_ID})
+    accepted=dict(DUCK_DIALECT_NAMES.accepted) | {"ACTION7": UNDO_ID, "UNDO": UNDO_ID, "CLICK": CLICK_ID},
+    click_strings=True)
 
 
 def display(action: Action) -> str:

@@ -33,7 +33,11 @@ log = logging.getLogger(__name__)
 class ReplayKernel(Kernel):
     """A kernel that gives each snippet the cap recorded for it as its gate. `caps` holds
     (code, cap) per recorded call in order (`trace_caps`); a snippet takes the first entry
-    with its code (entries before it were never run: a call skipped after an acting one)."""
+    with its code (entries before it were never run: a call skipped after an acting one).
+    The recorded run had no host guards, so the agent installs none here
+    (duck.sandbox.batch_guards.install reads `takes_guards`)."""
+
+    takes_guards = False
 
     def __init__(self, session: Session, config: KernelConfig, caps: list[tuple[str, RecordedCap]],
                  dialect: Dialect = OURS) -> None:

@@ -16,7 +16,10 @@ Lines (one JSON object each, `"type"` first, `"t"` seconds since the game starte
   `message`: the message exactly as appended to the context, with two encodings undone by
   `decode`: a board image the record can rebuild bit for bit is stored as
   `{"type": "image_url", "image_url": {"board": {"step": N, "scale": S}}}` (the record's
-  grid after action N through duck.game.frames.grid_png, see `Conversation.message`), and a
+  grid after action N through duck.game.frames.grid_png, see `Conversation.message`), any
+  other image the agent made from grids (a diff, a fatal frame, a mid-animation frame:
+  duck.game.images) as `{"image_url": {"render": {"kind": K, "scale": S, "grids": [packed,
+  ...]}}}` (duck.play.record.pack_grid; `remember_image` says how it was made), and a
   `reasoning_content` equal to `reasoning` is left out with `"rc": 1`.
 * `request`: one model call: `n` (0, 1, ...), `ids` (the messages sent, as inclusive ranges
   [[first, last], ...] of message ids), `turn`, `call`, `seed`, `estimate`.
@@ -56,6 +59,8 @@ from typing import Any, Callable, Iterable
 import numpy as np
 
 from duck.game.frames import grid_png
+from duck.game.images import render as render_image
+from duck.play.record import pack_grid, unpack_grid
 
 log = logging.getLogger(__name__)
 
@@ -126,6 +131,7 @@ class ConversationWriter:
         self.ids = 0  # next message id
         self.requests = 0  # next request number
         self._png_cache: tuple[int, int, bytes] | None = None  # (step, scale, png)
+        self._made: dict[str, dict[str, Any]] = {}  # data URL -> how the agent made it (remember_image)
         self.bytes = 0
 
     @property
@@ -224,6 +230,12 @@ class ConversationWriter:
             return self.path if self.path.exists() else None
 
     # -- images -------------------------------------------------------------------------
+    def remember_image(self, url: str, kind: str, grids: Any, scale: int) -> None:
+        """How the image at data URL `url` was made (duck.game.images.render(kind, grids,
+        scale)): the next message holding it stores that instead of the PNG."""
+        if self.enabled:
+            self._made[url] = {"kind": kind, "scale": int(scale), "grids": [pack_grid(g) for g in grids]}
+
     def encode(self, message: dict[str, Any]) -> dict[str, Any]:
         """The message with board images replaced by references to the record's step."""
         content = message.get("content")
@@ -233,8 +245,11 @@ class ConversationWriter:
 
     def _part(self, part: Any) -> Any:
         url = (part.get("image_url") or {}).get("url") if isinstance(part, dict) else None
-        if not (isinstance(url, str) and url.startswith(DATA_PNG) and self.board is not None):
+        if not (isinstance(url, str) and url.startswith(DATA_PNG)):
             return part
+        made = self._made.pop(url, None)
+        if self.board is None:
+            return self._made_part(part, made)
         png = base64.b64decode(url[len(DATA_PNG):])
         step, grid = self.board()
         scale = _png_width(png) // max(1, np.asarray(grid).shape[1])
@@ -242,10 +257,17 @@ class ConversationWriter:
             return part
         if self._png_cache is None or self._png_cache[:2] != (step, scale):
             self._png_cache = (step, scale, grid_png(grid, scale))
-        if self._png_cache[2] != png:  # not the board the record has: keep the image itself
-            return part
+        if self._png_cache[2] != png:  # not the board the record has: how it was made, else the image itself
+            return self._made_part(part, made)
         image = {k: v for k, v in part["image_url"].items() if k != "url"}
         return dict(part, image_url=image | {"board": {"step": step, "scale": scale}})
+
+    @staticmethod
+    def _made_part(part: dict[str, Any], made: dict[str, Any] | None) -> dict[str, Any]:
+        if made is None:
+            return part
+        image = {k: v for k, v in part["image_url"].items() if k != "url"}
+        return dict(part, image_url=image | {"render": made})
 
 
 def notes_change(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
@@ -323,7 +345,15 @@ class Conversation:
 
 
 def decode_part(part: Any, grids: dict[int, np.ndarray] | None) -> Any:
-    board = (part.get("image_url") or {}).get("board") if isinstance(part, dict) else None
+    """An image part as it was sent: a board reference through the record's `grids` (kept
+    as a reference without them), an image made from grids rendered again."""
+    spec = part.get("image_url") if isinstance(part, dict) else None
+    made = spec.get("render") if isinstance(spec, dict) else None
+    if made is not None:
+        png = render_image(made["kind"], [unpack_grid(g) for g in made["grids"]], made["scale"])
+        image = {k: v for k, v in spec.items() if k != "render"}
+        return dict(part, image_url={"url": DATA_PNG + base64.b64encode(png).decode(), **image})
+    board = spec.get("board") if isinstance(spec, dict) else None
     if board is None or grids is None:
         return part
     image = {k: v for k, v in part["image_url"].items() if k != "board"}

@@ -16,8 +16,11 @@ The rules that matter for play:
   replay of the Duck's traces enforces the recorded action counts with one
   (duck.lab.replay_caps).
 
-Which names are accepted (ours add UNDO and CLICK) and what GAME_OVER allows is the kernel's
-dialect (duck.sandbox.dialect).
+Which names are accepted (ours add UNDO, CLICK and clicks written as the results display them,
+`'MOUSE(row=20, col=20)'`) and what GAME_OVER allows is the kernel's dialect
+(duck.sandbox.dialect). The guards against wasted actions (`ActionHost.guards`, installed by
+the agent: duck.sandbox.batch_guards) are checked here between two actions; every executed
+action's frames go into `CallActions.steps` (duck.game.change.Step) for the turn's facts.
 """
 
 from __future__ import annotations
@@ -29,8 +32,10 @@ from typing import Any, Literal, Protocol
 import numpy as np
 
 from duck.game.actions import CLICK_ID, RESET, RESET_ID, Action, ModelNames, display
+from duck.game.change import Step
 from duck.game.source import GameError
 from duck.play.session import PlayStopped, Session
+from duck.sandbox.batch_guards import Guards
 from duck.sandbox.dialect import Dialect
 
 TERMINAL_ERROR = "No action was executed because the current game state is terminal or stopping."
@@ -49,6 +54,9 @@ def parse(items: list[dict[str, Any]], names: ModelNames) -> tuple[list[Action],
     out = []
     for i, item in enumerate(items, start=1):
         raw = item.get("action")
+        if (cell := names.click_text(raw)) is not None:  # 'MOUSE(row=20, col=20)', as results show clicks
+            out.append(Action.at(*cell))
+            continue
         aid = names.id(raw)
         if aid is None:
             return [], f"Unknown action at index {i}: {raw!r}"
@@ -90,6 +98,8 @@ class CallActions:
     gate: Gate | None = None
     executed: list[str] = field(default_factory=list)  # display strings
     terminal: dict[str, Any] | None = None
+    steps: list[Step] = field(default_factory=list)  # every executed action with its frames
+    ineffective: str | None = None  # the first action that changed nothing away from the HUD border
 
     def ask(self, stage: GateStage) -> Verdict:
         return "go" if self.gate is None else self.gate(len(self.executed), stage)
@@ -104,6 +114,7 @@ class ActionHost:
         self.time_limit_s = time_limit_s
         self.t0 = time.monotonic()
         self.stopping = False  # the run's time is up (a gate said so)
+        self.guards: Guards | None = None  # duck.sandbox.batch_guards; installed by the agent
 
     @property
     def game(self):
@@ -142,6 +153,12 @@ class ActionHost:
                 "stop_reason": "run_complete" if win else "game_over" if over else "stopped"}
         return out | self.timers() | {"error": TERMINAL_ERROR}
 
+    def guard_result(self, line: str, n_requested: int) -> dict[str, Any]:
+        """A request a guard refused (duck.sandbox.batch_guards): nothing was played."""
+        out = self.error_result("No action was executed.") | {"requested_count": n_requested, "executed_count": 0,
+                                                               "stopped_early": True, "stop_reason": "guard_blocked"}
+        return out | {"guard": line}
+
     def previous_result(self, prev: dict[str, Any], n_requested: int) -> dict[str, Any]:
         reason = terminal_reason(prev) or "terminal_state"
         return {"executed": False, "action_num": prev.get("action_num"), "level": prev.get("level"),
@@ -166,6 +183,9 @@ class ActionHost:
             return self.error_result(error), [], False
         if call.terminal is not None:
             return self.previous_result(call.terminal, len(actions)), [], False
+        if self.guards and self.guards.blocks(call.ineffective, self.level_number()):
+            return self.guard_result(self.guards.block_line(call.ineffective, self.level_number()),
+                                     len(actions)), [], True
         state = self.session.obs.state
         refused = state == "WIN" or state == "GAME_OVER" and not (
             self.dialect.reset_after_game_over and actions[:1] == [RESET])
@@ -173,9 +193,14 @@ class ActionHost:
         changed = False
         reward = 0.0
         stop_reason = None
+        guard: str | None = None
         end = False
         n_levels = max(1, self.game.win_levels)
         for i, action in enumerate(actions):
+            if i and self.guards and self.guards.blocks(call.ineffective, self.level_number()):
+                stop_reason, end = "guard_blocked", True
+                guard = self.guards.block_line(call.ineffective, self.level_number())
+                break
             verdict = call.ask("action")
             if verdict == "end":
                 end = True
@@ -212,6 +237,7 @@ class ActionHost:
                                          "actions yet, so it would restart the whole game."), [], False
             text = display(action)
             call.executed.append(text)
+            call.steps.append(Step(text, before.grid, tuple(after.frames), after.state, after.levels_completed))
             done.append((text, after, self.game.actions, self.level_number()))
             changed = changed or not np.array_equal(before.grid, after.grid)
             reward += (after.levels_completed - before.levels_completed) / n_levels
@@ -224,6 +250,12 @@ class ActionHost:
             if after.levels_completed > before.levels_completed:
                 stop_reason = "level_completed"
                 break
+            if self.guards and self.guards.ineffective(before.grid, after.grid):
+                call.ineffective = call.ineffective or f"{text}, action {len(call.executed)} of this call"
+                if self.guards.stop_on_no_effect and i < len(actions) - 1:
+                    stop_reason = "no_effect"
+                    guard = self.guards.stop_line(text, len(call.executed), len(actions) - 1 - i)
+                    break
         if not done:
             if end:
                 return {}, [], True
@@ -243,6 +275,8 @@ class ActionHost:
                        "stopped_early": len(done) < len(actions)}
         if stop_reason:
             result["stop_reason"] = stop_reason
+        if guard:
+            result["guard"] = guard
         result |= self.timers()
         if terminal_reason(result):
             call.terminal = result

@@ -4,7 +4,8 @@
 process, thread, network and host modules `duck.sandbox.guard` refuses), one persistent
 namespace, our additions to the Duck's API (`last_animation`, `notes`, an animation summary in
 each action result: DESIGN §3), tracebacks with source lines, printed output cut to a head and
-a tail, stderr shown, RESET playable after GAME_OVER, and the names UNDO and CLICK.
+a tail, stderr shown, RESET playable after GAME_OVER, the names UNDO and CLICK, and clicks written as
+the results display them (`'MOUSE(row=20, col=20)'`).
 
 `DUCK` is the old agent's sandbox (../shared/duck-traces/README.md, "Sandbox API"), so that its
 recorded code prints what it printed then (`duck replay`): its 53 builtins and 14 importable

@@ -85,6 +85,7 @@ class CallResult:
     stdout_total: int = 0
     error_kind: str | None = None
     notice: str | None = None  # what the host did about the worker (ended a thread, a process)
+    steps: list[Any] = field(default_factory=list)  # duck.game.change.Step per action played (its frames)
 
     @property
     def text(self) -> str:
@@ -114,6 +115,7 @@ class Kernel:
         self.entries: list[tuple[str, int, int]] = []  # (action display, step, level)
         self.grids: list[np.ndarray] = []
         self.last_anim: list[np.ndarray] = []
+        self.anims: dict[int, list[np.ndarray]] = {}  # entry -> its frames, until the worker has them
         self.last_result: dict[str, Any] = {}  # `last_action_result`
         self.notes: dict[str, Any] = {}
         self.valid = self.host.names()
@@ -133,17 +135,21 @@ class Kernel:
         self.grids.append(obs.grid)
         if text:
             self.last_anim = list(obs.frames)
+            self.anims[len(self.entries) - 1] = self.last_anim
 
     def _delta(self, start: int) -> tuple[dict[str, Any], bytes]:
-        """Entries from `start` on: final boards, plus every animation frame of the last."""
+        """Entries from `start` on with every animation frame of each action not sent yet (a
+        batch's), or, after a restart, of the last action only."""
         items, blobs = [], []
         end = len(self.entries)
         for i in range(start, end):
             text, step, level = self.entries[i]
-            frames = self.last_anim if (i == end - 1 and text and self.last_anim) else [self.grids[i]]
+            frames = self.anims.get(i) or (self.last_anim if (i == end - 1 and text and self.last_anim)
+                                           else [self.grids[i]])
             items.append({"a": text, "s": step, "l": level, "n": len(frames),
                           "shape": list(frames[-1].shape)})
             blobs += [np.ascontiguousarray(f, dtype=np.int8).tobytes() for f in frames]
+        self.anims.clear()
         return {"entries": items, "last_result": self.last_result, "valid": self.valid}, b"".join(blobs)
 
     def act(self, action: Action, info: dict[str, Any] | None = None) -> Observation:
@@ -438,6 +444,7 @@ class Kernel:
         if died and not res.restarted:
             res.restarted = True
             res.error_kind = res.error_kind or "died between calls"
+        res.steps = call.steps
         notes_error = trust.text(done["notes_error"], 500) if done and done.get("notes_error") else None
         res.message = self.dialect.render(res, timeout=timeout, limit=self.cfg.output_chars,
                                           notes_error=notes_error, died=died)

@@ -6,7 +6,8 @@ output, each of stdout/error/result is cut to 4,096 characters with `... [trunca
 `render_our_dialect` keeps the shape but shows more, because hidden results and lost output
 cost the model turns: stdout (head and tail), the `result` variable and the last action result
 (with its animation summary) together, on a time-out the output so far plus whether the
-definitions survived, and whether the kernel had to be restarted.
+definitions survived, whether the kernel had to be restarted, and `stopped` (the guard's line)
+when a host guard ended the snippet (duck.sandbox.batch_guards).
 
 `transcript` renders a message the way the Duck's transcripts (and so the traces'
 `result` field) show it; the replay compares printed output through it.
@@ -68,7 +69,10 @@ def render_our_dialect(res: Any, *, timeout: float, limit: int, notes_error: str
                        died: bool = False) -> dict[str, Any]:
     """Our message for a CallResult; `died`: the worker had died since the previous call."""
     msg: dict[str, Any] = {"tool": "python"}
-    if res.kind in ("timeout", "stopped"):
+    guard = res.action_results[-1].get("guard") if res.action_results else None
+    if res.kind == "stopped" and guard:  # a host guard ended the snippet (duck.sandbox.batch_guards)
+        msg["stopped"] = guard
+    elif res.kind in ("timeout", "stopped"):
         kept = "your definitions were kept" if not res.restarted else (
             "the kernel was restarted: your functions and variables are gone (game variables "
             "and notes are restored)")

@@ -71,6 +71,7 @@ class TransitionView:
         self.before_frame = before_frame
         self.after_frame = after_frame
         self.frame = after_frame
+        self.frames = [after_frame]  # every frame the action returned (ours: its animation)
         self.result: dict[str, Any] = {}
 
     def __str__(self) -> str:
@@ -198,6 +199,7 @@ class Worker:
                 self.transitions.append(TransitionView(e["a"], before, view))
                 self.last_anim = [view if i == len(frames) - 1 else FrameView(f, e["s"], e["l"])
                                   for i, f in enumerate(frames)]
+                self.transitions[-1].frames = self.last_anim
         if "last_result" in msg:
             self.last_result = msg["last_result"]
         if "valid" in msg:

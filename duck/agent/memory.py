@@ -1,0 +1,120 @@
+"""Memory across levels and GAME_OVER: per solved level what it took, carried to later levels.
+
+The one text addition that helped in the field (+2.8 LB, FIELD §2): per solved level a short
+rule the model writes and the winning action tail, carried to later levels. Here, per solved
+level: the actions it took (every attempt, RESETs included), its GAME_OVERs, the last
+`tail` actions of the winning attempt (since the level began or its last RESET), and the rule
+the model is asked to state once, in the first turn of the next level, as a `Rule:` block of
+at most 5 lines in its reply (the visible text first, else the thinking; the block ends at
+its first blank line).
+
+Where the model sees it (prompts/memory.j2), without breaking the cached prefix:
+
+* appended to the first turn message of every later level (and of a fresh context): new text
+  at the end of the prompt, so nothing before it is prefilled again; it costs its own tokens;
+* after a trim of old turns, as the context's `carry` message right after the system prompt
+  (duck.agent.context: issue 28's `carry` callable; until that lands, inside the summary
+  that replaces the trimmed turns): a trim re-prefills everything after the system prompt
+  anyway, so the memory adds only its own tokens to that prefill.
+
+The kernel's namespace (the model's functions) is the other memory: kept for the whole game
+by the worker, and the system prompt says so.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from duck.agent.turn import compress, render
+
+RULE_LINES = 5
+RULE_CHARS = 600
+# "Rule:" at the start of a line, after list or heading marks, inside ** or __, maybe "Rule of level 2:".
+_RULE = re.compile(r"^[ \t]*(?:[-*+>#]+[ \t]*)?(?:\*\*|__)?rule\b[^:\n]{0,24}:(?:\*\*|__)?[ \t]*",
+                   re.IGNORECASE | re.MULTILINE)
+_BLANK_LINE = re.compile(r"\n[ \t]*\r?\n")
+
+
+def parse_rule(text: str) -> str:
+    """The last `Rule:` block of `text`: up to its first blank line, at most RULE_LINES lines
+    and RULE_CHARS characters; "" when there is none."""
+    matches = list(_RULE.finditer(text or ""))
+    if not matches:
+        return ""
+    body = text[matches[-1].end():].lstrip(" \t\r\n")
+    if blank := _BLANK_LINE.search(body):
+        body = body[:blank.start()]
+    lines = [ln.rstrip() for ln in body.splitlines() if ln.strip()][:RULE_LINES]
+    return "\n".join(lines).strip().strip("*_").strip()[:RULE_CHARS]
+
+
+@dataclass
+class Solved:
+    level: int
+    actions: int  # every action on the level, failed attempts and RESETs included
+    game_overs: int
+    attempt: int  # actions of the winning attempt
+    tail: list[str]  # its last actions
+    rule: str = ""
+
+    @property
+    def tail_text(self) -> str:
+        return compress(self.tail)
+
+
+@dataclass
+class LevelMemory:
+    tail: int = 20
+    solved: list[Solved] = field(default_factory=list)
+    attempt: list[str] = field(default_factory=list)  # the current attempt's actions
+    game_overs: int = 0  # on the current level
+    asking: int | None = None  # the level whose rule the current turn asks for
+
+    def played(self, actions: list[str]) -> None:
+        """A call's executed actions (display strings), in order; a RESET starts a new attempt."""
+        for a in actions:
+            self.attempt = [] if a == "RESET" else self.attempt + [a]
+
+    def game_over(self) -> None:
+        """The attempt ended in GAME_OVER (the RESET that follows starts the next one)."""
+        self.game_overs += 1
+        self.attempt = []
+
+    def level_done(self, level: int, actions: int) -> Solved:
+        """Level `level` was solved in `actions` actions (all attempts); the next turn asks
+        for its rule."""
+        s = Solved(level, actions, self.game_overs, len(self.attempt), self.attempt[-self.tail:])
+        self.solved.append(s)
+        self.attempt, self.game_overs, self.asking = [], 0, level
+        return s
+
+    def from_reply(self, content: str, reasoning: str) -> bool:
+        """Take the asked-for rule from a reply; True when it was stated."""
+        if self.asking is None:
+            return False
+        rule = parse_rule(content) or parse_rule(reasoning)
+        if not rule:
+            return False
+        for s in self.solved:
+            if s.level == self.asking:
+                s.rule = rule
+        self.asking = None
+        return True
+
+    def end_turn(self) -> None:
+        """The rule is asked for once: a turn that did not state it leaves it empty."""
+        self.asking = None
+
+    def block(self) -> str:
+        """The memory as the model sees it (prompts/memory.j2); "" before the first solved level."""
+        return render("memory.j2", solved=self.solved) if self.solved else ""
+
+    def carry(self) -> dict[str, Any] | None:
+        """The message a context places right after its system prompt when it trims old turns."""
+        text = self.block()
+        return {"role": "user", "content": text} if text else None
+
+    def as_dict(self) -> list[dict[str, Any]]:
+        return [vars(s) | {"tail": list(s.tail)} for s in self.solved]

@@ -1,0 +1,169 @@
+"""`python -m duck.bench perception`: how many actions carry animation-only information on the
+public games, and what the turn images cost per 100-turn game at each setting.
+
+The Duck's recorded play (../shared/duck-traces, the first pass of each game whose action
+lists are complete) is replayed on the public games (no model needed; games are deterministic).
+Per action: its frames; animated (more than one frame); with transient cells (a mid frame shows
+a colour at a cell away from the HUD border that neither the board before nor the final board
+has there); informative (duck.game.change.informative_frames: transient cells AND a mid frame
+that differs from the board before in more cells than the final board does: what the turn's
+mid-animation images show); and the field's rule alone (FIELD §3, a mid frame that differs from
+the start more than the final board does).
+
+Per turn (the Duck's turns: one acting call each, the auto-RESET after a GAME_OVER included),
+the images the turn message would carry at each setting (duck.agent.turn's rules: the board;
+a diff when the call changed the board inside the HUD border and stayed on its level; the
+fatal frame and its diff after a GAME_OVER; up to K informative mid frames chosen by
+duck.game.change.pick_frames) and their tokens on Qwen3-VL's geometry (duck.llm.vision),
+scaled to 100 turns. `ms_per_turn`: the time to compute one turn's facts and render its images
+(the harness's cost, per turn, median).
+
+    python -m duck.bench perception [--games environment_files] [--traces ../shared/duck-traces]
+                                    [--turns 100] [--only sp80,tn36]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from duck.game.actions import RESET, parse_display
+from duck.game.change import (Step, animation_line, changed_inside, informative_frames, net_change, pick_frames,
+                              transient, inside)
+from duck.game.images import render
+from duck.llm.vision import board_tokens
+from duck.paths import SHARED
+
+# (name, board scale, diff, death images, K mid frames, their scale); the default config is "default".
+SETTINGS = [
+    ("duck: board 4x", 4, False, False, 0, 4),
+    ("board 10x", 10, False, False, 0, 4),
+    ("+ diff", 10, True, False, 0, 4),
+    ("+ death", 10, True, True, 0, 4),
+    ("default: + mid frames K=4 at 4x", 10, True, True, 4, 4),
+    ("+ mid frames K=2 at 4x", 10, True, True, 2, 4),
+    ("+ mid frames K=4 at 10x", 10, True, True, 4, 10),
+]
+
+
+def _pass(traces: Path, game: str) -> tuple[int, list[dict[str, Any]]] | None:
+    from duck.testing.stub.traces import load_trace, recorded_actions
+    for p in range(20):
+        try:
+            turns = load_trace(traces, game, p)
+        except (FileNotFoundError, ValueError):
+            continue
+        if recorded_actions(turns) is not None:
+            return p, turns
+    return None
+
+
+def measure_game(games: str, traces: Path, game_id: str, max_turns: int, border: int = 4) -> dict[str, Any] | None:
+    from duck.game.source import GameSource
+    found = _pass(traces, game_id)
+    if found is None:
+        return None
+    pass_, turns = found
+    game = GameSource.offline(games).make(game_id)
+    obs = game.reset()
+    acts = {"actions": 0, "animated": 0, "transient": 0, "informative": 0, "field_rule": 0, "frames": 0}
+    per_setting = {name: [0, 0] for name, *_ in SETTINGS}  # images, tokens
+    n_turns, ms = 0, []
+    for t in turns[:max_turns]:
+        for a in t.get("pre_turn_auto_actions") or []:
+            obs = game.step(parse_display(a))
+        played = [parse_display(a) for c in t.get("calls", []) for a in c.get("actions") or []]
+        n_turns += 1
+        if not played:
+            for name, scale, *_ in SETTINGS:
+                per_setting[name][0] += 1
+                per_setting[name][1] += board_tokens(scale)
+            continue
+        before, level = obs.grid, obs.levels_completed
+        steps = []
+        for a in played:
+            b = obs.grid
+            obs = game.step(a)
+            steps.append(Step(str(a), b, tuple(obs.frames), obs.state, obs.levels_completed))
+            acts["actions"] += 1
+            acts["frames"] += len(obs.frames)
+            if len(obs.frames) > 1:
+                acts["animated"] += 1
+                acts["transient"] += bool(transient(b, obs.frames, border).any())
+                acts["informative"] += bool(informative_frames(b, obs.frames, border))
+                mask = inside(b.shape, border)
+                final = int(((obs.grid != b) & mask).sum())
+                acts["field_rule"] += any(int(((np.asarray(f) != b) & mask).sum()) > final for f in obs.frames[:-1])
+        t0 = time.perf_counter()
+        same_level = obs.levels_completed == level and obs.state != "GAME_OVER"
+        final = steps[-1].after
+        diff = same_level and changed_inside(before, final, border)
+        death = obs.state == "GAME_OVER"
+        if same_level:
+            net_change(before, final, border)
+        animation_line(steps, border)
+        picks = {k: pick_frames(steps, k, border) for k in (2, 4)}
+        render("board", [obs.grid], 10)  # what the default turn renders, for the time per turn
+        if diff:
+            render("diff", [before, final], 10)
+        if death:
+            render("board", [final], 10)
+            render("diff", [steps[-1].before, final], 10)
+        for p in picks[4]:
+            render("board", [p.grid], 4)
+        ms.append((time.perf_counter() - t0) * 1000)
+        for name, scale, use_diff, use_death, k, k_scale in SETTINGS:
+            images = [scale] + [scale] * (use_diff and diff) + [scale, scale] * (use_death and death)
+            images += [k_scale] * len(picks.get(k, []))
+            per_setting[name][0] += len(images)
+            per_setting[name][1] += sum(board_tokens(s) for s in images)
+        if obs.state == "GAME_OVER":  # the auto RESET comes as the next turn's pre-turn action
+            pass
+        if obs.state == "WIN":
+            break
+    if obs.state == "GAME_OVER":
+        obs = game.step(RESET)
+    scale = 100 / max(1, n_turns)
+    return {"game": game_id, "pass": pass_, "turns": n_turns, **acts,
+            "per_100_turns": {k: {"images": round(v[0] * scale, 1), "tokens": round(v[1] * scale)}
+                              for k, v in per_setting.items()},
+            "ms_per_turn": round(statistics.median(ms), 2) if ms else None}
+
+
+def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    keys = ("actions", "animated", "transient", "informative", "field_rule")
+    totals = {k: sum(r[k] for r in rows) for k in keys}
+    with_any = {k: sum(1 for r in rows if r[k]) for k in ("animated", "transient", "informative", "field_rule")}
+    per = {}
+    for name, *_ in SETTINGS:
+        imgs = [r["per_100_turns"][name]["images"] for r in rows]
+        toks = [r["per_100_turns"][name]["tokens"] for r in rows]
+        per[name] = {"images_median": statistics.median(imgs), "tokens_median": statistics.median(toks),
+                     "images_max": max(imgs), "tokens_max": max(toks)}
+    ms = [r["ms_per_turn"] for r in rows if r["ms_per_turn"] is not None]
+    return {"games": len(rows), "actions": totals, "games_with_any": with_any, "per_100_turns": per,
+            "ms_per_turn_median": statistics.median(ms) if ms else None}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m duck.bench perception", description=__doc__.splitlines()[0])
+    ap.add_argument("--games", default="environment_files")
+    ap.add_argument("--traces", default=str(SHARED / "duck-traces"))
+    ap.add_argument("--turns", type=int, default=100)
+    ap.add_argument("--only", default="", help="comma-separated game prefixes")
+    args = ap.parse_args(argv)
+    from duck.game.source import GameSource
+    if not any(Path(args.games).rglob("metadata.json")):
+        print(json.dumps({"error": f"no games under {args.games} (fetch the public games: README)"}))
+        return 2
+    ids = GameSource.offline(args.games).game_ids([p for p in args.only.split(",") if p] or None)
+    rows = [r for g in ids if (r := measure_game(args.games, Path(args.traces), g, args.turns)) is not None]
+    print(json.dumps({"settings": [s[0] for s in SETTINGS], "summary": summarize(rows) if rows else None,
+                      "per_game": rows}, indent=1))
+    return 0

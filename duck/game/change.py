@@ -1,0 +1,194 @@
+"""What a call's actions did to the board, as facts: the net change of the whole call, and
+which animation frames hold what the final board lost.
+
+The model sees one turn per acting call, and a call may play a batch of 30 actions. Before
+this module the turn reported the *last* transition of the batch (a 30-action batch came out
+as "2 cells changed in rows 61-62": its blocked final RIGHT touching the HUD). Here:
+
+* `Step`: one executed action as the host saw it: the board before, every frame it returned
+  (the last is the new board), the state and levels after. The host collects a call's steps
+  (duck.sandbox.actions.CallActions.steps).
+* `net_change(before, after, border)`: the whole call's change, from the board before its
+  first action to the board after its last: cells, objects moved / appeared / vanished (the
+  animation summary's matching, duck.game.animation.change_parts) and whether anything changed
+  away from the HUD border.
+* The HUD border: the `border` outermost rows and columns (4 in the field's harness, FIELD §3:
+  "changed anywhere vs changed away from a 4-cell border (HUD bars)"). Move counters, timers and
+  life bars live there and change on every action; a change only there is not a change of the
+  puzzle.
+
+Animation frames that hold lost information, precisely. An action played from board `b`
+returns frames f_1..f_n, f_n the new board `a`. A *transient* cell of a mid frame f_i (i < n)
+is a cell away from the HUD border whose colour in f_i is neither its colour in `b` nor in `a`.
+f_i *holds information the final frame lost* when it has at least one transient cell AND it
+differs from `b` in more cells (away from the border) than `a` does. The first condition alone
+also takes every in-between position of a slide or a fall (bp35: 143 of 154 recorded actions),
+which shows only where a moving piece passed; the second is the field's rule (an in-between
+board that differs from the start more than the final board does, FIELD §3); together they keep
+flashes, pieces that appear and vanish again, and effects that undo themselves.
+`informative_frames` finds them; `pick_frames` chooses up to K of a call's (greedily the one
+showing the most transient cells in a colour not shown there yet, then in play order).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from duck.game.animation import bbox_text, change_parts
+
+HUD_BORDER = 4  # FIELD §3: the field's harness flags changes away from a 4-cell border
+
+
+@dataclass(frozen=True)
+class Step:
+    """One executed action: `frames[-1]` is the board after it."""
+
+    action: str  # the display string (duck.game.actions.display)
+    before: np.ndarray
+    frames: tuple[np.ndarray, ...]
+    state: str = "NOT_FINISHED"
+    levels: int = 0  # levels completed after the action
+
+    @property
+    def after(self) -> np.ndarray:
+        return self.frames[-1]
+
+
+def inside(shape: tuple[int, int], border: int) -> np.ndarray:
+    """The cells away from the HUD border (all cells when `border` is 0)."""
+    mask = np.zeros(shape, dtype=bool)
+    h, w = shape
+    if h > 2 * border and w > 2 * border:
+        mask[border:h - border, border:w - border] = True
+    return mask
+
+
+def changed_inside(before: np.ndarray, after: np.ndarray, border: int = HUD_BORDER) -> bool:
+    """Whether anything changed away from the HUD border."""
+    b, a = np.asarray(before), np.asarray(after)
+    if b.shape != a.shape:
+        return True
+    return bool(((b != a) & inside(a.shape, border)).any())
+
+
+@dataclass(frozen=True)
+class NetChange:
+    """The net change from one board to another, as facts."""
+
+    cells: int  # cells that differ
+    inside: int  # of those, cells away from the HUD border
+    text: str  # one line: "45 cells changed in rows 10-30, cols 5-40; moved: ..."
+
+    @property
+    def hud_only(self) -> bool:
+        return self.cells > 0 and self.inside == 0
+
+
+def net_change(before: np.ndarray, after: np.ndarray, border: int = HUD_BORDER) -> NetChange:
+    b, a = np.asarray(before), np.asarray(after)
+    if b.shape != a.shape:
+        return NetChange(a.size, a.size, f"the board changed size ({b.shape[0]}x{b.shape[1]} -> "
+                                         f"{a.shape[0]}x{a.shape[1]})")
+    diff = b != a
+    cells, inner = int(diff.sum()), int((diff & inside(a.shape, border)).sum())
+    if cells == 0:
+        return NetChange(0, 0, "no cell changed")
+    parts = change_parts(b, a)
+    if inner == 0:
+        parts.append(f"only the HUD border changed (the outer {border} rows and columns)")
+    return NetChange(cells, inner, "; ".join(parts))
+
+
+def transient(before: np.ndarray, frames: Sequence[np.ndarray], border: int = HUD_BORDER) -> np.ndarray:
+    """(n-1, h, w) bool: the transient cells of each mid frame (see the module docstring)."""
+    if len(frames) < 2:
+        return np.zeros((0,) + np.asarray(frames[-1] if len(frames) else before).shape, dtype=bool)
+    b, a = np.asarray(before), np.asarray(frames[-1])
+    mids = np.asarray([np.asarray(f) for f in frames[:-1]])
+    if mids.shape[1:] != b.shape or b.shape != a.shape:
+        return np.zeros((len(frames) - 1,) + a.shape, dtype=bool)
+    return (mids != b) & (mids != a) & inside(a.shape, border)
+
+
+def informative_frames(before: np.ndarray, frames: Sequence[np.ndarray], border: int = HUD_BORDER) -> list[int]:
+    """Indexes (0-based, into `frames`) of the mid frames that hold information the final
+    frame lost (the module docstring's definition)."""
+    t = transient(before, frames, border)
+    if not t.any():
+        return []
+    b, a = np.asarray(before), np.asarray(frames[-1])
+    mask = inside(a.shape, border)
+    final = int(((a != b) & mask).sum())
+    return [i for i in range(len(t)) if t[i].any() and int(((np.asarray(frames[i]) != b) & mask).sum()) > final]
+
+
+@dataclass(frozen=True)
+class Pick:
+    """One mid-animation frame chosen to be shown."""
+
+    step: int  # 0-based index of the action in the call
+    frame: int  # 0-based index into that action's frames
+    of: int  # that action's frame count
+    grid: np.ndarray
+
+
+def pick_frames(steps: Sequence[Step], k: int, border: int = HUD_BORDER) -> list[Pick]:
+    """Up to `k` informative mid frames of a call: greedily the one showing the most transient
+    cells in a colour no frame already chosen of the same action shows there, then in play
+    order. A frame that shows nothing new is never chosen."""
+    if k <= 0:
+        return []
+    cands: list[tuple[int, int, np.ndarray, np.ndarray]] = []  # step, frame, transient mask, grid
+    for s, st in enumerate(steps):
+        idx = informative_frames(st.before, st.frames, border)
+        if idx:
+            t = transient(st.before, st.frames, border)
+            cands += [(s, i, t[i], np.asarray(st.frames[i])) for i in idx]
+    chosen: list[int] = []
+    shown: dict[int, list[np.ndarray]] = {}  # per step: the frames already chosen
+    while cands and len(chosen) < k:
+        best, gain = -1, 0
+        for j, (s, _, t, g) in enumerate(cands):
+            if j in chosen:
+                continue
+            new = t.copy()
+            for other in shown.get(s, []):
+                new &= other != g
+            if int(new.sum()) > gain:
+                best, gain = j, int(new.sum())
+        if best < 0:
+            break
+        chosen.append(best)
+        shown.setdefault(cands[best][0], []).append(cands[best][3])
+    return [Pick(cands[j][0], cands[j][1], len(steps[cands[j][0]].frames), cands[j][3]) for j in sorted(chosen)]
+
+
+def animation_line(steps: Sequence[Step], border: int = HUD_BORDER) -> str | None:
+    """One line of facts about the call's animations: frames, and what appeared only in
+    between (None when no action returned more than one frame)."""
+    animated = [(s, st) for s, st in enumerate(steps) if len(st.frames) > 1]
+    if not animated:
+        return None
+    frames = sum(len(st.frames) for st in steps)
+    longest = max(len(st.frames) for _, st in animated)
+    n = len(steps)
+    head = (f"{frames} frames over {n} action{'s' if n != 1 else ''}; {len(animated)} animated "
+            f"(longest {longest} frames)")
+    seen = []
+    for s, st in animated:
+        idx = informative_frames(st.before, st.frames, border)
+        if not idx:
+            continue
+        t = transient(st.before, st.frames, border)
+        cells = t[idx].any(axis=0)
+        rows, cols = np.nonzero(cells)
+        where = f"action {s + 1}: " if n > 1 else ""
+        seen.append(f"{where}{bbox_text(rows, cols)}, frames {idx[0] + 1}-{idx[-1] + 1} of {len(st.frames)}")
+    if not seen:
+        return head + "; no in-between frame shows anything the final board lost"
+    more = f"; +{len(seen) - 3} more actions" if len(seen) > 3 else ""
+    return head + "; seen only in between: " + "; ".join(seen[:3]) + more
+

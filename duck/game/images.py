@@ -1,0 +1,60 @@
+"""The images the model is shown, rendered from grids: the board, and a diff of two boards.
+
+Every image is a pure function of (kind, grids, scale), so the conversation file can store the
+grids instead of the PNG (duck.play.conversation) and rebuild it bit for bit:
+
+* `board`: one grid in the ARC palette, each cell `scale` x `scale` pixels (duck.game.frames.grid_png).
+* `diff`: two grids, before and after: the after board with every cell that changed in its
+  own colour and every unchanged cell dimmed (blended three quarters of the way to mid grey), so
+  a change shows at a glance and a changed cell that turned black or white still stands out.
+
+`render(kind, grids, scale)` is the one entry point; `png_size(png)` reads a PNG's width and
+height (for the image-token count, duck.llm.vision).
+"""
+
+from __future__ import annotations
+
+import io
+from typing import Literal, Sequence
+
+import numpy as np
+
+from duck.game.frames import PALETTE, grid_png
+
+ImageKind = Literal["board", "diff"]
+KINDS: tuple[str, ...] = ("board", "diff")
+DIM_TO = 128  # unchanged cells are blended towards this grey...
+DIM_SHARE = 0.75  # ...by this share
+
+
+def _png(rgb: np.ndarray) -> bytes:
+    from PIL import Image
+    buf = io.BytesIO()
+    Image.fromarray(rgb, "RGB").save(buf, format="PNG", optimize=False, compress_level=6)
+    return buf.getvalue()
+
+
+def diff_png(before: np.ndarray, after: np.ndarray, scale: int = 10) -> bytes:
+    """`after` with its changed cells in colour and the rest dimmed."""
+    b, a = np.asarray(before, dtype=np.int64), np.asarray(after, dtype=np.int64)
+    rgb = PALETTE[a & 15].astype(np.float64)
+    same = (b == a) if b.shape == a.shape else np.zeros(a.shape, dtype=bool)
+    rgb[same] = rgb[same] * (1 - DIM_SHARE) + DIM_TO * DIM_SHARE
+    rgb = np.rint(rgb).astype(np.uint8).repeat(scale, axis=0).repeat(scale, axis=1)
+    return _png(rgb)
+
+
+def render(kind: str, grids: Sequence[np.ndarray], scale: int) -> bytes:
+    """The PNG of one image spec; raises ValueError for an unknown kind or wrong grid count."""
+    if kind == "board" and len(grids) == 1:
+        return grid_png(grids[0], scale)
+    if kind == "diff" and len(grids) == 2:
+        return diff_png(grids[0], grids[1], scale)
+    raise ValueError(f"no image {kind!r} of {len(grids)} grids")
+
+
+def png_size(png: bytes) -> tuple[int, int]:
+    """(width, height) from a PNG's header; (0, 0) for anything else."""
+    if png[:8] != b"\x89PNG\r\n\x1a\n" or len(png) < 24:
+        return 0, 0
+    return int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")

@@ -1,0 +1,77 @@
+"""Host-side guards against wasted actions (FIELD §3, the field's harness): checked by the host
+between two actions, so model code cannot catch, skip or undo them.
+
+* `stop_on_no_effect`: a batch stops after an action that changed nothing away from the HUD
+  border (duck.game.change: the board's interior is the same after it). The rest of that
+  batch is not played; the snippet goes on, and at level 1 it may still act.
+* `block_from_level` (2 by default, 0 off): from that level on, once an action of a call changed
+  nothing away from the border, no further action of the same call is played: the request is
+  refused and the snippet is ended (the worker raises its `StopSnippet`, a BaseException that
+  `except Exception` does not catch; a bare `except:` that swallows it gains nothing, since
+  every later request of the call is refused too).
+* No action after GAME_OVER, a level change or a win in the same call: the host's own rule
+  (duck.sandbox.actions, `previous_<reason>`), in every dialect.
+
+Each guard that fires puts one line in the action result (`guard`), which the tool message and
+the next turn show (duck.agent.turn). The agent installs the guards on its kernel
+(`install`, from `agent.guard_*`); a kernel without them (the Duck dialect's replays) plays
+every action it is asked to, as the Duck's harness did.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from duck.game.change import HUD_BORDER, changed_inside
+
+
+@dataclass(frozen=True)
+class Guards:
+    stop_on_no_effect: bool = True
+    block_from_level: int = 2  # 0: never block
+    border: int = HUD_BORDER
+
+    @property
+    def active(self) -> bool:
+        return self.stop_on_no_effect or self.block_from_level > 0
+
+    def ineffective(self, before: np.ndarray, after: np.ndarray) -> bool:
+        return not changed_inside(before, after, self.border)
+
+    def blocks(self, ineffective: str | None, level: int) -> bool:
+        """Whether a further action of the call is refused (`ineffective`: the call's first
+        action that changed nothing away from the border, or None)."""
+        return ineffective is not None and 0 < self.block_from_level <= level
+
+    def stop_line(self, action: str, index: int, left: int) -> str:
+        return (f"guard: {action} (action {index} of this call) changed nothing away from the HUD border, "
+                f"so the {left} later action{'s' if left != 1 else ''} of its batch {'were' if left != 1 else 'was'} "
+                "not played")
+
+    def block_line(self, ineffective: str, level: int) -> str:
+        return (f"guard: not played and the call ended: from level {self.block_from_level} on, no action follows "
+                f"one that changed nothing away from the HUD border in the same call ({ineffective}; "
+                f"this is level {level})")
+
+
+def from_config(agent: Any) -> Guards:
+    """The guards an agent config asks for (`agent.guard_stop_on_no_effect`,
+    `agent.guard_block_from_level`, `agent.hud_border`)."""
+    return Guards(stop_on_no_effect=agent.guard_stop_on_no_effect, block_from_level=agent.guard_block_from_level,
+                  border=agent.hud_border)
+
+
+def install(kernel: Any, guards: Guards) -> bool:
+    """Put `guards` on a kernel's action host (duck.sandbox.host.Kernel.host); True when the
+    kernel has one in our dialect and takes guards (the Duck dialect, and a replay of recorded
+    calls, `takes_guards = False`, replay the Duck, which had none)."""
+    host = getattr(kernel, "host", None)
+    dialect = getattr(kernel, "dialect", None)
+    if (host is None or not hasattr(host, "guards") or getattr(dialect, "name", None) != "ours"
+            or getattr(kernel, "takes_guards", True) is False):
+        return False
+    host.guards = guards if guards.active else None
+    return host.guards is not None
