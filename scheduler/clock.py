@@ -13,6 +13,8 @@ Contract between the runner and a clock:
 * `attach()` before a worker thread starts, `detach()` once the runner has seen it finish.
 * `notify()` from any thread that has news for the runner (before returning to work).
 * `await wait(until, event)`: the runner sleeps until `until` (None: forever) or news.
+* `park(event, until)` in a worker thread: wait until the runner `unpark(event)`s it or
+  `until` passes (a game that gave up its slot waits for the next one this way).
 """
 
 from __future__ import annotations
@@ -39,6 +41,12 @@ class RealClock:
     def notify(self) -> None:
         pass
 
+    def park(self, event: threading.Event, until: float | None) -> None:
+        event.wait(None if until is None else max(0.0, until - self.now()))
+
+    def unpark(self, event: threading.Event) -> None:
+        event.set()
+
     async def wait(self, until: float | None, event: asyncio.Event) -> None:
         timeout = None if until is None else max(0.0, until - self.now())
         try:
@@ -56,6 +64,7 @@ class VirtualClock:
         self._cv = threading.Condition()
         self._workers = 0  # attached worker threads
         self._sleeping: dict[int, float] = {}  # sleeping thread -> wake time
+        self._parked: dict[int, threading.Event] = {}  # parked thread -> what unparks it
         self._runner: tuple[float, asyncio.AbstractEventLoop, asyncio.Future] | None = None
 
     def now(self) -> float:
@@ -87,6 +96,30 @@ class VirtualClock:
             while self._t < target:
                 self._cv.wait()
             del self._sleeping[me]
+
+    def park(self, event: threading.Event, until: float | None) -> None:
+        """Block the calling worker thread until `unpark(event)` or virtual time `until`."""
+        me = threading.get_ident()
+        with self._cv:
+            if event.is_set():
+                return
+            target = math.inf if until is None else until
+            self._sleeping[me], self._parked[me] = target, event
+            self._advance()
+            while not event.is_set() and self._t < target:
+                self._cv.wait()
+            self._sleeping.pop(me, None)
+            self._parked.pop(me, None)
+
+    def unpark(self, event: threading.Event) -> None:
+        """Wake the thread parked on `event`; it counts as busy (holds time still) at once,
+        before it has even woken, so that time cannot jump under its feet."""
+        with self._cv:
+            event.set()
+            for tid, e in list(self._parked.items()):
+                if e is event:
+                    self._sleeping.pop(tid, None)
+            self._cv.notify_all()
 
     async def wait(self, until: float | None, event: asyncio.Event) -> None:
         loop = asyncio.get_running_loop()
