@@ -238,9 +238,11 @@ class AdaptiveConfig(Section):
 class SchedulerConfig(Section):
     """When games hold the server's slots (scheduler/): the policy, its thresholds, the slots."""
 
-    # The default wins on both curve sets of `duck simulate --compare` (experiments/LOG.md
-    # 2026-12-02), else `field`.
-    policy: SchedulerName = "field"
+    # The one that beats `field` on both curve sets of `duck simulate --scenario kaggle
+    # --compare` at the profile's 10 slots (seeds 100-119, paired: Duck +0.55 [+0.32, +0.78],
+    # synthetic +2.22 [+1.84, +2.60] points); also at 8 and 12, not at 16 on the synthetic set
+    # (-1.13 [-1.58, -0.67], 85K contexts): experiments/LOG.md 2026-12-02.
+    policy: SchedulerName = "adaptive"
     slots: PositiveInt = _PLAN.slots  # games holding a server slot at once: the memory plan's slots
     # Every game a first turn early (an unplayed game scores 0): while a game is unplayed, it
     # gets the next free slot, and a game past its first turn (an action, or

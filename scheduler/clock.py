@@ -66,6 +66,10 @@ class VirtualClock:
         self._sleeping: dict[int, float] = {}  # sleeping thread -> wake time
         self._parked: dict[int, threading.Event] = {}  # parked thread -> what unparks it
         self._runner: tuple[float, asyncio.AbstractEventLoop, asyncio.Future] | None = None
+        # News that came while the runner was not waiting: its asyncio event is set from
+        # the loop's callback queue, which has not run yet when the runner next waits, so
+        # without this the next wait could let time jump past the news.
+        self._pending = False
 
     def now(self) -> float:
         return self._t
@@ -84,6 +88,8 @@ class VirtualClock:
 
     def notify(self) -> None:
         with self._cv:
+            if self._runner is None:
+                self._pending = True
             self._wake_runner()
 
     def sleep(self, seconds: float) -> None:
@@ -125,7 +131,8 @@ class VirtualClock:
         loop = asyncio.get_running_loop()
         fut = loop.create_future()
         with self._cv:
-            if event.is_set() or (until is not None and until <= self._t):
+            if self._pending or event.is_set() or (until is not None and until <= self._t):
+                self._pending = False
                 event.clear()
                 return
             self._runner = (math.inf if until is None else until, loop, fut)

@@ -68,9 +68,11 @@ def grid(curve_sets: dict[str, Callable[[int, int], Sequence]], policies: Callab
 
 def report(results: dict, baseline: str = "field") -> dict:
     """The JSON document: per curve set and S, every policy's summary and its paired
-    difference from `baseline`; and the policy that beats it on every curve set at every S."""
+    difference from `baseline`; per S, the policies that beat it on every curve set (the 95%
+    interval of the paired difference above 0), and those that do at every S."""
     doc: dict = {}
     beats: dict[str, list[bool]] = {}
+    by_slots: dict[int, dict[str, list[bool]]] = {}
     for cs, by_s in results.items():
         doc[cs] = {"assumes": CURVE_SETS_ASSUME.get(cs, "")}
         for s, (sc, res) in by_s.items():
@@ -81,8 +83,11 @@ def report(results: dict, baseline: str = "field") -> dict:
                     d = paired(outs, res[baseline])
                     row[name][f"minus_{baseline}"] = d
                     beats.setdefault(name, []).append(d["score"]["ci95"][0] > 0)
+                    by_slots.setdefault(s, {}).setdefault(name, []).append(d["score"]["ci95"][0] > 0)
             doc[cs][f"S={s}"] = row
-    doc["beats_" + baseline + "_everywhere"] = sorted(n for n, b in beats.items() if b and all(b))
+    doc[f"beats_{baseline}_on_every_curve_set"] = {
+        f"S={s}": sorted(n for n, b in per.items() if len(b) == len(results) and all(b)) for s, per in by_slots.items()}
+    doc[f"beats_{baseline}_everywhere"] = sorted(n for n, b in beats.items() if b and all(b))
     return doc
 
 
