@@ -47,7 +47,7 @@ def _policy_spec(value: str) -> str:
 
 PolicySpec = Annotated[str, AfterValidator(_policy_spec)]
 ProfileName = Literal["flash-next", "qwen3.8-27b", "qwen3.6-27b"]  # duck.profiles.PROFILES
-SchedulerName = Literal["fixed", "adaptive"]  # what scheduler.policy.make_policy knows
+SchedulerName = Literal["fixed", "field", "ucb", "adaptive"]  # what scheduler.policy.make_policy knows
 # The default profile's plan: the defaults of the planned fields when a section is made on
 # its own (a test's KernelConfig()); in a Config, Config._resolve plans them for its profile.
 _PLAN = profiles.plan(profiles.DEFAULT_PROFILE)
@@ -236,44 +236,86 @@ class FixedConfig(Section):
     allot_s: PositiveFloat | None = None
 
 
-class AdaptiveConfig(Section):
-    """scheduler.policy `adaptive`: progress-aware (tuned on passes 0-9 of the Duck's curves,
-    scheduler.simulate). Its defaults are for the 9-hour run; a short rehearsal scales them."""
+class FieldConfig(Section):
+    """scheduler.policy `field`: Franzen's P = (A + B) * C as published (../shared/FIELD.md §3).
+    Its constants are the published ones (scheduler/field.py), not thresholds to tune."""
 
-    # A game this long without a level (or since its start / fresh start) is stalled; one
-    # with a level more recent than this is progressing. The within-game hazard of the next
-    # level peaks at 300-900 s and falls to a third past 1800 s (extend.py fit); 900 s also
-    # covers the median time to level 1 (568 s) with room.
-    stall_s: PositiveFloat = 900.0
-    # Fresh starts of the model context per game (stalled -> new context, same level): a
-    # stalled Duck run spliced with another run of the same game climbs back onto the early,
-    # higher hazard (level 1, stalled at 900 s: +0.08 points per game by 1800 s). In the
-    # simulator (passes 0-9, 100 seeds, vs fixed): neither this nor extend_progressing
-    # -0.008, this alone +0.043 (30min); both +0.050 (30min), +0.109 (kaggle); without
-    # it +0.048, +0.034. A second fresh start did not pay (more actions on level 1).
-    max_fresh: NonNegativeInt = 1
-    # ... only while the game has at most this many levels: a context that solved a level
-    # holds what it learned of the game's mechanics, and in the curves a fresh start after
-    # level 1 loses (-0.05 points per game by 1800 s).
-    fresh_max_levels: NonNegativeInt = 0
-    # Every game plays at least this long before it can be stopped for another one, and is
-    # kept this long when progressing games run past their share: one fair chance at
-    # level 1 (median 568 s).
-    min_play_s: PositiveFloat = 900.0
-    # A game past its equal share runs on while it progresses, paid from slack capacity;
-    # when there is none, stalled games that had their chance (a level, or their fresh
-    # starts) give up their unused share to pay for it. Time is only taken from a stalled
-    # game to give it to a progressing one: in the curves a game progressing at 1800 s
-    # gains ~0.8 points in the next 900 s, a stalled one ~0.02.
-    extend_progressing: bool = True
+    # N (the game's levels, clipped to 6-10) when the game does not say: the public games'
+    # median (7 of 25 have 6, the median is 7).
+    levels_when_unknown: int = Field(7, ge=6, le=10)
+
+
+class UcbConfig(Section):
+    """scheduler.policy `ucb`: weighted levels per generated token plus an exploration bonus
+    (Siriki's scheduler, FIELD.md §3, rebuilt on tokens)."""
+
+    # A game's slice: it yields its slot after this many generated tokens since it was given
+    # one (and at trims and level changes). Siriki ran 2,400 s slices at 16 slots: ~62 tok/s
+    # per stream (169 * 16^0.6 / 16) * 2,400 s ~ 150K tokens.
+    slice_tokens: PositiveInt = 150_000
+    # The unit of a "pull" in the UCB index: mean reward = weighted levels per unit, bonus =
+    # exploration * sqrt(ln(all units) / the game's units). 10K tokens ~ a third of a level 1.
+    unit_tokens: PositiveInt = 10_000
+    # The bonus's weight, in the reward's units (the score share of levels, 0-1, per 10K
+    # tokens: a level 1 of a 6-level game in 27K tokens is ~0.018). Of 0.005, 0.02 and 0.08
+    # in the simulator (seeds 0-9, S=10, vs field): 0.005 +0.44 Duck / -0.31 synthetic,
+    # 0.02 -0.07 / +1.32, 0.08 -0.27 / -4.09.
+    exploration: NonNegativeFloat = 0.02
+
+
+class AdaptiveConfig(Section):
+    """scheduler.policy `adaptive`: ours, on generated tokens and actions per level. A game
+    keeps its slot while its level is young or it just levelled; a stalled one (too many tokens
+    or actions on its level) is preempted for a waiting game with better prospects, and waiting
+    games are ranked by expected score per token (scheduler/adaptive.py)."""
+
+    # Generated tokens per completed level, median, by level (L1, L2, ...; the last repeats):
+    # the field's (FIELD.md §3: L1 27K, L2 51K, L3 49K, L4-L5 56K, L6 67K).
+    level_tokens: tuple[PositiveInt, ...] = (27_000, 51_000, 49_000, 56_000, 56_000, 67_000)
+    # A level is stalled past this multiple of its median tokens, or past `stall_actions`
+    # actions on it. Franzen's fall-off halves the completion chance at 62K tokens (~1.2x the
+    # median level) or 115 actions; at 2x little of the chance is left.
+    stall_factor: float = Field(2.0, gt=0)
+    stall_actions: PositiveInt = 230
+    # A level's score falls as (par_actions / actions)^2 past this many actions on it (the
+    # official (baseline / actions)^2 with the public games' median per-level baseline, 55):
+    # on the Duck's curves, where a run's pace in actions per token persists, ranking without
+    # it lost to `field` (-0.34 points, seeds 0-9, S=10), with it +0.24 (experiments/LOG.md).
+    par_actions: PositiveInt = 55
+    # Every game's fair chance: a game is never preempted before this many generated tokens
+    # on its current level (the L1 median with room).
+    min_level_tokens: PositiveInt = 40_000
+    # A stalled level's chance, relative to a young one's: not 0, since on the Duck's curves
+    # the hazard of the next level hardly falls with tokens (extend.fit_tokens: 1.0 -> 1.1
+    # from the first piece to the tail) while the field's fall-off says it does. Of 0.03, 0.1
+    # and 0.3 (seeds 0-9, S=10, vs field): 0.03 +0.51 Duck / +1.90 synthetic, 0.1 +0.56 /
+    # +1.16, 0.3 +0.67 / -2.10.
+    stalled_chance: float = Field(0.03, ge=0, le=1)
+    # Preempt a stalled running game (at its next model request) when a waiting game ranks
+    # `preempt_ratio` times above it; False: stalled games only lose their slot at their own
+    # trims and levels.
+    preempt: bool = True
+    preempt_ratio: float = Field(2.0, ge=1)
 
 
 class SchedulerConfig(Section):
-    """When games start and stop (scheduler/): the policy, its thresholds, the slots."""
+    """When games hold the server's slots (scheduler/): the policy, its thresholds, the slots."""
 
+    # The one that beats `field` on both curve sets of `duck simulate --scenario kaggle
+    # --compare` at the profile's 10 slots (seeds 100-119, paired: Duck +0.55 [+0.32, +0.78],
+    # synthetic +2.22 [+1.84, +2.60] points); also at 8 and 12, not at 16 on the synthetic set
+    # (-1.13 [-1.58, -0.67], 85K contexts): experiments/LOG.md 2026-12-02.
     policy: SchedulerName = "adaptive"
-    slots: PositiveInt = _PLAN.slots  # games played at once: the memory plan's slots
+    slots: PositiveInt = _PLAN.slots  # games holding a server slot at once: the memory plan's slots
+    # Every game a first turn early (an unplayed game scores 0): while a game is unplayed, it
+    # gets the next free slot, and a game past its first turn (an action, or
+    # `first_turn_tokens`) yields at its next model request. About 110 short turns, ~10
+    # minutes of the 8.5 hours.
+    first_turns: bool = True
+    first_turn_tokens: PositiveInt = 8192  # a first turn that has not acted by then counts as played
     fixed: FixedConfig = FixedConfig()
+    field: FieldConfig = FieldConfig()
+    ucb: UcbConfig = UcbConfig()
     adaptive: AdaptiveConfig = AdaptiveConfig()
 
 
@@ -415,7 +457,7 @@ def one_line(error: ValidationError) -> str:
 def load_config(files: list[str | Path] = (), overrides: list[str] = (),
                 env: dict[str, str] | None = None) -> Config:
     """Files in order, then `DUCK_SECTION__FIELD` environment variables (`__` between nested
-    names: `DUCK_SCHEDULER__ADAPTIVE__STALL_S`), then `a.b=value` overrides. Raises
+    names: `DUCK_SCHEDULER__ADAPTIVE__STALL_FACTOR`), then `a.b=value` overrides. Raises
     ConfigError (one line) on an unknown key or a bad value."""
     doc: dict[str, Any] = {}
     for f in files:

@@ -1,10 +1,15 @@
 """The global time scheduler: decides only *when* games start and stop, never how they play.
 
-* `policy`   pure policies (`fixed`: the Duck's equal split; `adaptive`: progress-aware)
-* `simulate` replays the Duck's recorded progress curves under a policy (virtual time)
-* `extend`   the hazard model that extends curves past their recorded 45 minutes
+* `policy`   pure policies by name (`fixed`: the Duck's equal split; `field`, `ucb`, `adaptive`:
+             slot gates on generated tokens and actions, in `field`, `ucb`, `adaptive`), the
+             state they see and the gate they share in `state`
+* `runner`   executes a policy over real game workers: every game admitted, at most S holding
+             a model-server slot, slots handed on at the games' yield points
+* `simulate` replays progress curves under a policy through the server model (`throughput`)
+* `traces`   the Duck's recorded runs as token curves; `trajectories` and `synthetic` the two
+             curve sets the simulator plays; `compare` the policy x slots x curves table
+* `extend`   the hazard model that extends curves past their recorded end (seconds or tokens)
 * `curves`   reading runs.jsonl, and the official per-level / per-game score
-* `runner`   executes a policy over real game workers (asyncio + one thread per slot)
 * `clock`    the real clock and a virtual one for deterministic tests
 * `cli`      `duck simulate ...` (registered into the duck CLI)
 

@@ -13,6 +13,8 @@ Contract between the runner and a clock:
 * `attach()` before a worker thread starts, `detach()` once the runner has seen it finish.
 * `notify()` from any thread that has news for the runner (before returning to work).
 * `await wait(until, event)`: the runner sleeps until `until` (None: forever) or news.
+* `park(event, until)` in a worker thread: wait until the runner `unpark(event)`s it or
+  `until` passes (a game that gave up its slot waits for the next one this way).
 """
 
 from __future__ import annotations
@@ -39,6 +41,12 @@ class RealClock:
     def notify(self) -> None:
         pass
 
+    def park(self, event: threading.Event, until: float | None) -> None:
+        event.wait(None if until is None else max(0.0, until - self.now()))
+
+    def unpark(self, event: threading.Event) -> None:
+        event.set()
+
     async def wait(self, until: float | None, event: asyncio.Event) -> None:
         timeout = None if until is None else max(0.0, until - self.now())
         try:
@@ -56,7 +64,12 @@ class VirtualClock:
         self._cv = threading.Condition()
         self._workers = 0  # attached worker threads
         self._sleeping: dict[int, float] = {}  # sleeping thread -> wake time
+        self._parked: dict[int, threading.Event] = {}  # parked thread -> what unparks it
         self._runner: tuple[float, asyncio.AbstractEventLoop, asyncio.Future] | None = None
+        # News that came while the runner was not waiting: its asyncio event is set from
+        # the loop's callback queue, which has not run yet when the runner next waits, so
+        # without this the next wait could let time jump past the news.
+        self._pending = False
 
     def now(self) -> float:
         return self._t
@@ -75,6 +88,8 @@ class VirtualClock:
 
     def notify(self) -> None:
         with self._cv:
+            if self._runner is None:
+                self._pending = True
             self._wake_runner()
 
     def sleep(self, seconds: float) -> None:
@@ -88,11 +103,36 @@ class VirtualClock:
                 self._cv.wait()
             del self._sleeping[me]
 
+    def park(self, event: threading.Event, until: float | None) -> None:
+        """Block the calling worker thread until `unpark(event)` or virtual time `until`."""
+        me = threading.get_ident()
+        with self._cv:
+            if event.is_set():
+                return
+            target = math.inf if until is None else until
+            self._sleeping[me], self._parked[me] = target, event
+            self._advance()
+            while not event.is_set() and self._t < target:
+                self._cv.wait()
+            self._sleeping.pop(me, None)
+            self._parked.pop(me, None)
+
+    def unpark(self, event: threading.Event) -> None:
+        """Wake the thread parked on `event`; it counts as busy (holds time still) at once,
+        before it has even woken, so that time cannot jump under its feet."""
+        with self._cv:
+            event.set()
+            for tid, e in list(self._parked.items()):
+                if e is event:
+                    self._sleeping.pop(tid, None)
+            self._cv.notify_all()
+
     async def wait(self, until: float | None, event: asyncio.Event) -> None:
         loop = asyncio.get_running_loop()
         fut = loop.create_future()
         with self._cv:
-            if event.is_set() or (until is not None and until <= self._t):
+            if self._pending or event.is_set() or (until is not None and until <= self._t):
+                self._pending = False
                 event.clear()
                 return
             self._runner = (math.inf if until is None else until, loop, fut)

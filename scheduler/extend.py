@@ -50,15 +50,15 @@ PRIOR_EVENTS = 0.5
 ITERATIONS = 200
 
 
-def _exposure(tau0: float, tau1: float) -> np.ndarray:
-    """Seconds spent in each tau piece while tau runs from tau0 to tau1."""
-    lo = np.asarray(TAU_EDGES)
+def _exposure(tau0: float, tau1: float, edges: Sequence[float] = TAU_EDGES) -> np.ndarray:
+    """Seconds (or tokens) spent in each tau piece while tau runs from tau0 to tau1."""
+    lo = np.asarray(edges)
     hi = np.append(lo[1:], np.inf)
     return np.clip(np.minimum(tau1, hi) - np.maximum(tau0, lo), 0.0, None)
 
 
-def _piece(tau: float) -> int:
-    return int(np.searchsorted(TAU_EDGES, tau, side="right") - 1)
+def _piece(tau: float, edges: Sequence[float] = TAU_EDGES) -> int:
+    return int(np.searchsorted(edges, tau, side="right") - 1)
 
 
 @dataclass
@@ -73,9 +73,10 @@ class HazardModel:
     loglik_const: float = 0.0  # per-game constant hazard, same data
     n_params: int = 0
     counts: dict = field(default_factory=dict)
+    edges: tuple[float, ...] = TAU_EDGES  # of the tau pieces, in the unit tau is counted in
 
     def rate(self, game_id: str, levels: int, tau: float) -> float:
-        return self.a.get(game_id, self.pooled_a) * self.b[min(levels, 1)] * self.h[_piece(tau)]
+        return self.a.get(game_id, self.pooled_a) * self.b[min(levels, 1)] * self.h[_piece(tau, self.edges)]
 
     def time_to_next(self, game_id: str, levels: int, tau0: float, e: float) -> float:
         """Seconds after tau0 until the cumulative hazard reaches e (an Exp(1) draw)."""
@@ -84,9 +85,9 @@ class HazardModel:
             return math.inf
         need = e / ag  # in units of integral of h
         tau = tau0
-        k = _piece(tau)
+        k = _piece(tau, self.edges)
         while True:
-            top = TAU_EDGES[k + 1] if k + 1 < len(TAU_EDGES) else math.inf
+            top = self.edges[k + 1] if k + 1 < len(self.edges) else math.inf
             if self.h[k] > 0:
                 span = (top - tau) * self.h[k]
                 if span >= need:
@@ -106,19 +107,21 @@ def _segments(run: Run):
     yield 0.0, max(0.0, run.end - t0), False, len(run.level_times)
 
 
-def fit(runs: Sequence[Run]) -> HazardModel:
-    """Poisson MLE of a_g * b_c * h(tau) on every stretch between levels of every run."""
+def fit(runs: Sequence[Run], edges: Sequence[float] = TAU_EDGES) -> HazardModel:
+    """Poisson MLE of a_g * b_c * h(tau) on every stretch between levels of every run (any
+    object with `game_id`, `level_times` and `end`, in the unit of `edges`)."""
+    edges = tuple(float(e) for e in edges)
     games = sorted({r.game_id for r in runs})
     gi = {g: i for i, g in enumerate(games)}
-    K = len(TAU_EDGES)
+    K = len(edges)
     E = np.zeros((len(games), 2, K))  # exposure seconds
     N = np.zeros((len(games), 2, K))  # events
     for r in runs:
         for tau0, tau1, ev, lv in _segments(r):
             c = min(lv, 1)
-            E[gi[r.game_id], c] += _exposure(tau0, tau1)
+            E[gi[r.game_id], c] += _exposure(tau0, tau1, edges)
             if ev:
-                N[gi[r.game_id], c, _piece(tau1 - 1e-9) if tau1 > 0 else 0] += 1
+                N[gi[r.game_id], c, _piece(tau1 - 1e-9, edges) if tau1 > 0 else 0] += 1
     pooled = N.sum() / max(E.sum(), 1e-9)
     a = np.full(len(games), pooled)
     b = np.ones(2)
@@ -144,7 +147,7 @@ def fit(runs: Sequence[Run]) -> HazardModel:
     ll0 = float(np.sum(np.where(N > 0, N * np.log(np.maximum(mu0, 1e-300)), 0.0) - mu0))
     counts = {
         "events_by_tau_piece": N.sum((0, 1)).astype(int).tolist(),
-        "exposure_hours_by_tau_piece": np.round(E.sum((0, 1)) / 3600, 1).tolist(),
+        "exposure_by_tau_piece": np.round(E.sum((0, 1))).astype(int).tolist(),  # seconds or tokens
         "expected_by_tau_piece": np.round(mu.sum((0, 1)), 1).tolist(),
         "events_by_level_class": N.sum((0, 2)).astype(int).tolist(),
         "expected_by_level_class": np.round(mu.sum((0, 2)), 1).tolist(),
@@ -158,23 +161,42 @@ def fit(runs: Sequence[Run]) -> HazardModel:
         loglik_const=ll0,
         n_params=len(games) + 1 + (K - 1),
         counts=counts,
+        edges=edges,
     )
 
 
+# The pieces in generated tokens: TAU_EDGES at the Duck's pace (~20.4 tokens per second per
+# game: 55K tokens in 45 minutes, median run), so that the two fits cut the curves alike.
+TOKEN_EDGES = (0.0, 6_000.0, 12_000.0, 18_000.0, 24_000.0, 36_000.0)
+
+
+@dataclass(frozen=True)
+class _TokenStretch:
+    game_id: str
+    level_times: tuple[float, ...]
+    end: float
+
+
+def fit_tokens(runs) -> HazardModel:
+    """The same model with tau in generated tokens, on scheduler.traces.TokenRun curves."""
+    return fit([_TokenStretch(r.game_id, tuple(float(x) for x in r.level_tokens()), float(r.tokens))
+                for r in runs], TOKEN_EDGES)
+
+
 def fit_report(m: HazardModel) -> dict:
-    """The fit numbers, per hour, for the CLI output and the closing note."""
-    per_hour = {g: round(v * 3600, 3) for g, v in sorted(m.a.items())}
+    """The fit numbers (rates per hour, or per 100K tokens for a token fit), for the CLI."""
+    tokens = tuple(m.edges) != tuple(TAU_EDGES)
+    per, unit = (100_000, "per_100k_tokens") if tokens else (3600, "per_hour")
+    rates = {g: round(v * per, 3) for g, v in sorted(m.a.items())}
     n_games = len(m.a)
     return {
-        "model": "hazard = a_game * b_level_class * h(tau); tau = time since last level; "
-        "h constant past 1800 s (per-game constant hazard beyond the data)",
-        "tau_edges_s": list(TAU_EDGES),
+        "model": f"hazard = a_game * b_level_class * h(tau); tau = {'tokens' if tokens else 'time'} since "
+        f"last level; h constant past {m.edges[-1]:g} (per-game constant hazard beyond the data)",
+        "tau_edges": list(m.edges),
         "h_relative": [round(x, 3) for x in m.h],
         "b_later_levels_vs_level1": round(m.b[1], 3),
-        "a_per_hour_level1_tau0": per_hour,
-        "tail_level1_per_hour_median_game": round(
-            float(np.median(list(m.a.values()))) * m.h[-1] * 3600, 4
-        ),
+        f"a_{unit}_level1_tau0": rates,
+        f"tail_level1_{unit}_median_game": round(float(np.median(list(m.a.values()))) * m.h[-1] * per, 4),
         "loglik": round(m.loglik, 2),
         "loglik_per_game_constant": round(m.loglik_const, 2),
         "aic": round(2 * m.n_params - 2 * m.loglik, 1),

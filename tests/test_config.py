@@ -37,9 +37,10 @@ def test_files_then_env_then_overrides(tmp_path):
     ("kaggle.budget_s=-1", "kaggle.budget_s: Input should be greater than 0 (got -1)"),
     ("kaggle.margin_s=3000", "margin_s (3000) must be less than budget_s"),
     ("scheduler.slots=0", "scheduler.slots"),
-    ("scheduler.policy=equal", "scheduler.policy: Input should be 'fixed' or 'adaptive'"),
+    ("scheduler.policy=equal", "scheduler.policy: Input should be 'fixed', 'field', 'ucb' or 'adaptive'"),
     ("scheduler.adaptive.stal_s=5", "scheduler.adaptive.stal_s: unknown field"),
-    ("scheduler.adaptive.stall_s=-1", "scheduler.adaptive.stall_s: Input should be greater than 0"),
+    ("scheduler.adaptive.stall_factor=-1", "scheduler.adaptive.stall_factor: Input should be greater than 0"),
+    ("scheduler.ucb.slice_tokens=0", "scheduler.ucb.slice_tokens: Input should be greater than 0"),
     ("kaggle.stop_grace_s=4", "kaggle.stop_grace_s: unknown field"),  # derived from the margin now
 ])
 def test_a_wrong_key_or_value_is_a_one_line_error(override, says):
@@ -54,12 +55,12 @@ def test_an_override_without_equals_is_refused():
 
 
 def test_scheduler_thresholds_are_a_typed_section_settable_from_the_environment():
-    cfg = load_config(env={"DUCK_SCHEDULER__ADAPTIVE__STALL_S": "225", "DUCK_SCHEDULER__POLICY": "fixed",
+    cfg = load_config(env={"DUCK_SCHEDULER__ADAPTIVE__STALL_FACTOR": "3", "DUCK_SCHEDULER__POLICY": "fixed",
                            "DUCK_SCHEDULER__FIXED__ALLOT_S": "600"})
-    assert cfg.scheduler.adaptive.stall_s == 225.0 and cfg.scheduler.adaptive.min_play_s == 900.0
+    assert cfg.scheduler.adaptive.stall_factor == 3.0 and cfg.scheduler.adaptive.stall_actions == 230
     policy = make_policy(cfg.scheduler.policy, cfg.scheduler)
     assert policy.name == "fixed" and policy.allotment(7200, 28, 110) == 600
-    assert make_policy("adaptive", cfg.scheduler).config.stall_s == 225.0
+    assert make_policy("adaptive", cfg.scheduler).config.stall_factor == 3.0
 
 
 def test_one_margin_and_a_grace_derived_from_it():

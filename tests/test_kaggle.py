@@ -35,9 +35,9 @@ def test_mode_from_the_rerun_variable():
 
 def test_config_section_from_environment():
     cfg = load_config(env={"DUCK_KAGGLE__BUDGET_S": "120", "DUCK_KAGGLE__GATEWAY_URL": "http://x:1/",
-                           "DUCK_KAGGLE__MARGIN_S": "30", "DUCK_SCHEDULER__ADAPTIVE__STALL_S": "40"})
+                           "DUCK_KAGGLE__MARGIN_S": "30", "DUCK_SCHEDULER__ADAPTIVE__STALL_FACTOR": "4"})
     assert cfg.kaggle.budget_s == 120.0 and cfg.kaggle.gateway_url == "http://x:1/"
-    assert cfg.kaggle.margin_s == 30 and cfg.kaggle.stop_grace_s == 10 and cfg.scheduler.adaptive.stall_s == 40
+    assert cfg.kaggle.margin_s == 30 and cfg.kaggle.stop_grace_s == 10 and cfg.scheduler.adaptive.stall_factor == 4
     d = load_config(env={}).kaggle
     assert (d.working_dir, d.gateway_url, d.api_key) == ("/kaggle/working", "http://gateway:8001/", "test-key-123")
     assert d.budget_s == 9 * 3600 and 0 < d.margin_s < d.interactive_budget_s < d.budget_s
@@ -196,7 +196,6 @@ def _interactive(tmp_path, monkeypatch, run_class=KaggleRun, **extra) -> KaggleR
     shutil.copytree(BUNDLED, comp / "environment_files")
     env = {"DUCK_KAGGLE__INPUT_DIR": str(inp), "DUCK_KAGGLE__WORKING_DIR": str(tmp_path / "working"),
            "DUCK_KAGGLE__INTERACTIVE_BUDGET_S": "60", "DUCK_KAGGLE__MARGIN_S": "10",
-           "DUCK_SCHEDULER__ADAPTIVE__STALL_S": "15", "DUCK_SCHEDULER__ADAPTIVE__MIN_PLAY_S": "15",
            "DUCK_PLAY__MAX_ACTIONS": "60", "DUCK_SCHEDULER__SLOTS": "3", **extra}
     for k in list(os.environ):
         if k.startswith("DUCK_") or k == "KAGGLE_IS_COMPETITION_RERUN":
@@ -244,6 +243,18 @@ def test_interactive_run_plays_the_public_games_and_leaves_a_placeholder(tmp_pat
     assert (out / "submission.parquet").exists() and (out / "duck" / "score.json").exists()
     assert len(list((out / "duck" / "records").glob("*.jsonl"))) == 3
     assert summary["ended_at"] - summary["started_at"] < 60
+
+
+@pytest.mark.parametrize("profile, slots", [("flash-next", 10), ("qwen3.8-27b", 16)])
+def test_the_notebook_runner_holds_the_serving_profiles_slots(tmp_path, profile, slots):
+    from duck.kaggle.play import scheduler_runner
+
+    cfg = load_config(overrides=[f"model.profile={profile}"], env={})
+    runner = scheduler_runner(cfg, None, lambda g: None, tmp_path, time.time() + 100)
+    assert runner.slots == cfg.plan.slots == slots and "scheduler.slots" in cfg.derived
+    assert runner.policy.name == cfg.scheduler.policy and 99 < runner.budget_s <= 100
+    pinned = load_config(overrides=[f"model.profile={profile}", "scheduler.slots=4"], env={})
+    assert scheduler_runner(pinned, None, lambda g: None, tmp_path, time.time() + 100).slots == 4
 
 
 class _PolicyBugOnce(KaggleRun):

@@ -9,7 +9,6 @@ import pytest
 from duck.paths import SHARED
 
 from scheduler import curves, extend
-from scheduler.simulate import GameDraw, GameSim
 
 TRACES = SHARED / "duck-traces" / "runs.jsonl"
 PUBLIC_GAMES = SHARED / "public-games.json"
@@ -56,22 +55,29 @@ def test_model_reproduces_the_recorded_levels(duck):
     sims = []
     for r in runs:
         for s in range(4):
-            g = GameSim(GameDraw(0, r, (), 1000 * r.pass_ + s), m, extend=True)
-            g.seg = g._modelled(0.0, 0)
-            g.advance(2700.0)
-            sims.append(g.levels)
+            rng = np.random.default_rng(1000 * r.pass_ + s)
+            tau, levels, t_end = 0.0, 0, r.end
+            while True:
+                dt = m.time_to_next(r.game_id, levels, tau, float(rng.exponential()))
+                if tau + dt > t_end:
+                    break
+                t_end -= tau + dt
+                tau, levels = 0.0, levels + 1
+            sims.append(levels)
     observed = np.mean([len(r.level_times) for r in runs])
     assert np.mean(sims) == pytest.approx(observed, rel=0.2)
 
 
-def test_extension_past_45_minutes_adds_a_few_levels_not_many(duck):
-    runs, m = duck
-    extra = []
-    for r in runs:
-        g = GameSim(GameDraw(0, r, (), r.pass_ + 17), m, extend=True)
-        g.advance(7920.0)  # the Duck's 132 minutes
-        extra.append(g.levels - len(r.level_times))
-        assert all(b > a for a, b in zip(g.level_times, g.level_times[1:]))
-    per_game = np.mean(extra)
-    assert 0.05 < per_game < 0.6, per_game  # the tail hazard is low, but not zero
-    assert math.isfinite(per_game)
+def test_the_same_model_in_tokens(duck):
+    """The fit in generated tokens (what the token simulator extends the Duck's curves with)."""
+    from scheduler import traces
+
+    tok = traces.load_token_runs(TRACES, curves.load_baselines(PUBLIC_GAMES))
+    m = extend.fit_tokens(tok)
+    assert m.edges == extend.TOKEN_EDGES and m.h[0] == pytest.approx(1.0)
+    assert m.loglik > m.loglik_const and 0 < m.b[1] < 1
+    rep = extend.fit_report(m)
+    assert "a_per_100k_tokens_level1_tau0" in rep and rep["aic"] < rep["aic_per_game_constant"]
+    dt = m.time_to_next("ft09-0d8bbf25", 0, 5000.0, 0.7)
+    assert _cum_hazard(m, "ft09-0d8bbf25", 0, 5000.0, dt) == pytest.approx(0.7, rel=1e-3)
+    assert math.isfinite(dt)

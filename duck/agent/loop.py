@@ -187,6 +187,7 @@ class AgentPolicy:
                 solved = self.memory.level_done(levels + 1, session.game.actions - self.level_start)
                 self.conv.event("level_memory", level=levels + 1, actions=solved.actions, tail=solved.tail)
                 self.level_start = session.game.actions
+                session.yield_slot("level")  # the scheduler's point to hand the server slot on
             self.notes.after_turn(session.obs.levels_completed, session.obs.state)
             self._log_notes(turn)
             if session.obs.state == "GAME_OVER":  # only RESET does anything now: play it for the model
@@ -252,7 +253,10 @@ class AgentPolicy:
             self._notes_logged = now
 
     def _ask(self, session: Session, turn: int, call: int) -> Any:
-        self.ctx.fit()  # may drop old turns, or raise ContextFull
+        trimmed = self.ctx.fit()  # may drop old turns, or raise ContextFull
+        # A trim loses the cached prefix anyway: the scheduler's point to hand the server slot
+        # on; before any other request the game yields only if the scheduler preempted it.
+        session.yield_slot("trim" if trimmed else None)
         seed = (request_seed(self.seed, session.game.game_id, self.pass_, turn, call)
                 if self.cfg.agent.seeded_sampling else None)
         messages = self.ctx.messages()

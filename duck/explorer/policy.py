@@ -74,6 +74,7 @@ class Explorer(RankCosts):
     than this often with no new state seen since (None: off; duck.explorer.nav)."""
 
     name = "explorer"
+    yields_in_step = True  # acts from its own thread: its slot yield points are in Session.step
 
     def __init__(self, seed: int = 0, level_cap: int | None = None, max_clicks: int = 64,
                  novelty: float = 1.0, key_novelty: float = 0.0, key_dud: float = 2.0,

@@ -52,7 +52,9 @@ def scheduler_runner(cfg: Config, source: GameSource, play_policy: Callable[[str
                      records_dir: Path, deadline: float) -> Runner:
     """scheduler.runner.Runner under the configured policy, its budget what is left until the
     games' deadline (wall clock): the policy needs no margin of its own (the notebook's is
-    `kaggle.margin_s`, already taken)."""
+    `kaggle.margin_s`, already taken). Every listed game is admitted; at most
+    `scheduler.slots` hold a model-server slot at once: the serving profile's slot count
+    (duck.profiles.plan: 10 for flash-next at 128K), unless the config sets it."""
     return Runner(make_policy(cfg.scheduler.policy, cfg.scheduler), slots=cfg.scheduler.slots,
                   budget_s=max(0.0, deadline - time.time()), source=source, play_policy=play_policy,
                   max_actions=cfg.play.max_actions, records_dir=records_dir,
@@ -81,8 +83,11 @@ def run_scheduler(runner: Runner, game_ids: list[str], deadline: float, grace_s:
     if "error" in box:
         log.error("the runner failed: %s", box["trace"])
         raise box["error"]
+    summary = box["result"].summary()
+    log.info("runner: %d slots, at most %d held at once, idle slot share %.3f", summary["slots"],
+             summary["max_holding"], summary["idle_slot_share"])
     out = {}
-    for g, r in box["result"].summary()["games"].items():
+    for g, r in summary["games"].items():
         if r.get("started_at") is not None:
             out[g] = {k: r[k] for k in ("levels", "actions", "end_reason", "error") if r.get(k) is not None}
             out[g]["score"] = round(r.get("score") or 0.0, 4)

@@ -13,6 +13,7 @@ class RandomPolicy:
     GAME_OVER (the one action that does anything then)."""
 
     name = "random"
+    yields_in_step = True  # acts from its own thread: its slot yield points are in Session.step
 
     def __init__(self, seed: int = 0) -> None:
         self.seed = seed

@@ -6,6 +6,11 @@ and the deadline *before* sending an action, records the action *before* returni
 reports progress to the scheduler. A policy is any object with `name` and
 `play(session)`; it returns when it has nothing more to do, or the session raises
 `PlayStopped` to end it between two actions.
+
+A game scheduled onto a slot-limited model server (scheduler.runner) holds a server slot while
+it plays; the policy tells the session where it may give it up (`yield_slot`: at a trim of its
+context, at a level change, before a model request), and the session reports the generated
+tokens of its `model` events, with its actions and levels, in `Progress`.
 """
 
 from __future__ import annotations
@@ -49,6 +54,8 @@ class Progress:
     actions: int
     elapsed: float
     state: str
+    tokens: int = 0  # generated tokens of the model's requests so far
+    total_levels: int | None = None  # the game's levels, when it says
 
 
 @dataclass
@@ -74,7 +81,8 @@ class Session:
     def __init__(self, game: Game, writer: RecordWriter, *, max_actions: int,
                  stop: threading.Event | None = None, deadline: float | None = None,
                  on_progress: Callable[[Progress], None] | None = None,
-                 fresh: threading.Event | None = None, conversation: ConversationWriter | None = None) -> None:
+                 fresh: threading.Event | None = None, conversation: ConversationWriter | None = None,
+                 gate: Callable[[str | None], None] | None = None) -> None:
         self.game = game
         # Where a model-driven policy writes its conversation (duck.play.conversation); the
         # null writer when none is kept.
@@ -87,6 +95,15 @@ class Session:
         self.stop = stop
         self.deadline = deadline
         self.on_progress = on_progress
+        # The scheduler's slot gate (scheduler.runner.SlotGate), None when no runner gates
+        # this game: `gate(reason)` returns once the game holds a slot again.
+        self.gate = gate
+        self.tokens = 0  # generated tokens, from the `model` events
+        # A policy that acts from its own thread (random, the explorer: `yields_in_step`) has
+        # its yield points in `step`, before an action and after a level; the agent acts from
+        # inside a kernel call, where a wait would run into the call's time-out, and calls
+        # `yield_slot` itself between requests.
+        self.yields_in_step = False
         self.t0 = time.monotonic()
         self._also_stop: Callable[[], str | None] | None = None
 
@@ -123,6 +140,8 @@ class Session:
             self._also_stop = outer
 
     def step(self, action: Action, info: dict[str, Any] | None = None) -> Observation:
+        if self.yields_in_step:
+            self.yield_slot(None)
         reason = self.stop_reason()
         if reason:
             raise PlayStopped(reason)
@@ -131,28 +150,54 @@ class Session:
             # is a wasted action. Refuse it visibly and leave the board as it is.
             self.writer.event("refused", f"{action} on a level with no actions would restart the game")
             return self.obs
-        before = self.game.actions
+        before, levels = self.game.actions, self.game.levels
         obs = self.game.step(action)
         if self.game.actions > before:
             self.writer.action(self.game.actions, action, obs, info)
-            if self.on_progress:
-                self.on_progress(Progress(self.game.game_id, obs.levels_completed, self.game.actions,
-                                          time.monotonic() - self.t0, obs.state))
+            self._report()
+        if self.yields_in_step and obs.levels_completed > levels and obs.state != "WIN":
+            self.yield_slot("level")
         return obs
+
+    def yield_slot(self, reason: str | None = None) -> None:
+        """A point where the game may give up its model-server slot: `reason` "trim" (its
+        context was just trimmed, so its cached prefix is gone anyway) or "level" (it
+        completed a level) always offers the slot back, and the scheduler may give it to a
+        better-placed game; None (before a model request) yields only if the scheduler asked
+        this game to (a preemption). Returns when the game holds a slot again, at once when
+        nothing waits or no runner gates it (a no-op then); raises PlayStopped if the game
+        must end meanwhile. Call it only where no kernel call or model request is in flight."""
+        if self.gate is None:
+            return
+        self.gate(reason)
+        if reason := self.stop_reason():
+            raise PlayStopped(reason)
 
     def event(self, kind: str, message: str, data: Any = None) -> None:
         self.writer.event(kind, message, data)
+        if kind == "model" and isinstance(data, dict) and data.get("completion_tokens"):
+            # The scheduler counts a game's progress in generated tokens (scheduler.policy).
+            self.tokens += int(data["completion_tokens"])
+            self._report()
+
+    def _report(self) -> None:
+        if self.on_progress:
+            self.on_progress(Progress(self.game.game_id, self.obs.levels_completed, self.game.actions,
+                                      time.monotonic() - self.t0, self.obs.state, self.tokens,
+                                      self.game.win_levels or None))
 
 
 def play_game(source: GameSource, game_id: str, policy: Policy, *, max_actions: int,
               record_path: str | Path, stop: threading.Event | None = None,
               deadline: float | None = None, on_progress: Callable[[Progress], None] | None = None,
               seed: int | None = None, config: dict[str, Any] | None = None,
-              pass_: int = 0, fresh: threading.Event | None = None, conversation: bool = True) -> GameResult:
+              pass_: int = 0, fresh: threading.Event | None = None, conversation: bool = True,
+              gate: Callable[[str | None], None] | None = None) -> GameResult:
     """Play one game to its end, its budget, its deadline or a stop signal.
 
     With `conversation`, a policy that talks to a model writes its conversation beside the
-    record (duck.play.conversation.conversation_path; gzipped at the end).
+    record (duck.play.conversation.conversation_path; gzipped at the end). `gate`: the
+    scheduler's slot gate (Session.yield_slot), None when the game holds no server slot.
     Never raises for a game's or a policy's failure: the error goes into the record and
     the result, so one broken game cannot stop the others."""
     writer = RecordWriter(Path(record_path))
@@ -168,7 +213,8 @@ def play_game(source: GameSource, game_id: str, policy: Policy, *, max_actions: 
                   policy=policy.name, seed=seed, config=config, pass_=pass_)
     conv = _conversation(record_path, game, policy, seed, pass_) if conversation else None
     session = Session(game, writer, max_actions=max_actions, stop=stop, deadline=deadline,
-                      on_progress=on_progress, fresh=fresh, conversation=conv)
+                      on_progress=on_progress, fresh=fresh, conversation=conv, gate=gate)
+    session.yields_in_step = bool(getattr(policy, "yields_in_step", False))
     reason, error = "policy_done", None
     try:
         policy.play(session)

@@ -7,6 +7,7 @@ simplest way to try a policy by hand (`run_schedule(..., worker=ScriptedWorker(.
 
 from __future__ import annotations
 
+import gzip
 import json
 import threading
 from dataclasses import dataclass
@@ -30,9 +31,13 @@ RATE = 0.05  # actions per second between levels
 
 
 def write_synthetic(dirpath: Path) -> tuple[Path, Path]:
-    """Write runs.jsonl and public-games.json for SYNTHETIC; returns their paths."""
+    """Write runs.jsonl, turns/<game>.jsonl.gz (one turn per progress entry: ~900 generated
+    tokens and ~1,700 of context growth once converted, scheduler.traces) and
+    public-games.json for SYNTHETIC; returns the paths of the first and the last."""
     dirpath = Path(dirpath)
+    (dirpath / "turns").mkdir(parents=True, exist_ok=True)
     lines, games = [], []
+    turns: dict[str, list[str]] = {}
     for gid, (baselines, passes) in SYNTHETIC.items():
         games.append({"game_id": gid, "baseline_actions": baselines})
         for p, levels in enumerate(passes):
@@ -54,11 +59,19 @@ def write_synthetic(dirpath: Path) -> tuple[Path, Path]:
             apl[len(comps)] = total - done if len(comps) < len(apl) else 0
             prog.append([END_S, total, len(comps)])
             score = game_score(baselines, [c for c in apl[: len(comps)]])
+            for k, (_, a, lv) in enumerate(prog[:-1]):
+                turns.setdefault(gid, []).append(json.dumps({
+                    "game_id": gid, "pass": p, "turn_index": k, "action_num_at_start": a,
+                    "levels_completed_at_start": lv, "reasoning_chars": 3000, "prompt_state": "",
+                    "model_responses": [{"content_chars": 200}], "calls": [{"code": "x" * 200, "result_chars": 500}]}))
             lines.append(json.dumps({
                 "game_id": gid, "pass": p, "total_levels": len(baselines),
                 "levels_completed": len(comps), "actions": total, "actions_per_level": apl,
                 "final_score": score, "progress": prog, "level_completions": comps,
             }))
+    for gid, rows in turns.items():
+        with gzip.open(dirpath / "turns" / f"{gid}.jsonl.gz", "wt") as fh:
+            fh.write("\n".join(rows) + "\n")
     runs, base = dirpath / "runs.jsonl", dirpath / "public-games.json"
     runs.write_text("\n".join(lines) + "\n")
     base.write_text(json.dumps(games))
@@ -81,19 +94,29 @@ class ScriptedProgress:
     levels: int
     actions: int
     elapsed: float
+    tokens: int = 0
+    total_levels: int | None = None
 
 
 class ScriptedWorker:
     """A game worker with the play_game signature that lives on a `VirtualClock`.
 
-    Game `gid` acts every `step_s` seconds and completes its next level once
-    `levels[gid][k]` seconds have passed on level k (counted from the previous level, the
-    start, or the last fresh start). It honours `stop` and `deadline` between actions,
-    never acting past either, and logs (game, event, clock time) for the tests to check.
+    A step is one model request (`tokens_per_step` generated tokens over `step_s` seconds)
+    and one tool call that plays one action. Game `gid` completes its next level once it has
+    generated `levels[gid][k]` tokens on level k; its context grows by the step's tokens and
+    is trimmed to half of `trim_tokens` when it reaches it. Like the agent it calls the slot
+    gate before every request (`"trim"` right after a trim, None otherwise) and after a level
+    (`"level"`), never in the middle of a step; it honours `stop` and `deadline` between
+    actions, never acting past either, and logs (game, event, clock time) for the tests:
+    start, step, yield:<reason>, resume, end.
     """
 
-    def __init__(self, clock, levels: dict[str, Sequence[float]], step_s: float = 10.0):
+    def __init__(self, clock, levels: dict[str, Sequence[int]], step_s: float = 10.0,
+                 tokens_per_step: int = 1000, trim_tokens: int | None = None,
+                 total_levels: dict[str, int] | None = None):
         self.clock, self.levels, self.step_s = clock, levels, step_s
+        self.tokens_per_step, self.trim_tokens = tokens_per_step, trim_tokens
+        self.total_levels = total_levels or {}
         self.log: list[tuple[str, str, float]] = []
         self._lock = threading.Lock()
 
@@ -102,33 +125,63 @@ class ScriptedWorker:
             self.log.append((gid, what, self.clock.now()))
 
     def __call__(self, source, game_id, policy, *, max_actions, record_path, stop=None,
-                 deadline=None, on_progress=None, fresh=None):
+                 deadline=None, on_progress=None, gate=None):
         clock = self.clock
         self._note(game_id, "start")
-        t0 = mark = clock.now()
-        levels = actions = 0
+        t0 = clock.now()
+        levels = actions = tokens = level_tokens = context = 0
         plan = list(self.levels.get(game_id, ()))
+        n_levels = self.total_levels.get(game_id, len(plan) or None)
+
+        def ended() -> str | None:
+            if stop is not None and stop.is_set():
+                return "stopped"
+            if deadline is not None and clock.now() >= deadline:
+                return "deadline"
+            return None
+
+        def at_gate(reason: str | None) -> bool:
+            """The slot gate; True if the game must end."""
+            if gate is None:
+                return False
+            if reason is not None or getattr(gate, "preempt", None) is not None and gate.preempt.is_set():
+                self._note(game_id, f"yield:{reason or 'preempted'}")
+                gate(reason)
+                self._note(game_id, "resume")
+            else:
+                gate(None)
+            return ended() is not None
+
         reason = "max_actions"
         while actions < max_actions:
+            if why := ended():
+                reason = why
+                break
+            trimmed = False
+            if self.trim_tokens and context + self.tokens_per_step > self.trim_tokens:
+                context, trimmed = self.trim_tokens // 2, True
+            if at_gate("trim" if trimmed else None):
+                reason = ended()
+                break
             left = None if deadline is None else deadline - clock.now()
-            if stop is not None and stop.is_set():
-                reason = "stopped"
-                break
-            if left is not None and left <= 0:
-                reason = "deadline"
-                break
-            if fresh is not None and fresh.is_set():
-                fresh.clear()
-                mark = clock.now()
-                self._note(game_id, "fresh")
             clock.sleep(self.step_s if left is None else min(self.step_s, left))
-            if (stop is not None and stop.is_set()) or (deadline is not None and clock.now() >= deadline):
+            if ended():
                 continue  # the thought was cut short: no action after a stop or the deadline
+            tokens += self.tokens_per_step
+            level_tokens += self.tokens_per_step
+            context += self.tokens_per_step
             actions += 1
-            if levels < len(plan) and clock.now() - mark >= plan[levels]:
-                levels += 1
-                mark = clock.now()
+            self._note(game_id, "step")
+            levelled = levels < len(plan) and level_tokens >= plan[levels]
+            if levelled:
+                levels, level_tokens = levels + 1, 0
             if on_progress:
-                on_progress(ScriptedProgress(game_id, levels, actions, clock.now() - t0))
+                on_progress(ScriptedProgress(game_id, levels, actions, clock.now() - t0, tokens, n_levels))
+            if levelled and n_levels and levels >= n_levels:
+                reason = "won"
+                break
+            if levelled and at_gate("level"):
+                reason = ended()
+                break
         self._note(game_id, "end")
         return ScriptedResult(game_id, levels, actions, float(levels), reason)

@@ -162,9 +162,8 @@ def notebook_env(paths: dict[str, Path], budget_s: float, mode: str, fault: str,
         "DUCK_MODEL__BACKOFF_S": "0.2",
         "DUCK_AGENT__FAILURES_BEFORE_FALLBACK": "2",
         "DUCK_SCHEDULER__SLOTS": str(max(1, min(n_games, 8))),  # 2 cores: at most 8 kernels at once
-        # The adaptive policy's thresholds are for 9 hours; a rehearsal's are scaled down.
-        "DUCK_SCHEDULER__ADAPTIVE__STALL_S": str(round(budget_s / 4, 1)),
-        "DUCK_SCHEDULER__ADAPTIVE__MIN_PLAY_S": str(round(budget_s / 4, 1)),
+        # The scheduler's thresholds are in generated tokens and actions, not seconds: a short
+        # rehearsal needs no scaled copy of them.
         "DUCK_PLAY__MAX_ACTIONS": str(max_actions),
         "PYTHONUNBUFFERED": "1",
     })

@@ -1,0 +1,104 @@
+"""The synthetic curve set: games with the field's per-level token medians and completion
+hazards (FIELD.md §3), for an agent like the field's rather than the Duck.
+
+Per game: a public game's levels and human baselines (drawn uniformly from the 25), and a
+difficulty z ~ N(0, 1). Per level, in order (a level is reached only once the one before is
+completed):
+
+* the attempt completes with probability q = sigmoid(logit(Q_COMPLETE) + GAME_SPREAD * z):
+  Franzen's 557 of 725 attempts completed, spread over games (some are never solved);
+* a completing attempt takes T generated tokens, lognormal with the level's median
+  (L1 27K, L2 51K, L3 49K, L4-L5 56K, L6+ 67K) and sigma TOKEN_SIGMA = 0.3, so that the
+  chance a level is still completed, pooled over levels, halves at ~65K tokens spent on it
+  (published: 62K; `half_tokens()` computes it: a Gaussian fall-off means narrow times);
+* it takes A actions, ACTION_RATIO = 0.75 of the level's human baseline (the field's cleared
+  levels used 0.7-0.8x) times lognormal(0, ACTION_SIGMA); the actions accrue evenly over its
+  tokens; an attempt that never completes acts at the pace of a hypothetical completion.
+
+Turn sizes (generated tokens, context growth) are drawn from the Duck's recorded turns
+(scheduler.traces.pooled_turns): the field's turns are longer (~2K tokens) but only the
+granularity of yields and stops depends on them.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import numpy as np
+
+from .trajectories import Turn
+
+LEVEL_TOKENS = (27_000, 51_000, 49_000, 56_000, 56_000, 67_000)  # FIELD.md §3, the last repeats
+Q_COMPLETE = 557 / 725
+GAME_SPREAD = 1.0
+TOKEN_SIGMA = 0.3
+ACTION_RATIO = 0.75
+ACTION_SIGMA = 0.5
+
+
+def _logit(p: float) -> float:
+    return math.log(p / (1 - p))
+
+
+class SyntheticGame:
+    def __init__(self, slot: int, name: str, baselines: Sequence[int], turns: Sequence[tuple[int, int]], seed: int):
+        self.game_id = f"{slot:03d}:{name}"
+        self.baselines = tuple(baselines)
+        self.turns = turns
+        self.rng = np.random.default_rng(seed)
+        z = float(self.rng.normal())
+        self.q = 1 / (1 + math.exp(-(_logit(Q_COMPLETE) + GAME_SPREAD * z)))
+        self.level_actions: list[int] = []
+        self.levels = self.actions = 0
+        self._new_level()
+
+    def _new_level(self) -> None:
+        rng, lv = self.rng, self.levels
+        m = LEVEL_TOKENS[min(lv, len(LEVEL_TOKENS) - 1)]
+        self.t_need = m * math.exp(TOKEN_SIGMA * float(rng.normal()))
+        self.a_need = max(1.0, ACTION_RATIO * self.baselines[lv] * math.exp(ACTION_SIGMA * float(rng.normal())))
+        self.completes = bool(rng.random() < self.q)
+        self.t_level, self.a0 = 0.0, self.actions
+
+    def next_turn(self) -> Turn | None:
+        if self.levels >= len(self.baselines):
+            return None
+        gen, growth = self.turns[int(self.rng.integers(len(self.turns)))]
+        self.t_level += gen
+        if self.completes and self.t_level >= self.t_need:
+            self.actions = self.a0 + int(round(self.a_need))
+            self.level_actions.append(max(1, self.actions - self.a0))
+            self.levels += 1
+            if self.levels < len(self.baselines):
+                self._new_level()
+        else:
+            self.actions = self.a0 + int(self.a_need * self.t_level / self.t_need)
+        return gen, growth, self.actions, self.levels
+
+
+def draw_synthetic(baselines: dict[str, tuple[int, ...]], turns: Sequence[tuple[int, int]], seed: int,
+                   n_games: int) -> list[SyntheticGame]:
+    """A set of `n_games` synthetic games, all from the seed alone."""
+    names = sorted(baselines)
+    rng = np.random.default_rng(10_000_019 + seed)
+    out = []
+    for slot in range(n_games):
+        name = names[int(rng.integers(len(names)))]
+        out.append(SyntheticGame(slot, name, baselines[name], turns, int(rng.integers(2**31))))
+    return out
+
+
+def half_tokens(q: float = Q_COMPLETE, sigma: float = TOKEN_SIGMA, step: float = 500.0) -> float:
+    """Tokens spent on a level at which its chance of still being completed has halved,
+    pooled over levels 1-6 (attempts reaching level l weigh q^(l-1))."""
+    m = np.asarray(LEVEL_TOKENS, dtype=float)
+    w = q ** np.arange(len(m))
+
+    def rel(t: float) -> float:
+        s = np.array([0.5 * math.erfc((math.log(t) - math.log(x)) / sigma / math.sqrt(2)) for x in m])
+        return float((w * q * s).sum() / (w * (q * s + 1 - q)).sum() / q)
+    t = step
+    while rel(t) > 0.5:
+        t += step
+    return t
