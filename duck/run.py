@@ -9,27 +9,26 @@ Bad input is a `RunError` (one line, before anything is touched): an `--out` tha
 or cannot be created or written, no games folder, an `--only` naming no game. Old records
 are removed (`overwrite`) only once the new run has found its games and checked its folder.
 Where the sandbox's only file-system wall is file modes (no Landlock, no mount namespace:
-duck.sandbox.isolation), the games are played from a root-only copy and the records folder
-is closed to other users, so the kernel's own uid can read neither.
+duck.sandbox.fallback), the games are played from a root-only copy, the records and
+conversations folders are closed to other users and the games' path is kept out of the
+command line, so the kernel's own uid can read none of them.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import shutil
 import tempfile
 from concurrent.futures import ProcessPoolExecutor
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from duck.config import Config, load_config, with_values
 from duck.game.source import GameError, GameSource
 from duck.play.scoring import write_score
 from duck.play.session import GameResult, play_game
 from duck.policies import make_policy
-from duck.sandbox import isolation
+from duck.sandbox.fallback import games_for_play
 
 log = logging.getLogger(__name__)
 
@@ -49,21 +48,6 @@ def _writable_out(out: Path) -> None:
         os.unlink(probe)
     except OSError as e:
         raise RunError(f"--out {out} cannot be written: {e.strerror or e}") from None
-
-
-@contextmanager
-def games_for_play(games_dir: Path, records: Path, off: list[str]) -> Iterator[Path]:
-    """The folder to play from: `games_dir` itself, or a root-only copy when file modes are
-    the only wall between the kernel's uid and the games (records closed the same way)."""
-    if not isolation.relies_on_file_modes(off):
-        yield games_dir
-        return
-    records.mkdir(parents=True, exist_ok=True)
-    records.chmod(0o700)
-    with tempfile.TemporaryDirectory(prefix="duck-games-") as tmp:  # mode 0700, root's
-        copy = Path(tmp) / "games"
-        shutil.copytree(games_dir, copy, symlinks=False)
-        yield copy
 
 
 def _play_one(games_dir: str, game_id: str, cfg: Config, out: str) -> GameResult:
