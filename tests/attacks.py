@@ -428,10 +428,9 @@ try:
     os.setpgid(0, os.getpgid(os.getppid()))
 except OSError:
     pass
-while True:
+while True:  # asleep, so that no CPU limit ends it either
     try:
-        while True:
-            pass
+        sys.modules['time'].sleep(1000)
     except BaseException:
         pass
 """, restarts=True),
@@ -502,13 +501,14 @@ else:
     print('denied', ct.get_errno())
 """, survives=True),
     Attack("folder-flood", "memory", """{unguard}
-n = 0
+n, t = 0, sys.modules['time']
+end = t.monotonic() + 2
 try:
-    for i in range(200000):
-        os.mkdir(f'd{{i}}'); n += 1
+    while t.monotonic() < end:
+        os.mkdir(f'd{{n}}'); n += 1
 except OSError as e:
     print('stopped after', n, e)
-print('ESCAPED folders' if n >= 200000 else 'capped', n)
+print('ESCAPED folders' if n > 20000 else 'capped', n)  # kernel.disk_inodes is 16384
 """),
     Attack("x32-syscall-abi", "memory", """{unguard}
 ct = __import__('ctypes')

@@ -254,18 +254,33 @@ class Kernel:
             process.end_uid(uid)
         cgroup.remove(self.cgroup)
         self.cgroup = None
-        if uid is not None and not self.tmpfs:
+        if uid is not None and self._shared_writable():
             quota.remove_owned(uid, skip=self.workdir)
         if self.workdir:
             shutil.rmtree(self.workdir, ignore_errors=True)
             self.workdir = None
 
+    def _shared_writable(self) -> bool:
+        """Whether the worker can write /tmp, /var/tmp or /dev/shm (no Landlock holds)."""
+        return not self.layers.get("filesystem", "").startswith("on: landlock")
+
+    def _counted(self) -> bool:
+        """Whether the host must count the worker's disk use (no tmpfs, or shared folders open)."""
+        return bool(self.workdir) and (not self.tmpfs or (self.lease is not None and self._shared_writable()))
+
     def _over_quota(self) -> bool:
-        if self.tmpfs or not self.workdir:
+        """Past `kernel.disk_mb` or `kernel.disk_inodes`, counting what no tmpfs bounds
+        (duck.sandbox.quota): the temp dir where it is a plain folder, the worker's unlinked
+        open files, and what its uid owns in the shared folders where no Landlock closes them."""
+        if not self._counted():
             return False
         limit = quota.Usage(self.cfg.disk_mb << 20, self.cfg.disk_inodes)
-        uid = self.lease.uid if self.lease else None
-        used = quota.usage(self.workdir, uid, self.proc.pid if self.proc else None, limit)
+        uid = self.lease.uid if self.lease and self._shared_writable() else None
+        pid = self.proc.pid if self.proc else None
+        used = quota.Usage() if self.tmpfs else quota.usage(self.workdir, None, pid, limit)
+        if uid is not None:
+            for p in quota.owned(uid, skip=self.workdir):
+                used.add(quota.tree(p, limit))
         return used.over(limit.bytes, limit.inodes)
 
     def _ended_leftovers(self) -> tuple[str | None, bool]:
@@ -351,7 +366,7 @@ class Kernel:
                         "timeout": timeout})
             while done is None:
                 limit = deadline if interrupted_at is None else interrupted_at + self.cfg.grace_s
-                got = self.reader.recv(limit if self.tmpfs else min(limit, time.monotonic() + QUOTA_CHECK_S))
+                got = self.reader.recv(min(limit, time.monotonic() + QUOTA_CHECK_S) if self._counted() else limit)
                 if got is None:
                     if self._over_quota():
                         crash = (f"its temp dir outgrew the disk quota of {self.cfg.disk_mb} MB "

@@ -10,8 +10,9 @@ an empty group and its `wait()` had no time-out, so `duck play` never ended. Her
 * its plan travels over the pipe, never on its command line (which any process can read);
 * `end()` kills it by pid, by its own group and by its uid, and every wait has a time-out:
   a worker the kernel cannot reap (stuck in uninterruptible sleep) is reported, never waited on.
-* `probe()` starts a worker that only confines itself and says what it verified: the layer
-  report of every record header (duck.sandbox.isolation.report) comes from it.
+* `probe()` starts a worker that only confines itself (duck.sandbox.probe: the same
+  `confine()`, without numpy) and says what it verified: the layer report of every record
+  header (duck.sandbox.isolation.report) comes from it.
 """
 
 from __future__ import annotations
@@ -47,14 +48,14 @@ def environment(workdir: str) -> dict[str, str]:
             "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
-def spawn(cfg: dict[str, Any], workdir: str, max_message: int) -> Started:
-    """Start `python -m duck.sandbox.worker RFD WFD` in `workdir` and send it `cfg` (its plan)."""
+def spawn(cfg: dict[str, Any], workdir: str, max_message: int, module: str = "duck.sandbox.worker") -> Started:
+    """Start `python -m MODULE RFD WFD` in `workdir` and send it `cfg` (its plan)."""
     h2w_r, h2w_w = os.pipe()
     w2h_r, w2h_w = os.pipe()
     try:
         with open(os.path.join(workdir, ".worker.log"), "wb") as err:
             proc = subprocess.Popen(
-                [sys.executable, "-s", "-m", "duck.sandbox.worker", str(h2w_r), str(w2h_w)],
+                [sys.executable, "-s", "-m", module, str(h2w_r), str(w2h_w)],
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, cwd=workdir,
                 env=environment(workdir), pass_fds=(h2w_r, w2h_w), start_new_session=True)
     except BaseException:
@@ -113,7 +114,7 @@ def ready(started: Started, deadline: float) -> dict[str, Any] | None:
 def probe(cfg: dict[str, Any], workdir: str) -> dict[str, str] | str:
     """Start a worker that confines itself by `cfg` and exits: its verified layers, or why it
     did not start."""
-    started = spawn(cfg, workdir, 1 << 20)
+    started = spawn(cfg, workdir, 1 << 20, module="duck.sandbox.probe")
     msg = ready(started, time.monotonic() + START_S)
     uid = cfg["plan"].get("uid")
     if msg is None:
