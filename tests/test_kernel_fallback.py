@@ -168,3 +168,12 @@ def test_the_seccomp_filter_denies_what_issue_30_used_and_nothing_the_worker_nee
     allowed = {"f_getfl", "sigusr2_self"}
     assert {k for k, v in got.items() if v == "allowed"} == allowed, got
     assert all(v == "EPERM" for k, v in got.items() if k not in allowed), got
+
+
+def test_the_sandbox_benchmark_prints_its_figures():
+    r = subprocess.run([sys.executable, "-m", "duck.bench", "sandbox", "--n", "1", "--files", "50"],
+                       capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    got = json.loads(r.stdout)
+    assert got["probe_ms"] > 0 and got["worker_start_ms"] > 0 and got["quota_check_ms"] > 0
+    assert got["layers"] == isolation.report()

@@ -286,11 +286,11 @@ def confine(plan: dict[str, Any]) -> dict[str, str]:
         except OSError as e:
             layers["filesystem"] = f"off: {e}"
     if not layers["filesystem"].startswith("on"):
-        if modes is None and not mounts:
+        if mounts:
+            layers["filesystem"] += "; the mount namespace hides the games and the records"
+        elif modes is None:
             layers["filesystem"] = ("on: file modes (the worker's uid cannot open the host's root-only files: the "
                                     f"games copy, records and conversations); landlock {layers['filesystem']}")
-        elif modes is None:
-            layers["filesystem"] += "; the mount namespace hides the games and records, file modes close them"
         else:
             layers["filesystem"] += f"; file modes do not hold ({modes})"
     if "seccomp" in off:

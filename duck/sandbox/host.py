@@ -104,8 +104,10 @@ class Kernel:
         # Model code may not read the games' files (their source holds the rules and solutions).
         own = [session.game.files_dir] if session.game.files_dir else []
         self.deny_read = [*own, *(str(p) for p in deny_read)]
-        # Hidden from the worker where a mount namespace allows: the games and the records.
-        self.hide = [*self.deny_read, str(Path(session.writer.path).resolve().parent)]
+        # Hidden from the worker where a mount namespace allows, closed by file modes (and
+        # verified) where not: the games, the records and the conversations.
+        records = Path(session.writer.path).resolve().parent
+        self.hide = [*self.deny_read, str(records), str(records.parent / "conversations")]
         self.lease: isolation.UidLease | None = None
         self.layers: dict[str, str] = {}
         self.tmpfs = False
