@@ -118,6 +118,11 @@ class ModelConfig(Section):
     # at the price of a faster-filling context. None: the template's own default.
     preserve_thinking: bool | None = True
     max_output_tokens: PositiveInt = _PLAN.output_tokens  # Flash-Next: 12,288 (FIELD §3)
+    # A reply cut at the output cap or the time limit keeps the last this many characters of
+    # its thinking in the history (~1K tokens), marked as cut: two cut replies kept whole took a
+    # scripted prompt from 2K to 24.7K tokens. 0 keeps all of it (the old behaviour, for the A/B:
+    # experiments/thinking-cut-kept.toml). Replies that end normally keep all their thinking.
+    cut_thinking_chars: NonNegativeInt = 4000
     timeout_s: PositiveFloat = 180.0  # per request; what arrived by then is kept
     stall_s: PositiveFloat = 60.0  # no byte for this long ends the request
     retries: NonNegativeInt = 3
@@ -151,7 +156,20 @@ class KernelConfig(Section):
 
 class AgentConfig(Section):
     context_tokens: PositiveInt = _PLAN.context_tokens  # prompt + output budget per game: the memory plan's
-    evict_to: float = Field(0.5, gt=0, lt=1)  # near the budget, drop old turns until the prompt is this share
+    # The trim's low-water mark: when prompt + output cap pass the budget, whole old turns are
+    # dropped right after the system prompt until the prompt is at most this share of the
+    # budget, in one block, so the next ~half budget of growth reuses one cached prefix (the
+    # field: 131K window, trim at ~118K down to ~58K). The memory plan sizes the slots on the
+    # mean occupancy (1 + evict_to) / 2 of it. 0.5 was the old setting (experiments/evict-half.toml).
+    evict_to: float = Field(0.45, gt=0, lt=1)
+    # A summary of the dropped turns right after the system prompt (prompts/summary.j2). Off: the
+    # field saw no gain from summaries; what must survive a trim is the kernel's state and the
+    # per-level memory (the context's `carry`). On for the A/B: experiments/context-summary.toml.
+    trim_summary: bool = False
+    # Token counts from the server's /tokenize (cached per message) to decide a trim; off: the
+    # old usage-plus-estimates (experiments/context-estimates.toml). Estimates, calibrated per
+    # kind from usage, stand in whenever the server cannot count.
+    exact_tokens: bool = True
     # The Duck's rules, for the A/B baseline (experiments/baseline.toml): both false.
     keep_notes_on_game_over: bool = True
     carry_notes_across_levels: bool = True

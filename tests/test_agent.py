@@ -244,6 +244,69 @@ def test_requests_are_prefix_stable_across_turns(tmp_path):
         assert now["messages"][:len(prev["messages"])] == prev["messages"]
 
 
+def test_a_cut_reply_enters_the_history_with_its_thinking_tail_and_the_record_keeps_all(tmp_path):
+    from duck.play.conversation import find_conversation, read_conversation
+    thought = "".join(f"idea {k}: try the left door.\n" for k in range(400))
+    model, seen = _capture([{"reasoning": thought, "content": "", "finish_reason": "length"},
+                            {"content": "Plan", "code": "action('RIGHT')"}])
+    res, rec = _play(tmp_path, "zs01", model, max_actions=1)
+    assert res.actions == 1
+    past = [m for m in seen[1]["messages"] if m["role"] == "assistant"][0]
+    assert past["reasoning"].startswith("[") and "cut at the output token limit" in past["reasoning"].split("\n")[0]
+    assert thought.endswith(past["reasoning"].split("\n", 1)[1]) and len(past["reasoning"]) < 4200
+    conv = read_conversation(find_conversation(tmp_path / "zs01.jsonl"))
+    replies = [ln for ln in conv.lines if ln.get("type") == "reply"]
+    assert replies[0]["thinking_dropped"] > 6000 and replies[0]["reasoning"] == thought
+    assert conv.reply_of(0)["reasoning"] == thought  # a replay serves what the model wrote
+
+
+@pytest.mark.parametrize("fallback", [None, "explorer"])
+def test_a_context_no_turn_fits_ends_model_play_with_a_clear_event(tmp_path, fallback):
+    """The bug: with a budget no turn fits, the loop dropped turn after turn without acting,
+    forever. Now model play ends at once: the fallback plays on, or the game ends on the error."""
+    model = FixedModel([{"content": "Plan", "code": "action('RIGHT')"}], loop=True)
+    source = GameSource.offline(BUNDLED)
+    game_id = next(g.game_id for g in source.games() if g.game_id.startswith("zs01"))
+    cfg = _config(fallback=fallback, failures_before_fallback=1, context_tokens=1200)
+    cfg.model.max_output_tokens = 1000  # 200 tokens left for a prompt: not even the system prompt fits
+    server = StubServer(model)
+    with server as url:
+        policy = make_policy("llm", 0, config=cfg, model_url=url, kernel_factory=FakeKernel)
+        res = play_game(source, game_id, policy, max_actions=5, record_path=tmp_path / "r.jsonl")
+    rec = read_record(tmp_path / "r.jsonl")
+    assert server.requests == []  # nothing too long was ever sent
+    errors = [e["message"] for e in rec.events if e["kind"] == "error"]
+    if fallback is None:
+        assert res.actions == 0 and "ContextTooSmall" in res.error and "outgrow the context budget" in res.error
+    else:
+        assert res.actions == 5  # the explorer plays on
+        assert any("ContextTooSmall" in e["message"] for e in rec.events if e["kind"] == "fallback")
+    assert sum("context:" in m for m in errors) == 1  # one turn tried, not turn after turn
+
+
+def test_turns_that_keep_outgrowing_the_budget_without_acting_end_model_play(tmp_path):
+    big = {"content": "Look", "reasoning": "r" * 200, "code": "print('x' * 5000)"}
+    model = FixedModel([big], loop=True)
+
+    class Loud(FakeKernel):
+        def run(self, code, **kw):
+            r = super().run(code, **kw)
+            r.text = "ab" * 3000  # every call's output is large: a turn outgrows the budget
+            return r
+
+    source = GameSource.offline(BUNDLED)
+    game_id = next(g.game_id for g in source.games() if g.game_id.startswith("zs01"))
+    cfg = load_config(overrides=["model.retries=0", "model.name=stub", "agent.context_tokens=12000",
+                                 "agent.fallback=null", "agent.failures_before_fallback=1"])
+    assert cfg.model.max_output_tokens == 3000  # the plan's quarter of the budget
+    with StubServer(model) as url:
+        policy = AgentPolicy(seed=0, model_url=url, config=cfg, kernel_factory=Loud)
+        res = play_game(source, game_id, policy, max_actions=5, record_path=tmp_path / "r.jsonl")
+    rec = read_record(tmp_path / "r.jsonl")
+    assert res.actions == 0 and "ContextTooSmall" in res.error and "3 turns in a row" in res.error
+    assert sum(e["kind"] == "error" and "context:" in e["message"] for e in rec.events) == 3
+
+
 def test_eviction_in_the_loop_keeps_most_requests_cached(tmp_path):
     replies = [{"content": f"Plan: step {i}", "reasoning": "r" * 1500, "code": "action('RIGHT')"}
                for i in range(40)]

@@ -76,6 +76,28 @@ def test_a_timeout_keeps_what_was_received():
     assert r.cut == "timeout" and r.reasoning.startswith("partial thought") and r.tool_calls == []
 
 
+def test_a_cut_reply_keeps_only_the_tail_of_its_thinking_marked_as_cut():
+    thought = "".join(f"step {k}: the red cell moved left.\n" for k in range(600))  # ~20K characters
+    model = FixedModel([{"reasoning": thought, "content": "", "finish_reason": "length"},
+                        {"reasoning": thought, "content": "Plan: go", "code": "x=1"},
+                        {"reasoning": thought, "stall_s": 3, "content": "late"}])
+    with StubServer(model) as url:
+        c = ModelClient(url, ModelConfig(name="stub", retries=0, cut_thinking_chars=3000, timeout_s=1.0, stall_s=0.8))
+        cut, whole, late = c.chat(MSGS), c.chat(MSGS), c.chat(MSGS)
+    assert cut.cut == "length" and cut.reasoning == thought  # the reply itself holds all it received
+    msg = cut.message("[thinking cut]")
+    kept = msg["reasoning"]
+    assert kept.startswith("[thinking cut]\nstep ") and thought.endswith(kept.removeprefix("[thinking cut]\n"))
+    assert len(kept) <= 3000 + len("[thinking cut]\n") and msg["reasoning_content"] == kept
+    assert cut.thinking_dropped == len(thought) - len(kept.removeprefix("[thinking cut]\n")) > 16_000
+    assert cut.stats()["thinking_dropped"] == cut.thinking_dropped
+    assert whole.cut is None and whole.message()["reasoning"] == thought and whole.thinking_dropped == 0
+    assert late.cut == "timeout" and late.reasoning == thought  # the time limit cuts it the same way
+    assert late.thinking_dropped > 16_000 and len(late.message()["reasoning"]) <= 3000 + len("…\n")
+    # 0 keeps all of a cut reply's thinking (the old behaviour)
+    assert Reply(reasoning=thought, cut="length", keep_thinking=0).message()["reasoning"] == thought
+
+
 def test_retries_with_backoff_then_succeed():
     model = FixedModel([{"status": 500}, {"status": 503}, {"content": "ok"}])
     with StubServer(model) as url:

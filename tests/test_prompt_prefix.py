@@ -1,6 +1,6 @@
-"""Every prompt the agent sends, rendered with the real Qwen3.6 chat template as vLLM 0.19
-applies it (duck.testing.stub.render), is a prefix of the next one, except right after the context
-dropped old turns: what makes the server's prefix cache hit on every request."""
+"""Every prompt the agent sends, rendered with the served model's chat template as vLLM applies
+it (duck.testing.stub.render: Qwen3.8's by default), is a prefix of the next one, except right
+after the context dropped old turns: what makes the server's prefix cache hit on every request."""
 
 from __future__ import annotations
 

@@ -51,7 +51,8 @@ def run(tmp_path_factory) -> Path:
     with StubServer(SolutionModel(BUNDLED)) as url:
         cfg = load_config(overrides=["model.retries=0", "model.name=stub", "agent.fallback=null", "play.policy=llm",
                                      f'model.urls=["{url}"]', "agent.context_tokens=3600",
-                                     "model.max_output_tokens=400"])  # small: it evicts
+                                     "model.max_output_tokens=400",  # small: it trims
+                                     "agent.trim_summary=true"])  # (and the report shows the summary)
         play_folder(BUNDLED, out, cfg, games=["zc01"])
     write_report(out)
     return out

@@ -85,15 +85,21 @@ def test_render_drops_or_keeps_past_thinking_like_the_template():
 
 
 def test_render_is_the_real_template_and_refuses_what_vllm_refuses():
-    from duck.testing.stub.render import HistoryError, default_template
+    from duck.testing.stub.render import QWEN36_TEMPLATE, ChatTemplate, HistoryError, default_template
     if not default_template().real:
-        pytest.skip("../shared/qwen3.6/chat_template.jinja not present")
+        pytest.skip("../shared/qwen3.8/chat_template.jinja not present")
+    assert default_template().path.parent.name == "qwen3.8"  # Flash-Next's and Qwen3.8-27B's, the default
     tools = [{"type": "function", "function": {"name": "python", "description": "Run <code> & see",
                                                "parameters": {"type": "object"}}}]
     img = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
-    text, images = render([{"role": "system", "content": "S"},
-                           {"role": "user", "content": [{"type": "text", "text": "é"}, img]}], tools)
-    assert text.startswith("<|im_start|>system\n# Tools\n\nYou have access to the following functions")
+    msgs = [{"role": "system", "content": "S"}, {"role": "user", "content": [{"type": "text", "text": "é"}, img]}]
+    text, images = render(msgs, tools)
+    # Qwen3.8 puts the default reasoning effort's sentence (xhigh) before the tools; Qwen3.6 has none
+    assert text.startswith("<|im_start|>system\nReasoning effort is set to xhigh.")
+    assert "\n\n# Tools\n\nYou have access to the following functions" in text
+    if QWEN36_TEMPLATE.is_file():
+        old, _ = ChatTemplate(QWEN36_TEMPLATE).render(msgs, tools)
+        assert old.startswith("<|im_start|>system\n# Tools\n\nYou have access to the following functions")
     assert '"description": "Run <code> & see"' in text  # tojson keeps <, & and non-ASCII as they are
     # vLLM 0.19 flattens a content list for this template: image placeholders first, then the text
     assert "<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>\né<|im_end|>" in text and images == 1

@@ -1,18 +1,26 @@
-"""The message history sent to the model, kept prefix-stable under a token budget.
+"""The message history sent to the model: prefix-stable, trimmed with hysteresis under a budget.
 
 The server's prefix cache reuses the KV of any prompt prefix it has seen, so the cheapest
-history is one that only ever grows at its end. Here:
+history is one that only ever grows at its end (../shared/FIELD.md §2: 93.4% of the field's
+prompt tokens came from the cache). Here:
 
-* the system prompt and every past message are never rewritten;
+* the system prompt and every past message are never rewritten; past reasoning stays (the
+  client sends it as `reasoning_content` and `reasoning`; only a cut reply's thinking is cut
+  to its tail, duck.llm.client.Reply.message);
 * a turn is one user message and the assistant/tool messages that follow it;
-* before each request the prompt size is estimated from the server's own `usage` of the
-  previous request (prompt + completion tokens) plus an estimate of what was appended
-  since, calibrated by the ratio of reported to estimated tokens;
-* when the estimate plus the output cap would pass the budget, a large block of the oldest
-  turns is dropped at once (down to `evict_to` of the budget) and replaced by one compact
-  summary message right after the system prompt. The prompt then changes once, and every
-  later request hits the cache again (the Duck dropped one turn at a time right after the
-  system prompt, so nearly every request missed).
+* the prompt's size is the server's: its `usage` for what was sent last (`observe`), plus each
+  message appended since as the server's `/tokenize` counts it (cached per message content:
+  duck.llm.tokens.TokenCounter), or where it cannot count, estimates per kind (text, code,
+  tool result, image) calibrated on every exact count seen;
+* when the prompt plus the output cap would pass the budget, whole old turns right after the
+  system prompt are dropped in one block, down to the low-water mark (`evict_to` of the
+  budget), so the prompt changes once and the next ~half budget of growth reuses one cached
+  prefix. Never the current turn (the template then raises "No user query found"), and never
+  a history the template rejects: what remains starts with a turn's user message;
+* no summary of what was dropped by default (the field saw no gain from summaries; `summary`
+  switches the old one on for the A/B, prompts/summary.j2). What must survive a trim is the
+  kernel's state (its own process) and the per-level memory: `carry`, a callable returning one
+  user message or None, placed right after the system prompt whenever old turns are trimmed.
 
 What goes into the messages (the prompt files, the turn's board image, what a call's
 actions did) is duck.agent.turn.
@@ -24,36 +32,36 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+import numpy as np
+
 from duck.agent.turn import render
 from duck.game.actions import display_name
+from duck.llm.tokens import TokenCounter, features
 from duck.play.conversation import NULL, ConversationWriter
 
-CHARS_PER_TOKEN = 3.4  # a first guess; replaced by the server's counts as they come
-IMAGE_TOKENS = 68  # a 256x256 image on Qwen3.6's vision encoder: 8x8 merged patches + marks
-MESSAGE_OVERHEAD = 5  # <|im_start|>role\n ... <|im_end|>\n
-SUMMARY_TOKENS = 700  # room kept for the summary of dropped turns (prompts/summary.j2)
-
-
-def estimate_tokens(message: dict[str, Any]) -> float:
-    """A character-based estimate of one message (before calibration)."""
-    chars, images = 0, 0
-    content = message.get("content")
-    if isinstance(content, str):
-        chars += len(content)
-    elif isinstance(content, list):
-        for part in content:
-            if part.get("type") == "text":
-                chars += len(part.get("text", ""))
-            else:
-                images += 1
-    chars += len(message.get("reasoning_content") or "")
-    for call in message.get("tool_calls") or []:
-        chars += len(call["function"]["arguments"]) + 40
-    return chars / CHARS_PER_TOKEN + images * IMAGE_TOKENS + MESSAGE_OVERHEAD
+SUMMARY_TOKENS = 700  # room kept for the summary of dropped turns when it is on (prompts/summary.j2)
+# Headroom while any count is an estimate: the server refuses a prompt that, with the output
+# cap, passes its window. (The server's counts err the other way: a few template tokens over.)
+ESTIMATE_MARGIN = 0.03
 
 
 class ContextFull(Exception):
-    """The current turn alone no longer fits the budget: end it and start a fresh one."""
+    """The current turn alone does not fit the budget, even with every older turn dropped.
+    `fresh`: the turn holds only its opening message, so no turn can fit (the system prompt and
+    one turn message outgrow the budget): the loop ends the model's play instead of retrying."""
+
+    def __init__(self, message: str, *, tokens: int = 0, limit: int = 0, fresh: bool = False) -> None:
+        super().__init__(message)
+        self.tokens, self.limit, self.fresh = tokens, limit, fresh
+
+
+@dataclass
+class Count:
+    """One message's tokens: the server's count (`exact`), else re-estimated on demand from its
+    features with the estimator's latest rates."""
+    x: np.ndarray
+    tokens: int
+    exact: bool
 
 
 @dataclass
@@ -62,42 +70,51 @@ class Turn:
     level: int
     actions_before: int
     messages: list[dict[str, Any]] = field(default_factory=list)
-    estimates: list[float] = field(default_factory=list)
     ids: list[int] = field(default_factory=list)  # the messages' ids in the conversation file
+    counts: list[Count] = field(default_factory=list)  # the messages' tokens
     actions: list[str] = field(default_factory=list)  # display strings the turn executed
     outcome: str = ""  # what the actions did, in a few words
     notes: str = ""  # the notes as they stood at the end of the turn
 
-    @property
-    def estimate(self) -> float:
-        return sum(self.estimates)
-
 
 class Context:
-    """System prompt + [summary] + turns; see the module docstring. Every message added, and
-    every eviction, goes to `log` (the game's conversation file, duck.play.conversation)."""
+    """System prompt + [carry] + [summary] + turns; see the module docstring. Every message
+    added, and every trim, goes to `log` (the game's conversation file, duck.play.conversation).
+    `counter`: the server's per-message counts (duck.llm.client.ModelClient.counter); None
+    estimates only (calibrated by `observe`)."""
 
-    def __init__(self, system: str, budget: int, reserve: int, *, evict_to: float = 0.5,
+    def __init__(self, system: str, budget: int, reserve: int, *, evict_to: float = 0.45, summary: bool = False,
                  summarise: Callable[[list[Turn], list[dict[str, Any]]], str] | None = None,
+                 carry: Callable[[], dict[str, Any] | None] | None = None, counter: TokenCounter | None = None,
                  log: ConversationWriter = NULL) -> None:
         self.log = log
+        self.counter = counter or TokenCounter(None)
         self.system = {"role": "system", "content": system}
         self.system_id = log.message(self.system, kind="system")
-        self.summary_id: int | None = None
+        self.system_count = self._count(self.system)
         self.budget = budget
         self.reserve = reserve  # the output cap: prompt + output must fit the budget
         self.evict_to = evict_to
+        self.use_summary = summary or summarise is not None
         self.summarise = summarise or summary_text
+        self.carry = carry
+        self.head: list[tuple[dict[str, Any], int, Count]] = []  # carry, summary: (message, id, count)
+        self._carry: tuple[dict[str, Any], int, Count] | None = None
         self.summary: dict[str, Any] | None = None
         self.summary_items: list[dict[str, Any]] = []  # what all dropped turns established
         self.turns: list[Turn] = []
-        self.ratio = 1.0  # reported / estimated tokens, from the server's usage
-        self.evictions = 0
-        self._known: tuple[int, int] | None = None  # (messages counted, tokens) from usage
-        self._calibrated = False
+        self.evictions = 0  # trims and dropped current turns (each changes the prompt's prefix)
+        self.trims: list[dict[str, Any]] = []  # per trim: turns dropped, tokens before and after
+        self._version = 0  # bumped whenever anything but the end of the history changes
+        self._anchor: tuple[int, int, int] | None = None  # (version, messages sent, prompt tokens)
+        # Prompt tokens the per-message counts miss (the template's header, the generation prompt).
+        self._offset = self.counter.overhead()
 
     # -- building -----------------------------------------------------------------------
     def begin_turn(self, user: dict[str, Any], *, index: int, level: int, actions_before: int) -> Turn:
+        """A new turn, opened by a user message (what keeps every trimmed history valid)."""
+        if user.get("role") != "user":
+            raise ValueError(f"a turn opens with a user message, not {user.get('role')!r}")
         turn = Turn(index, level, actions_before)
         self.turns.append(turn)
         self.add(user, level=level, actions_before=actions_before)
@@ -107,7 +124,7 @@ class Context:
         """Append to the current turn; returns the message's id in the conversation."""
         turn = self.turns[-1]
         turn.messages.append(message)
-        turn.estimates.append(estimate_tokens(message))
+        turn.counts.append(self._count(message))
         turn.ids.append(self.log.message(message, turn=turn.index, **meta))
         return turn.ids[-1]
 
@@ -120,85 +137,129 @@ class Context:
         return self.turns[-1]
 
     def messages(self) -> list[dict[str, Any]]:
-        out = [self.system]
-        if self.summary:
-            out.append(self.summary)
+        out = [self.system] + [m for m, _, _ in self.head]
         for t in self.turns:
             out.extend(t.messages)
         return out
 
     def message_ids(self) -> list[int]:
         """The conversation ids of `messages()`, in the same order."""
-        out = [self.system_id] + ([self.summary_id] if self.summary and self.summary_id is not None else [])
+        out = [self.system_id] + [i for _, i, _ in self.head]
         for t in self.turns:
             out.extend(t.ids)
         return out
 
-    # -- budget ---------------------------------------------------------------------------
-    def observe(self, sent: int, prompt_tokens: int | None, completion_tokens: int | None) -> None:
-        """The server counted `prompt_tokens` for the first `sent` messages; the reply that
-        follows them (already appended) took `completion_tokens`."""
+    # -- tokens ---------------------------------------------------------------------------
+    def _count(self, message: dict[str, Any]) -> Count:
+        tokens, exact = self.counter.count(message)
+        return Count(features(message), tokens, exact)
+
+    def _tokens(self, c: Count) -> float:
+        return c.tokens if c.exact else self.counter.estimator.tokens(c.x)
+
+    def _all_counts(self) -> list[Count]:
+        return [self.system_count] + [c for _, _, c in self.head] + [c for t in self.turns for c in t.counts]
+
+    def turn_tokens(self, t: Turn) -> float:
+        return sum(self._tokens(c) for c in t.counts)
+
+    @property
+    def exact(self) -> bool:
+        """Whether every message's count is the server's."""
+        return all(c.exact for c in self._all_counts())
+
+    def observe(self, sent: int, prompt_tokens: int | None, completion_tokens: int | None = None) -> None:
+        """The server counted `prompt_tokens` for the first `sent` messages (its `usage`). That
+        anchors the next estimate, and the difference to the previous request's count, over the
+        messages appended in between, calibrates the per-kind estimates."""
         if not prompt_tokens:
             return
-        raw = self._raw(sent)
-        if raw > 0:
-            r = prompt_tokens / raw
-            self.ratio = 0.7 * self.ratio + 0.3 * r if self._calibrated else r
-            self._calibrated = True
-        self._known = (sent + 1, prompt_tokens + (completion_tokens or 0))
-
-    def _raw(self, upto: int | None = None) -> float:
-        ests = [estimate_tokens(self.system)] + ([estimate_tokens(self.summary)] if self.summary else [])
-        for t in self.turns:
-            ests.extend(t.estimates)
-        return sum(ests if upto is None else ests[:upto])
+        counts = self._all_counts()
+        if self._anchor and self._anchor[0] == self._version and self._anchor[1] < sent <= len(counts):
+            x = sum((c.x for c in counts[self._anchor[1]:sent]), np.zeros(5))
+            self.counter.estimator.observe(x, prompt_tokens - self._anchor[2])
+        self._offset = int(prompt_tokens - sum(self._tokens(c) for c in counts[:sent]))
+        self._anchor = (self._version, sent, prompt_tokens)
 
     def estimate(self) -> int:
-        """Tokens of the next prompt: the server's count so far, plus estimates beyond it."""
-        n = len(self.messages())
-        if self._known and self._known[0] <= n:
-            upto, tokens = self._known
-            return int(tokens + self.ratio * (self._raw() - self._raw(upto)))
-        return int(self.ratio * self._raw())
+        """Tokens of the next prompt: the server's count of what was sent last, plus the
+        messages appended since (without a count since the last change of prefix: the sum of
+        the per-message counts and what they missed last time)."""
+        counts = self._all_counts()
+        if self._anchor and self._anchor[0] == self._version and self._anchor[1] <= len(counts):
+            return int(self._anchor[2] + sum(self._tokens(c) for c in counts[self._anchor[1]:]))
+        return int(sum(self._tokens(c) for c in counts) + self._offset)
 
+    # -- budget ---------------------------------------------------------------------------
     def fit(self) -> bool:
-        """Make the next request fit; True when turns were dropped. Raises ContextFull when
-        even the current turn alone is too long."""
-        limit = self.budget - self.reserve
-        if self.estimate() <= limit:
-            return False
-        target = self.evict_to * self.budget - SUMMARY_TOKENS  # room for the summary itself
-        drop = 0
-        while drop < len(self.turns) - 1:
-            drop += 1
-            rest = self.ratio * (self._raw() - sum(t.estimate for t in self.turns[:drop]))
-            if rest <= target:
-                break
-        if drop == 0 or self.ratio * (self._raw() - sum(t.estimate for t in self.turns[:drop])) > limit:
-            raise ContextFull(f"the current turn alone is ~{self.estimate()} tokens (limit {limit})")
+        """Make the next request fit; True when old turns were dropped (a trim). Raises
+        ContextFull when even the current turn alone is too long."""
+        limit = self.budget - self.reserve - (0 if self.exact else int(ESTIMATE_MARGIN * self.budget))
         before = self.estimate()
+        if before <= limit:
+            return False
+        sizes = [self.turn_tokens(t) for t in self.turns]
+        fixed = before - sum(sizes) - sum(self._tokens(c) for _, _, c in self.head)
+        carry = self._carry_message()
+        head = ([self._count(carry)] if carry else [])
+        extra = sum(self._tokens(c) for c in head) + (SUMMARY_TOKENS if self.use_summary else 0)
+        target = self.evict_to * self.budget
+        drop = 1
+        while drop < len(self.turns) - 1 and fixed + extra + sum(sizes[drop:]) > target:
+            drop += 1
+        after = fixed + extra + sum(sizes[drop:])
+        if len(self.turns) < 2 or after > limit:
+            alone = int(fixed + extra + sizes[-1]) if sizes else before
+            raise ContextFull(f"the current turn alone needs ~{alone} prompt tokens (limit {limit}: budget "
+                              f"{self.budget} - output cap {self.reserve}{'' if self.exact else ' - 3%'})",
+                              tokens=alone, limit=limit,
+                              fresh=bool(self.turns) and len(self.current.messages) == 1)
         dropped, self.turns = self.turns[:drop], self.turns[drop:]
-        self.summary_items.extend(turn_item(t) for t in dropped)
-        self._summarise(dropped, "evict", before)
+        self._trimmed(dropped, (carry, self.log.message(carry, kind="carry"), head[0]) if carry else None,
+                      "evict", before)
         return True
 
     def drop_current(self) -> Turn:
-        """Forget the current turn (it could not fit); it goes into the summary."""
+        """Forget the current turn (it could not fit); the next turn starts after the older
+        ones. The carried message stays as it is; the summary, when on, takes the turn in."""
         before = self.estimate()
         turn = self.turns.pop()
-        self.summary_items.append(turn_item(turn))
-        self._summarise([turn], "drop_turn", before)
+        self._trimmed([turn], self._carry, "drop_turn", before)
         return turn
 
-    def _summarise(self, dropped: list[Turn], kind: str, before: int) -> None:
-        old = self.summary_id
-        self.summary = {"role": "user", "content": self.summarise(dropped, self.summary_items)}
-        self.summary_id = self.log.message(self.summary, kind="summary")
-        self._known = None
+    def _carry_message(self) -> dict[str, Any] | None:
+        """What `carry` says must survive a trim: one user message, or None."""
+        if self.carry is None:
+            return None
+        m = self.carry()
+        if m is None:
+            return None
+        if m.get("role") != "user" or not m.get("content"):
+            self.log.event("carry_refused", why="the carried message must be a user message with content")
+            return None
+        return m
+
+    def _trimmed(self, dropped: list[Turn], carry: tuple[dict[str, Any], int, Count] | None, kind: str,
+                 before: int) -> None:
+        """After turns were dropped: the new head (carry, summary), the log line, the counts."""
+        old = [i for _, i, _ in self.head]
+        self._carry = carry
+        summary = None
+        if self.use_summary:
+            self.summary_items.extend(turn_item(t) for t in dropped)
+            self.summary = {"role": "user", "content": self.summarise(dropped, self.summary_items)}
+            summary = (self.summary, self.log.message(self.summary, kind="summary"), self._count(self.summary))
+        self.head = [h for h in (carry, summary) if h]
+        self._version += 1
         self.evictions += 1
+        after = self.estimate()
+        if kind == "evict":
+            self.trims.append({"turns": [t.index for t in dropped], "tokens_before": before, "tokens_after": after,
+                               "dropped_tokens": int(sum(self.turn_tokens(t) for t in dropped))})
         self.log.event(kind, turns=[t.index for t in dropped], ids=[i for t in dropped for i in t.ids],
-                       replaced_summary=old, summary=self.summary_id, estimate_before=before,
-                       estimate_after=self.estimate(), budget=self.budget)
+                       replaced=old, summary=summary[1] if summary else None, carry=carry[1] if carry else None,
+                       estimate_before=before, estimate_after=after, budget=self.budget,
+                       low_water=self.evict_to, exact=self.exact)
 
 
 def turn_item(t: Turn) -> dict[str, Any]:
@@ -234,7 +295,7 @@ def level_digest(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def summary_text(dropped: list[Turn], items: list[dict[str, Any]], recent: int = 24) -> str:
-    """The compact summary that replaces dropped turns (prompts/summary.j2)."""
+    """The compact summary of dropped turns, when `summary` is on (prompts/summary.j2)."""
     tail = [dict(it, actions_text=compress_actions(it["actions"])) for it in items[-recent:]]
     return render("summary.j2", first_turn=items[0]["turn"], last_turn=items[-1]["turn"],
                   levels=level_digest(items), recent=tail, notes=items[-1]["notes"])

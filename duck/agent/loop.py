@@ -5,8 +5,10 @@ actions, the carried notes, the board as a PNG) followed by model calls until th
 Python plays an action. Control flow is by exceptions that carry their message:
 `Correction` (a reply without a usable tool call: the message goes back to the model),
 `TurnStalled` (too many calls without an action: a fresh turn starts), `ContextFull` (the
-turn alone outgrew the budget), `ModelDown` (the server keeps failing: raised to the
-composition root, duck.policies, which hands the game to the fallback), and the session's
+turn alone outgrew the budget: it is dropped and a fresh turn starts), `ContextTooSmall` (no
+turn can fit: the system prompt and one turn message outgrow the budget, or turn after turn
+outgrew it without an action), `ModelDown` (the server keeps failing), both raised to the
+composition root, duck.policies, which hands the game to the fallback, and the session's
 `PlayStopped` (budget, deadline, stop, win) which ends play.
 
 Everything the model sees and writes goes to the session's conversation file
@@ -48,6 +50,14 @@ class TurnStalled(Exception):
 
 class ModelDown(Exception):
     """The model server failed `failures_before_fallback` requests in a row."""
+
+
+class ContextTooSmall(Exception):
+    """No turn fits the context budget: model play cannot go on (the fallback takes over, or
+    the game ends with this error), instead of starting turn after turn that acts never."""
+
+
+FULL_TURNS_IN_A_ROW = 3  # turns dropped as too long, none acting, before the model's play ends
 
 
 def tool_calls(reply: Any) -> list[tuple[str, str]]:
@@ -93,8 +103,8 @@ class AgentPolicy:
         self.tools = python_tool(self.cfg.kernel.output_chars)
         self.conv = NULL  # the session's conversation file, from play()
         self._notes_logged: dict[str, Any] | None = None
-        self.ctx = self._new_context()
         self.client: ModelClient | None = None  # made in play(): it is named after the game
+        self.ctx = self._new_context()
         self.level_start = 0  # the game's action count when the current level began
 
     def play(self, session: Session) -> None:
@@ -114,14 +124,16 @@ class AgentPolicy:
                           self.notes.as_dict())
 
     def _new_context(self) -> Context:
+        a = self.cfg.agent
+        counter = self.client.counter(self.tools) if self.client is not None and a.exact_tokens else None
         return Context(render("system.j2", call_timeout_s=self.cfg.kernel.call_timeout_s,
                               output_chars=self.cfg.kernel.output_chars,
-                              world_model_tools=self.cfg.agent.world_model_tools),
-                       self.cfg.agent.context_tokens, self.cfg.model.max_output_tokens, evict_to=self.cfg.agent.evict_to,
-                       log=self.conv)
+                              world_model_tools=a.world_model_tools),
+                       a.context_tokens, self.cfg.model.max_output_tokens, evict_to=a.evict_to,
+                       summary=a.trim_summary, counter=counter, log=self.conv)
 
     def _loop(self, session: Session, kernel: Any) -> None:
-        last, stalled, turn = None, 0, 0
+        last, stalled, turn, full = None, 0, 0, 0
         while True:
             if reason := session.stop_reason():
                 raise PlayStopped(reason)
@@ -138,14 +150,19 @@ class AgentPolicy:
                                              self.level_start),
                                 index=turn, level=levels + 1, actions_before=session.game.actions)
             try:
-                last, stalled = self._turn(session, kernel, turn), 0
+                last, stalled, full = self._turn(session, kernel, turn), 0, 0
                 self.ctx.current.notes = "\n".join(f"{n['name']}: {n['text']}" for n in self.notes.view())
                 ended = last["text"]
             except TurnStalled as e:
                 last, stalled, ended = None, e.calls, f"stalled after {e.calls} calls"
             except ContextFull as e:
                 session.event("error", f"context: {e}")
-                self.ctx.drop_current()
+                self.ctx.drop_current()  # (it played no action: an acting call ends the turn)
+                full += 1
+                if e.fresh or full >= FULL_TURNS_IN_A_ROW:
+                    why = ("the system prompt and one turn message" if e.fresh
+                           else f"{full} turns in a row, none acting,")
+                    raise ContextTooSmall(f"{why} outgrow the context budget: {e}") from e
                 last, stalled, ended = None, 0, f"context full: {e}"
             self.conv.event("turn_end", turn=turn, actions=last["actions"] if last else [], outcome=ended)
             if session.obs.levels_completed > levels:
@@ -226,7 +243,8 @@ class AgentPolicy:
             if isinstance(e, ContextOverflow):
                 self.ctx.budget = int(self.ctx.budget * 0.8)  # the server knows better: shrink and retry
             raise
-        self.conv.reply(n, self.ctx.add(reply.message(), call=call), reply)
+        marker = render("thinking_cut.j2", cut=reply.cut, dropped=reply.thinking_dropped) if reply.thinking_dropped else ""
+        self.conv.reply(n, self.ctx.add(reply.message(marker), call=call, cut=reply.cut), reply)
         self.ctx.observe(len(messages), reply.prompt_tokens, reply.completion_tokens)
         self.notes.from_reply(reply.content, reply.reasoning)
         session.event("model", f"turn {turn} call {call}",
@@ -242,4 +260,5 @@ def _conversation_start(cfg: Config, urls: list[str], tools: list[dict[str, Any]
     return {"model": m.name, "urls": urls, "tools": tools, "max_tokens": m.max_output_tokens,
             "sampling": {"temperature": m.temperature, "top_p": m.top_p, "top_k": m.top_k, "thinking": m.thinking,
                          "preserve_thinking": m.preserve_thinking, "seeded": a.seeded_sampling},
-            "context_tokens": a.context_tokens, "evict_to": a.evict_to, "image_scale": a.image_scale}
+            "context_tokens": a.context_tokens, "evict_to": a.evict_to, "trim_summary": a.trim_summary,
+            "exact_tokens": a.exact_tokens, "cut_thinking_chars": m.cut_thinking_chars, "image_scale": a.image_scale}

@@ -1,21 +1,29 @@
-"""`python -m duck.bench context`: prefix stability and harness time of the agent loop.
+"""`python -m duck.bench context`: the context at the field's scale against the old settings, in one run.
 
-Replays one recorded 45-minute Duck game through the full loop: the stub server's trace
-model answers each request with the recorded response (its text, reasoning of the recorded
-length, its Python), the real kernel runs the code on the real game, and the context is
-kept under `--budget` tokens (default 32K). Prints, as JSON:
+Two arms, side by side:
 
-* `prefix_share_mean`: the mean, over requests after the first, of the share of each
-  request's rendered prompt (the real Qwen3.6 chat template as vLLM 0.19 applies it,
-  duck.testing.stub.render; `chat_template` in the output says which file) that is
-  a prefix of the previous request's prompt, i.e. what a prefix cache can reuse;
-* `cache_share_mean`: the same against the previous prompt plus the reply generated for
-  it, which is what vLLM's prefix cache holds (its generated tokens are cached too);
-* `harness_ms_median`: the median time per turn spent outside the model server: building
-  the user message (PNG included), fitting the context, parsing, the notes, the kernel
-  calls and the game steps (everything but the HTTP model requests);
-* `loop_ms_median`: the same without the kernel calls (the agent's own bookkeeping);
-* counts, evictions, token peaks, and whether the actions equal the recorded ones.
+* `new`: the defaults (duck/config.py): the Flash-Next plan's budget (131,072 prompt + output),
+  trims down to 0.45 of it, no summary, the server's token counts (`/tokenize`), a cut
+  reply's thinking cut to its tail;
+* `old`: the settings before (experiments/context/old-32k-summary.toml, `OLD` below): a 32K
+  budget, eviction to half with a summary, usage-plus-estimates, cut replies kept whole.
+
+Each arm replays the Duck's recorded games (../shared/duck-traces: per game its complete run with
+the most requests, `--runs` of them) through the full agent loop: the stub server's trace
+model answers each request with the recorded response, the real kernel runs the code on the
+real game, the prompt is rendered with the Qwen3.8 chat template (Flash-Next's), counted by the
+stub's stand-in tokenizer (duck.testing.stub.tokenizer). Then a long synthetic game (`--synthetic-hours`
+of turns at the field's per-turn sizes, duck.bench.context_measure) through the real context
+and client shows the same at 128K, where the Duck's 45-minute games rarely trim.
+
+Per arm, as JSON (duck.bench.context_measure.summarise_rows): `prefix_share_mean` (per request,
+the share of its rendered prompt that is a prefix of the previous one), `cache_share_mean` (the
+same against the previous prompt plus its reply, which vLLM caches too), `cached_token_share`
+(prompt tokens from the cache, all requests pooled), `trims_per_game`, `reprefill_tokens_per_game`
+and `reprefill_tokens_per_trim` (tokens the cache held but which must be computed again),
+`harness_ms_per_turn_median` (time per turn outside the model requests: the user message with
+its PNG, the context and its counts, parsing, notes, kernel calls, game steps), and whether the
+actions equal the recorded ones.
 """
 
 from __future__ import annotations
@@ -30,42 +38,48 @@ from typing import Any
 
 from duck.paths import PUBLIC_GAMES, SHARED
 
+# The old context settings (experiments/context/old-32k-summary.toml holds the same).
+OLD = ["agent.context_tokens=32768", "agent.evict_to=0.5", "agent.trim_summary=true", "agent.exact_tokens=false",
+       "model.cut_thinking_chars=0"]
 
 
-def _pick_run(traces: Path, game: str | None, pass_: int | None) -> tuple[str, int]:
+def pick_runs(traces: Path, game: str | None, n: int | None) -> list[tuple[str, int]]:
+    """Per game, its complete run (every action list known) with the most model requests; the
+    `n` longest of those (all 25 by default), or the one of `game` (an id or prefix)."""
     from duck.testing.stub.traces import load_trace, recorded_actions
     runs = [json.loads(line) for line in open(traces / "runs.jsonl")]
-    if game and pass_ is not None:
-        return next(r["game_id"] for r in runs if r["game_id"].startswith(game)), pass_
-    cands = [r for r in runs if not game or r["game_id"].startswith(game)]
-    for r in sorted(cands, key=lambda r: (-r["n_model_responses"], r["game_id"], r["pass"])):
-        if recorded_actions(load_trace(traces, r["game_id"], r["pass"]), r) is not None:
-            return r["game_id"], r["pass"]
-    raise SystemExit("no run with complete action lists")
+    best: dict[str, tuple[int, int]] = {}
+    for r in sorted(runs, key=lambda r: (-r["n_model_responses"], r["game_id"], r["pass"])):
+        g = r["game_id"]
+        if g in best or (game and not g.startswith(game)):
+            continue
+        if recorded_actions(load_trace(traces, g, r["pass"]), r) is not None:
+            best[g] = (r["pass"], r["n_model_responses"])
+    if not best:
+        raise SystemExit("no run with complete action lists")
+    ordered = sorted(best.items(), key=lambda kv: (-kv[1][1], kv[0]))
+    return [(g, p) for g, (p, _) in ordered[:n]]
 
 
-def run(traces: Path, games: Path, game: str, pass_: int, budget: int, preserve_thinking: bool | None,
-        out: Path, overrides: list[str] = (), turns_limit: int | None = None) -> dict[str, Any]:
+def replay(traces: Path, games: Path, game: str, pass_: int, cfg: Any, out: Path,
+           turns_limit: int | None = None) -> dict[str, Any]:
+    """One recorded game through the agent loop under `cfg`; its numbers (see the module docstring)."""
     import duck.agent.loop as agent_module
     from duck.agent.loop import AgentPolicy
     from duck.agent.turn import turn_message
-    from duck.config import load_config
+    from duck.bench.context_measure import MeasuringServer, summarise_rows
     from duck.game.source import GameSource
-    from duck.play.session import play_game
-    from duck.play.record import read_record
-    from duck.testing.stub.server import StubServer
-    from duck.lab.replay_loop import ReplayKernel
     from duck.lab.replay_caps import trace_caps
+    from duck.lab.replay_loop import ReplayKernel
+    from duck.play.record import read_record
+    from duck.play.session import play_game
     from duck.testing.stub.models import TraceModel
     from duck.testing.stub.traces import load_trace, recorded_actions
 
     turns = load_trace(traces, game, pass_)[:turns_limit]
-    run_info = next(json.loads(line) for line in open(traces / "runs.jsonl")
-                    if json.loads(line)["game_id"] == game and json.loads(line)["pass"] == pass_)
+    run_info = next(r for r in map(json.loads, open(traces / "runs.jsonl"))
+                    if r["game_id"] == game and r["pass"] == pass_)
     expected = recorded_actions(turns, run_info if turns_limit is None else None)
-    cfg = load_config(overrides=[f"agent.context_tokens={budget}", "agent.fallback=null", "model.retries=0",
-                                 "agent.failures_before_fallback=1", *overrides])
-    cfg.model.preserve_thinking = preserve_thinking
     timings: list[dict[str, float]] = []
 
     def timed_turn_message(*a: Any, **k: Any) -> Any:
@@ -104,11 +118,10 @@ def run(traces: Path, games: Path, game: str, pass_: int, budget: int, preserve_
                 timings[-1]["turn"] += time.perf_counter() - t
 
     source = GameSource.offline(games)
-    server = StubServer(TraceModel(turns))
+    server = MeasuringServer(TraceModel(turns))
     record_path = out / "records" / f"{game}.jsonl"
     record_path.parent.mkdir(parents=True, exist_ok=True)
-    if record_path.exists():
-        record_path.unlink()
+    record_path.unlink(missing_ok=True)
     t0 = time.monotonic()
     agent_module.turn_message = timed_turn_message  # the turn's user message, PNG included
     try:
@@ -121,49 +134,80 @@ def run(traces: Path, games: Path, game: str, pass_: int, budget: int, preserve_
     finally:
         agent_module.turn_message = turn_message
     if result.error:
-        raise SystemExit(f"the replay failed: {result.error}")
-    wall = time.monotonic() - t0
-    shares = [r["prefix_share"] for r in server.requests if r["prefix_share"] is not None]
-    cache = [r["cache_share"] for r in server.requests if r["cache_share"] is not None]
-    harness = [1000 * (t["user"] + t["turn"] - t["model"]) for t in timings]
-    loop = [1000 * (t["user"] + t["turn"] - t["model"] - t["kernel"]) for t in timings]
-    kernel = [1000 * t["kernel"] for t in timings]
+        raise SystemExit(f"the replay of {game} pass {pass_} failed: {result.error}")
     got = [a["action"] for a in read_record(record_path).actions]
-    return {
-        "game": game, "pass": pass_, "budget_tokens": budget, "preserve_thinking": preserve_thinking,
-        "chat_template": str(server.template.path) if server.template.real else "approximation (template absent)",
-        "requests": len(server.requests), "turns": len(timings), "evictions": policy.ctx.evictions,
-        "prompt_tokens_max": max(r["prompt_tokens"] for r in server.requests),
-        "prompt_tokens_mean": round(statistics.mean(r["prompt_tokens"] for r in server.requests)),
-        "prefix_share_mean": round(statistics.mean(shares), 4),
-        "prefix_share_median": round(statistics.median(shares), 4),
-        "prefix_share_min": round(min(shares), 4),
-        "cache_share_mean": round(statistics.mean(cache), 4),
-        "harness_ms_median": round(statistics.median(harness), 2),
-        "harness_ms_p90": round(statistics.quantiles(harness, n=10)[-1], 2),
-        "loop_ms_median": round(statistics.median(loop), 2),
-        "kernel_ms_median": round(statistics.median(kernel), 2),
-        "actions": len(got), "recorded_actions": len(expected) if expected else None,
-        "actions_identical": got == expected, "levels": result.levels, "wall_s": round(wall, 1),
-    }
+    trims = len(policy.ctx.trims)
+    return {"game": game, "pass": pass_, "turns": len(timings), "trims": trims,
+            "turns_dropped_as_too_long": policy.ctx.evictions - trims,
+            **summarise_rows(server.rows, trims), "rows": server.rows,
+            "harness_ms": [1000 * (t["user"] + t["turn"] - t["model"]) for t in timings],
+            "loop_ms": [1000 * (t["user"] + t["turn"] - t["model"] - t["kernel"]) for t in timings],
+            "actions": len(got), "actions_identical": got == expected, "levels": result.levels,
+            "wall_s": round(time.monotonic() - t0, 1)}
+
+
+def arm(per_game: list[dict[str, Any]], cfg: Any) -> dict[str, Any]:
+    """The games of one arm, pooled."""
+    from duck.bench.context_measure import summarise_rows
+    rows = [r for g in per_game for r in g["rows"]]
+    trims = sum(g["trims"] for g in per_game)
+    harness = [x for g in per_game for x in g["harness_ms"]]
+    loop = [x for g in per_game for x in g["loop_ms"]]
+    n = len(per_game)
+    pooled = summarise_rows(rows, trims)
+    return {"budget_tokens": cfg.agent.context_tokens, "output_cap": cfg.model.max_output_tokens,
+            "low_water": cfg.agent.evict_to, "summary": cfg.agent.trim_summary, "exact_tokens": cfg.agent.exact_tokens,
+            "cut_thinking_chars": cfg.model.cut_thinking_chars, "games": n, **pooled,
+            "trims_per_game": round(trims / n, 2), "games_with_a_trim": sum(g["trims"] > 0 for g in per_game),
+            "reprefill_tokens_per_game": round(pooled["reprefill_tokens"] / n),
+            "prefill_tokens_per_game": round(pooled["prefill_tokens"] / n),
+            "harness_ms_per_turn_median": round(statistics.median(harness), 2),
+            "loop_ms_per_turn_median": round(statistics.median(loop), 2),
+            "actions_identical": round(sum(g["actions_identical"] for g in per_game) / n, 3)}
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m duck.bench context", description=__doc__.split("\n\n")[0])
     p.add_argument("--traces", default=str(SHARED / "duck-traces"))
     p.add_argument("--games", default=str(PUBLIC_GAMES))
-    p.add_argument("--game", default=None, help="game id or prefix (default: the run with the most requests)")
-    p.add_argument("--pass", dest="pass_", type=int, default=None)
-    p.add_argument("--budget", type=int, default=32768)
-    p.add_argument("--preserve-thinking", choices=["true", "false", "default"], default="true")
-    p.add_argument("--out", default=None, help="run folder for the record (default: a temp folder)")
-    p.add_argument("--set", nargs="*", default=[], help="config overrides, e.g. agent.evict_to=0.4")
-    p.add_argument("--turns", type=int, default=None, help="replay only the first N recorded turns")
+    p.add_argument("--game", default=None, help="only this game (id or prefix)")
+    p.add_argument("--runs", type=int, default=None, help="the N games with the longest runs (default: all 25)")
+    p.add_argument("--turns", type=int, default=None, help="replay only the first N recorded turns of each run")
+    p.add_argument("--budget", type=int, default=None, help="the new arm's budget (default: the plan's, 131072)")
+    p.add_argument("--old-budget", type=int, default=32768, help="the old arm's budget")
+    p.add_argument("--synthetic-hours", type=float, default=3.0, help="hours of the long synthetic game (0: none)")
+    p.add_argument("--out", default=None, help="run folder for the records (default: a temp folder)")
+    p.add_argument("--set", nargs="*", default=[], help="config overrides for both arms, e.g. kernel.output_chars=3000")
     args = p.parse_args(argv)
+    from duck.bench.context_measure import synthetic_game
+    from duck.config import load_config
+    from duck.testing.stub.render import default_template
+
     traces = Path(args.traces)
-    game, pass_ = _pick_run(traces, args.game, args.pass_)
+    runs = pick_runs(traces, args.game, args.runs)
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="bench_context_"))
-    keep = {"true": True, "false": False, "default": None}[args.preserve_thinking]
-    print(json.dumps(run(traces, Path(args.games), game, pass_, args.budget, keep, out, args.set, args.turns),
-                     indent=1))
+    base = ["agent.fallback=null", "model.retries=0", "agent.failures_before_fallback=1", *args.set]
+    arms = {"new": base + ([f"agent.context_tokens={args.budget}"] if args.budget else []),
+            "old": base + [o for o in OLD if not o.startswith("agent.context_tokens")]
+            + [f"agent.context_tokens={args.old_budget}"]}
+    t0 = time.monotonic()
+    result: dict[str, Any] = {"chat_template": str(default_template().path) if default_template().real
+                              else "approximation (template absent)",
+                              "tokenizer": "stand-in (duck.testing.stub.tokenizer; FIELD §3 chars/token by kind)",
+                              "runs": [[g, p_] for g, p_ in runs], "traces": {}, "per_game": []}
+    per_game: dict[str, list[dict[str, Any]]] = {}
+    for name, overrides in arms.items():
+        cfg = load_config(overrides=overrides)
+        per_game[name] = [replay(traces, Path(args.games), g, p_, cfg, out / name, args.turns) for g, p_ in runs]
+        result["traces"][name] = arm(per_game[name], cfg)
+    for k, (g, p_) in enumerate(runs):
+        result["per_game"].append({"game": g, "pass": p_, **{
+            name: {key: per_game[name][k][key] for key in ("requests", "trims", "prompt_tokens_max", "prefix_share_mean",
+                                                            "cache_share_mean", "reprefill_tokens", "actions_identical")}
+            for name in arms}})
+    if args.synthetic_hours > 0:
+        result["synthetic"] = {name: synthetic_game(load_config(overrides=overrides), args.synthetic_hours)
+                               for name, overrides in arms.items()}
+    result["wall_s"] = round(time.monotonic() - t0, 1)
+    print(json.dumps(result, indent=1))
     return 0

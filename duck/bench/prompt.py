@@ -1,12 +1,12 @@
 """`python -m duck.bench prompt`: the size of the system prompt, with and without the world-model tools.
 
 Renders the first request of a game (system prompt, the `python` tool's schema, an empty first
-user turn) through the real Qwen3.6 chat template as vLLM 0.19 applies it
-(duck.testing.stub.render; `chat_template` says which file) and prints, as JSON, per variant
+user turn) through the served model's chat template as vLLM applies it (duck.testing.stub.render:
+Qwen3.8's by default; `chat_template` says which file) and prints, as JSON, per variant
 (`agent.world_model_tools` false / true): the system prompt's characters, the rendered request's
-characters, and its tokens as the stub server counts them (characters / 3.6; no tokenizer ships
-here, so this is an estimate: Qwen's tokenizer gives about 3.5-4 characters per token on English
-prose and code).
+characters, and its tokens as the stub server counts them (its stand-in tokenizer,
+duck.testing.stub.tokenizer: no tokenizer ships here, so this is an estimate with the field's
+characters per token by kind: English ~3.6-3.8, code ~2.4).
 """
 
 from __future__ import annotations

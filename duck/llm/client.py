@@ -16,7 +16,15 @@ timings). What it guarantees, because the Duck lost turns and time to each of th
   reasoning parser's output as `reasoning` (older versions: `reasoning_content`) and, for
   incoming assistant messages, copies `reasoning` onto `reasoning_content`, the variable
   the Qwen3/3.6/3.8 chat templates render inside `<think>`. `Reply.message()` sends both
-  names, so old and new servers render it alike.
+  names, so old and new servers render it alike. Past reasoning is kept (dropping it halved
+  the field's scores, ../shared/FIELD.md §3) except in a reply cut by the output cap or the
+  time limit: that one keeps only the tail of its thinking (`model.cut_thinking_chars`),
+  behind a marker saying so (`Reply.message(marker=...)`), since a cut reply's whole
+  thinking is what took a scripted prompt from 2K to 24.7K tokens in two cuts.
+* Token counts as the server makes them: `ModelClient.tokenize(messages)` asks vLLM's
+  `/tokenize` (the chat template and the tokenizer of the served model, images expanded);
+  `ModelClient.counter(tools)` wraps it in a per-message cache with calibrated estimates as
+  the fallback (duck.llm.tokens).
 * No tool call whose arguments are not a complete JSON object ever leaves the client:
   vLLM 0.19 `json.loads` every past call of the history and answers HTTP 400 to the whole
   request when one fails, so one broken call would end the model's game. Such a call (the
@@ -42,6 +50,7 @@ import openai
 from openai import OpenAI
 
 from duck.config import ModelConfig
+from duck.llm.tokens import TokenCounter
 from duck.seeds import stable_hash
 
 log = logging.getLogger(__name__)
@@ -99,11 +108,37 @@ class Reply:
     # "length" (cut at the output cap), "timeout" (cut at the time limit), "invalid"
     # (complete reply, unreadable arguments: code holding a tag of the tool-call format).
     dropped: list[dict[str, str]] = field(default_factory=list)
+    # A cut reply keeps this many characters of its thinking's tail in the history (0: all).
+    keep_thinking: int = 0
 
-    def message(self) -> dict[str, Any]:
-        """The assistant message to append to the history, as generated."""
+    def thinking(self) -> tuple[str, int]:
+        """The reasoning the history keeps, and how many characters of it were dropped: all
+        of it, unless the reply was cut and thought longer than `keep_thinking` characters;
+        then its tail, from the first line (or word) start inside that tail."""
+        r, keep = self.reasoning, self.keep_thinking
+        if not self.cut or not keep or len(r) <= keep:
+            return r, 0
+        tail = r[-keep:]
+        for sep in ("\n", " "):
+            i = tail.find(sep)
+            if 0 <= i < keep // 4:
+                tail = tail[i + 1:]
+                break
+        return tail, len(r) - len(tail)
+
+    @property
+    def thinking_dropped(self) -> int:
+        """Characters of thinking the history leaves out (0 unless the reply was cut)."""
+        return self.thinking()[1]
+
+    def message(self, marker: str = "…") -> dict[str, Any]:
+        """The assistant message to append to the history, as generated, except that a cut
+        reply keeps only the tail of its thinking, after `marker` (the agent passes a
+        sentence saying so: prompts/thinking_cut.j2)."""
         msg: dict[str, Any] = {"role": "assistant", "content": self.content}
-        reasoning = self.reasoning
+        reasoning, dropped = self.thinking()
+        if dropped:
+            reasoning = f"{marker}\n{reasoning}"
         if reasoning:
             msg["reasoning"] = reasoning  # what vLLM reads (and copies for the template)
             msg["reasoning_content"] = reasoning  # what the template reads (older servers)
@@ -122,7 +157,7 @@ class Reply:
                 "finish_reason": self.finish_reason, "cut": self.cut, "url": self.url,
                 "attempts": self.attempts, "reasoning_chars": len(self.reasoning),
                 "content_chars": len(self.content), "tool_calls": len(self.tool_calls),
-                "dropped_calls": [d["why"] for d in self.dropped]}
+                "dropped_calls": [d["why"] for d in self.dropped], "thinking_dropped": self.thinking_dropped}
 
 
 class ModelClient:
@@ -192,7 +227,7 @@ class ModelClient:
         if seed is not None:
             kwargs["seed"] = seed
         t0 = time.monotonic()
-        reply = Reply(url=self.urls[i])
+        reply = Reply(url=self.urls[i], keep_thinking=c.cut_thinking_chars)
         parts: dict[str, list[str]] = {"content": [], "reasoning": []}
         calls: dict[int, dict[str, Any]] = {}
         try:
@@ -241,6 +276,30 @@ class ModelClient:
             log.warning("dropped %d tool call(s) with unreadable arguments (%s)", len(reply.dropped),
                         reply.dropped[0]["why"])
         return reply
+
+    def tokenize(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
+                 generation: bool = False) -> int:
+        """Tokens of `messages` as the served model counts them (vLLM's `/tokenize`: its chat
+        template with this client's template kwargs, the generation prompt when `generation`).
+        One try on the current URL with a short time-out; raises ModelError (the caller
+        estimates instead)."""
+        body: dict[str, Any] = {"model": self.cfg.name, "messages": messages, "add_generation_prompt": generation,
+                                "chat_template_kwargs": self.body()["chat_template_kwargs"]}
+        if tools:
+            body["tools"] = tools
+        root = self.urls[self.current].removesuffix("/v1")
+        req = urllib.request.Request(root + "/tokenize", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=min(10.0, self.cfg.stall_s)) as r:
+                return int(json.loads(r.read())["count"])
+        except Exception as e:  # HTTP errors, time-outs, a server without the route, bad JSON
+            raise ModelError(f"/tokenize: {type(e).__name__}: {e}", retryable=True) from e
+
+    def counter(self, tools: list[dict[str, Any]] | None = None) -> TokenCounter:
+        """Per-message token counts from this server, cached, estimated where it cannot say."""
+        return TokenCounter(lambda msgs, generation=False: self.tokenize(
+            msgs, tools if msgs[0].get("role") == "system" else None, generation))
 
 
 def _v1(url: str) -> str:

@@ -12,7 +12,7 @@ Lines (one JSON object each, `"type"` first, `"t"` seconds since the game starte
 * `start`: game_id, pass, seed, the record's file name, and what the agent adds once: the
   model name, the sampling, the output cap, the tool schema (`tools`), the context budget.
 * `message`: `id` (0, 1, 2, ... in file order), `turn`, optional `kind` (`system`,
-  `summary`), `call`, `result` (the kernel call's kind and actions for a tool result), and
+  `summary`, `carry`: the message the context carries past a trim), `call`, `result` (the kernel call's kind and actions for a tool result), and
   `message`: the message exactly as appended to the context, with two encodings undone by
   `decode`: a board image the record can rebuild bit for bit is stored as
   `{"type": "image_url", "image_url": {"board": {"step": N, "scale": S}}}` (the record's
@@ -23,9 +23,12 @@ Lines (one JSON object each, `"type"` first, `"t"` seconds since the game starte
 * `reply`: `n` (its request), `message` (the id of the assistant message appended, which
   holds the content, reasoning and kept tool calls as received) and the reply's numbers:
   finish_reason, cut, prompt/completion/cached tokens, latency_s, first_token_s, url,
-  attempts, seed, and `dropped` (tool calls the client did not keep, with why and their text).
+  attempts, seed, and `dropped` (tool calls the client did not keep, with why and their text);
+  for a cut reply whose message keeps only the tail of its thinking, `thinking_dropped` (the
+  characters left out) and `reasoning` (all of it, as received).
 * `error`: `n`, `error` (class name), `status`, `message`: a model call that failed.
-* `event`: `kind` and fields: `evict` (turns and message ids dropped, the summary's id),
+* `event`: `kind` and fields: `evict` (a trim: turns and message ids dropped, the ids of the
+  carried message and of the summary where there are, the prompt's tokens before and after),
   `drop_turn` (a turn that alone outgrew the budget), `fresh_start`, `turn_end` (actions,
   outcome), anything else the agent finds worth keeping.
 * `notes`: `turn` and what changed in the notes (duck.agent.notes.Notes.as_dict) whenever they
@@ -181,8 +184,10 @@ class ConversationWriter:
     def reply(self, n: int, message_id: int | None, reply: Any) -> None:
         """`reply`: a duck.llm.client.Reply (its stats, seed and dropped calls in full)."""
         stats = {k: v for k, v in reply.stats().items() if k not in ("dropped_calls",)}
+        # A cut reply's message keeps only the tail of its thinking: the line keeps all of it.
+        full = {"reasoning": reply.reasoning} if stats.get("thinking_dropped") else {}
         self._write({"type": "reply", "n": n, "message": message_id, **stats, "seed": reply.seed,
-                     "dropped": list(reply.dropped), "t": self.elapsed()})
+                     "dropped": list(reply.dropped), **full, "t": self.elapsed()})
 
     def error(self, n: int, exc: BaseException) -> None:
         self._write({"type": "error", "n": n, "error": type(exc).__name__, "status": getattr(exc, "status", None),
@@ -312,7 +317,7 @@ class Conversation:
         if r is None:
             return None
         msg = self.messages[r["message"]]["message"] if r.get("message") is not None else {}
-        return {**r, "content": msg.get("content") or "", "reasoning": msg.get("reasoning") or "",
+        return {**r, "content": msg.get("content") or "", "reasoning": r.get("reasoning") or msg.get("reasoning") or "",
                 "tool_calls": [{"id": c.get("id"), "name": c["function"]["name"],
                                 "arguments": c["function"]["arguments"]} for c in msg.get("tool_calls") or []]}
 

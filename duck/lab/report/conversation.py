@@ -75,8 +75,8 @@ def turns(conv: Conversation) -> tuple[list[ConvTurn], list[tuple[str, Any]]]:
             msg, role = line["message"], line["message"].get("role")
             if line.get("kind") == "system":
                 where().append(("system", msg.get("content", "")))
-            elif line.get("kind") == "summary":
-                where().append(("summary", _text(msg.get("content"))))
+            elif line.get("kind") in ("summary", "carry"):
+                where().append((line["kind"], _text(msg.get("content"))))
             elif role == "user" and "level" in line:
                 t = ConvTurn(line.get("turn", len(out)), line.get("level"), line.get("actions_before"))
                 t.text = _text(msg.get("content"))
@@ -199,8 +199,9 @@ def _item_html(kind: str, item: Any, max_chars: int) -> str:
     if kind == "system":
         return (f"<details><summary class=who>system prompt ({len(item):,} chars)</summary>"
                 f"<div class=text>{esc(cut(item, max_chars))}</div></details>")
-    if kind == "summary":
-        return (f"<details class=event><summary>the summary that replaced dropped turns ({len(item):,} chars)"
+    if kind in ("summary", "carry"):
+        what = "the summary that replaced dropped turns" if kind == "summary" else "the message carried past the trim"
+        return (f"<details class=event><summary>{what} ({len(item):,} chars)"
                 f"</summary><div class=text>{esc(cut(item, max_chars))}</div></details>")
     if kind == "reply":
         msg, r = item["message"], item["reply"] or {}
@@ -243,7 +244,8 @@ def _item_html(kind: str, item: Any, max_chars: int) -> str:
         what = "the prompt neared its budget" if item["kind"] == "evict" else "this turn alone outgrew the budget"
         return (f"<div class=event>{esc(what)}: turns {span} dropped ({len(item.get('ids') or [])} messages), "
                 f"prompt ~{item.get('estimate_before', 0):,} → ~{item.get('estimate_after', 0):,} tokens of "
-                f"{item.get('budget', 0):,}; a summary replaces them:</div>")
+                f"{item.get('budget', 0):,}" + ("; a summary replaces them:" if item.get("summary") is not None
+                                                 else "") + "</div>")
     if kind == "event":
         data = {k: v for k, v in item.items() if k not in ("type", "kind", "t")}
         return f"<div class=event>{esc(item.get('kind'))}: {esc(json.dumps(data, default=str)[:400])}</div>"

@@ -1,14 +1,16 @@
 """Prompt rendering for the stub server: the model's real chat template, as vLLM applies it.
 
-`render(messages, tools, preserve_thinking, thinking)` gives the prompt text vLLM 0.19 would
-feed the model, and its image count, so that duck.testing.stub.server counts prompt tokens and
+`render(messages, tools, preserve_thinking, thinking)` gives the prompt text vLLM would feed
+the model, and its image count, so that duck.testing.stub.server counts prompt tokens and
 emulates the prefix cache on the real layout:
 
-* the template is the Qwen3.6 one, read at run time from `../shared/qwen3.6/chat_template.jinja`
-  (`DUCK_SHARED_DIR` moves ../shared; `DUCK_CHAT_TEMPLATE` or a path given to `ChatTemplate`
-  names the file); it is never copied into the
-  repository. When it is absent, a logged warning and the old approximation of its layout
-  (`render_approx`) stand in, so a checkout without ../shared still runs;
+* the template is the served model's, read at run time: by default Qwen3.8's
+  (`../shared/qwen3.8/chat_template.jinja`, byte-identical for Flash-Next and Qwen3.8-27B, the
+  default profiles); `QWEN36_TEMPLATE` is Qwen3.6's (the pinned vLLM 0.19's conformance runs).
+  `DUCK_SHARED_DIR` moves ../shared; `DUCK_CHAT_TEMPLATE` or a path given to `ChatTemplate`
+  names the file; it is never copied into the repository. When it is absent, a logged warning
+  and the old approximation of Qwen3.6's layout (`render_approx`) stand in, so a checkout
+  without ../shared still runs;
 * it is compiled as transformers' `apply_chat_template` does (a sandboxed jinja2
   environment with `trim_blocks`, `lstrip_blocks`, loop controls, `raise_exception`,
   `strftime_now` and a `tojson` that keeps non-ASCII and does not escape HTML);
@@ -22,6 +24,10 @@ emulates the prefix cache on the real layout:
 Every image renders as the same `<|vision_start|><|image_pad|><|vision_end|>`; vLLM's prefix
 cache tells images apart by their content hash, so `keyed` returns the text with each
 image's hash after its pad, which is what prefix comparisons use.
+
+Tokens: the text by the stand-in tokenizer (duck.testing.stub.tokenizer: the field's chars per
+token by kind), each image as its size implies on Qwen3.6/3.8's vision encoder (one token per
+32x32 px plus the two marks: duck.llm.tokens.vision_tokens; 66 for a 256 px board).
 """
 
 from __future__ import annotations
@@ -29,21 +35,26 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import math
 import os
+import re
 from datetime import datetime
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from duck.llm.tokens import image_tokens as part_image_tokens
 from duck.paths import SHARED
+from duck.testing.stub import tokenizer
 
 log = logging.getLogger(__name__)
 
-CHARS_PER_TOKEN = 3.6
-IMAGE_TOKENS = 66  # a 256x256 board on Qwen3.6: 64 merged patches + the two vision markers
+CHARS_PER_TOKEN = 3.6  # English on the stand-in tokenizer (what scripted replies are sized by)
+IMAGE_TOKENS = 66  # a 256x256 board on Qwen3.6/3.8: 64 merged patches + the two vision markers
 IMAGE_PAD = "<|image_pad|>"
-DEFAULT_TEMPLATE = SHARED / "qwen3.6" / "chat_template.jinja"
+VISION = f"<|vision_start|>{IMAGE_PAD}<|vision_end|>"
+DEFAULT_TEMPLATE = SHARED / "qwen3.8" / "chat_template.jinja"
+QWEN36_TEMPLATE = SHARED / "qwen3.6" / "chat_template.jinja"
+_KEYED_VISION = re.compile(r"<\|vision_start\|><\|image_pad\|>[0-9a-f]{0,12}(?:<\|vision_end\|>)?")
 
 
 class HistoryError(ValueError):
@@ -51,12 +62,29 @@ class HistoryError(ValueError):
 
 
 def approx_tokens(text: str) -> int:
-    return math.ceil(len(text) / CHARS_PER_TOKEN)
+    """Tokens of plain text on the stand-in tokenizer."""
+    return tokenizer.count(text)
 
 
-def prompt_tokens(text: str, images: int) -> int:
-    """Tokens of a rendered prompt: its text, each image's pad expanded to IMAGE_TOKENS."""
-    return approx_tokens(text.replace(f"<|vision_start|>{IMAGE_PAD}<|vision_end|>", "")) + images * IMAGE_TOKENS
+def prompt_tokens(text: str, images: int | list[int]) -> int:
+    """Tokens of a rendered prompt: its text, each image's pad expanded to its tokens (a list:
+    per image, in order; a number: that many images of IMAGE_TOKENS)."""
+    per = images if isinstance(images, list) else [IMAGE_TOKENS] * images
+    return tokenizer.count(text.replace(VISION, "")) + sum(per)
+
+
+def suffix_tokens(keyed_text: str, start: int, images: list[int]) -> int:
+    """Tokens of `keyed_text[start:]` (a prompt as `keyed` gives it), its images counted as
+    the last ones of `images`: what a prefix cache holding `keyed_text[:start]` leaves to compute."""
+    tail = keyed_text[start:]
+    n = len(_KEYED_VISION.findall(tail))
+    return tokenizer.count(_KEYED_VISION.sub("", tail)) + sum(images[len(images) - n:] if n else [])
+
+
+def image_token_list(messages: list[dict[str, Any]]) -> list[int]:
+    """Each image part's tokens, in prompt order."""
+    return [part_image_tokens(p) for m in messages if isinstance(m.get("content"), list)
+            for p in m["content"] if isinstance(p, dict) and p.get("type") in ("image_url", "image")]
 
 
 def template_path() -> Path:

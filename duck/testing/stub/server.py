@@ -1,9 +1,11 @@
 """A local OpenAI-compatible chat server driven by a scripted model, for tests and rehearsals.
 
 It speaks the part of vLLM's API the agent uses (`GET /v1/models`, `POST
-/v1/chat/completions`, streamed or not, with `usage` and `prompt_tokens_details`), renders
-each prompt with the model's real chat template as vLLM 0.19 applies it (duck.testing.stub.render:
-../shared/qwen3.6/chat_template.jinja, read at run time) to count tokens, and emulates the
+/v1/chat/completions`, streamed or not, with `usage` and `prompt_tokens_details`, and `POST
+/tokenize` with `messages` or `prompt`, answering vLLM's `{"count", "max_model_len", "tokens"}`),
+renders each prompt with the model's real chat template as vLLM applies it (duck.testing.stub.render:
+../shared/qwen3.8/chat_template.jinja by default, read at run time) to count tokens with a
+stand-in tokenizer (duck.testing.stub.tokenizer), and emulates the
 prefix cache so that what the agent sends can be measured: `stats()` gives, per
 conversation, the share of each prompt that is a prefix of the previous one. It refuses
 what vLLM 0.19 refuses with HTTP 400 before generating: a history holding a tool call whose
@@ -45,7 +47,9 @@ from duck.testing.stub.metrics import Metrics
 from duck.testing.stub.models import ConversationModel, FixedModel, SolutionModel, TraceModel
 from duck.testing.stub.player import PlayerModel
 from duck.testing.stub.render import (CHARS_PER_TOKEN, ChatTemplate, HistoryError, approx_tokens, common_prefix,
-                                      default_template, image_hashes, keyed, prompt_tokens)
+                                      default_template, image_hashes, image_token_list, keyed, prompt_tokens,
+                                      suffix_tokens)
+from duck.testing.stub.tokenizer import token_ids
 from duck.testing.stub.traces import load_trace
 
 
@@ -113,9 +117,21 @@ class StubServer:
         keyed with each image's hash (duck.testing.stub.render.keyed), and its token count."""
         kwargs = body.get("chat_template_kwargs") or {}
         messages = list(body.get("messages") or []) + list(extra)
-        text, images = self.template.render(messages, body.get("tools"), kwargs.get("preserve_thinking"),
-                                            kwargs.get("enable_thinking", True), generation)
-        return keyed(text, image_hashes(messages)), prompt_tokens(text, images)
+        text, _ = self.template.render(messages, body.get("tools"), kwargs.get("preserve_thinking"),
+                                       kwargs.get("enable_thinking", True), generation)
+        return keyed(text, image_hashes(messages)), prompt_tokens(text, image_token_list(messages))
+
+    def tokenize(self, body: dict[str, Any]) -> dict[str, Any]:
+        """vLLM's `/tokenize`: a chat (`messages`, rendered as a request would be; vLLM's default
+        adds the generation prompt) or a `prompt` text. Raises HistoryError where vLLM says 400."""
+        if "messages" in body:
+            text, tokens = self.prompt(body, generation=bool(body.get("add_generation_prompt", True)))
+        else:
+            text = str(body.get("prompt", ""))
+            tokens = approx_tokens(text)
+        ids = token_ids(text)
+        ids = (ids + [0] * tokens)[:tokens]  # (images: their pads expand to their tokens)
+        return {"count": tokens, "max_model_len": self.max_model_len or 0, "tokens": ids, "token_strs": None}
 
     def check(self, body: dict[str, Any]) -> tuple[str, int]:
         """What vLLM 0.19 checks before generating; the prompt and its tokens."""
@@ -133,17 +149,21 @@ class StubServer:
         prompt, and `cache_share`, the share that is a prefix of the previous prompt plus
         the reply generated for it (what vLLM's prefix cache holds after that request)."""
         text, tokens = prompt or self.prompt(body)
+        images = image_token_list(body.get("messages") or [])
         with self.lock:
             if self.keep_prompts:
                 self.prompts.append({"conversation": conversation, "messages": body.get("messages") or [],
                                      "prompt": text})
             prev, prev_full = self._last.get(conversation), self._full.get(conversation)
-            share = common_prefix(prev, text) / len(text) if prev and text else 0.0
-            cache = common_prefix(prev_full, text) / len(text) if prev_full and text else share
+            same = common_prefix(prev, text) if prev else 0
+            held = common_prefix(prev_full, text) if prev_full else same
+            share, cache = (same / len(text), held / len(text)) if text else (0.0, 0.0)
+            cached = max(0, tokens - suffix_tokens(text, held, images)) if held else 0
             self._last[conversation] = text
             self.requests.append({"conversation": conversation, "prompt_tokens": tokens, "chars": len(text),
-                                  "prefix_share": share if prev else None, "cache_share": cache if prev else None})
-        return tokens, int(tokens * cache)
+                                  "prefix_share": share if prev else None, "cache_share": cache if prev else None,
+                                  "cached_tokens": cached})
+        return tokens, cached
 
     def generated(self, conversation: str, body: dict[str, Any], message: dict[str, Any]) -> None:
         """Remember the prompt plus the reply as the cache would hold it."""
@@ -166,6 +186,9 @@ class StubServer:
 def _handler(server: StubServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        # Headers and body leave in two writes: with Nagle on, the second waits for the
+        # client's delayed ACK (~40 ms a small answer, e.g. each /tokenize count).
+        disable_nagle_algorithm = True
 
         def log_message(self, fmt: str, *args: Any) -> None:
             log.debug("stub: " + fmt, *args)
@@ -195,13 +218,20 @@ def _handler(server: StubServer) -> type[BaseHTTPRequestHandler]:
                 self._json(404, {"error": {"message": f"no route {self.path}"}})
 
         def do_POST(self) -> None:
-            if self.path.rstrip("/") not in ("/v1/chat/completions", "/chat/completions"):
+            route = self.path.rstrip("/")
+            if route not in ("/v1/chat/completions", "/chat/completions", "/tokenize"):
                 self._json(404, {"error": {"message": f"no route {self.path}"}})
                 return
             try:
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
             except ValueError as e:
                 self._json(400, {"error": {"message": f"bad JSON: {e}"}})
+                return
+            if route == "/tokenize":
+                try:
+                    self._json(200, server.tokenize(body))
+                except HistoryError as e:
+                    self._json(400, {"error": {"message": str(e), "type": "BadRequestError", "code": 400}})
                 return
             try:
                 prompt = server.check(body)
