@@ -158,9 +158,15 @@ class KernelConfig(Section):
     # All of its temp dir (a tmpfs of this size where mounts work; else checked): the
     # host-RAM plan's share per kernel (duck.profiles), at most 256 MB.
     disk_mb: PositiveInt = _PLAN.kernel_disk_mb
+    # Files and folders in its temp dir (the tmpfs's nr_inodes; else counted by the host): an
+    # inode costs ~1 KB of kernel memory no data quota counts (900K empty folders once took
+    # ~1 GB and 155 s to clean up, issue 30). 16384 is ~16 MB per kernel, far more than model
+    # code has ever written (a few files).
+    disk_inodes: PositiveInt = 16384
     # Sandbox layers not to apply even where the machine allows them (duck.sandbox.isolation):
-    # for testing the fallbacks, and a way out if a layer misbehaves on some machine.
-    layers_off: list[Literal["uid", "namespaces", "landlock", "seccomp"]] = []
+    # for testing the fallbacks, and a way out if a layer misbehaves on some machine
+    # ("cgroup": the worker's memory cgroup, duck.sandbox.cgroup).
+    layers_off: list[Literal["uid", "namespaces", "landlock", "seccomp", "cgroup"]] = []
     open_files: PositiveInt = 64
     grace_s: NonNegativeFloat = 1.0  # after the soft interrupt, time to unwind before the process is killed
     # The kernel's `notes` dict, as JSON, is kept up to this size; room for the notes and a

@@ -57,7 +57,7 @@ from duck.llm.health import ModelHealth, probe_model
 from duck.llm.serve import VLLMServer
 from duck.play.scoring import write_score
 from duck.policies import make_policy
-from duck.run import games_for_play
+from duck.sandbox.fallback import games_for_play
 
 
 log = logging.getLogger("duck.kaggle.run")

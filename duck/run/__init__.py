@@ -12,8 +12,9 @@ that cannot be used, `--policy llm` with no model server answering (unless
 `play.model_fallback`), a `--resume` of a folder without run.json. Old records are removed
 (`overwrite`) only once the new run has found its games and checked its folder.
 Where the sandbox's only file-system wall is file modes (no Landlock, no mount namespace:
-duck.sandbox.isolation), the games are played from a root-only copy and the records folder
-is closed to other users, so the kernel's own uid can read neither.
+duck.sandbox.fallback), the games are played from a root-only copy, the records and
+conversations folders are closed to other users and the games' path is kept out of the
+command line, so the kernel's own uid can read none of them.
 
 `interactive=True` (the `duck` command): the live progress (duck.run.progress) and Ctrl-C
 (duck.run.interrupt): the first stops every game at its next action and the run writes
@@ -29,14 +30,13 @@ import logging
 import multiprocessing
 import os
 import queue as queue_mod
-import shutil
 import sys
 import tempfile
 import threading
 from concurrent.futures import CancelledError, ProcessPoolExecutor
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from duck.config import POLICIES, Config, load_config, with_values
 from duck.game.source import GameError, GameSource
@@ -46,7 +46,7 @@ from duck.run import games as game_runs
 from duck.run.info import config_of, new_info, now, read_info, write_info
 from duck.run.interrupt import Interrupts
 from duck.run.progress import RunView
-from duck.sandbox import isolation
+from duck.sandbox.fallback import games_for_play
 
 log = logging.getLogger(__name__)
 
@@ -66,21 +66,6 @@ def _writable_out(out: Path) -> None:
         os.unlink(probe)
     except OSError as e:
         raise RunError(f"--out {out} cannot be written: {e.strerror or e}") from None
-
-
-@contextmanager
-def games_for_play(games_dir: Path, records: Path, off: list[str]) -> Iterator[Path]:
-    """The folder to play from: `games_dir` itself, or a root-only copy when file modes are
-    the only wall between the kernel's uid and the games (records closed the same way)."""
-    if not isolation.relies_on_file_modes(off):
-        yield games_dir
-        return
-    records.mkdir(parents=True, exist_ok=True)
-    records.chmod(0o700)
-    with tempfile.TemporaryDirectory(prefix="duck-games-") as tmp:  # mode 0700, root's
-        copy = Path(tmp) / "games"
-        shutil.copytree(games_dir, copy, symlinks=False)
-        yield copy
 
 
 def _check_policy(cfg: Config) -> Config:

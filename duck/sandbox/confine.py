@@ -1,23 +1,32 @@
 """The worker confining itself at start-up, before it reads any model code (worker side).
 
-The host starts the worker as its own user (root on Kaggle and in CI) with a plan
-(`duck.sandbox.isolation.plan`); `confine(plan)` applies, in this order, every layer the
-machine allows and returns what it applied, layer by layer ("on ..." or "off: why"):
+The host starts the worker as its own user (root on Kaggle and in CI), in a session of its
+own, with a plan (`duck.sandbox.isolation.plan`) sent over the pipe (never on a command line,
+which every process on the machine can read); `confine(plan)` applies, in this order, every
+layer the machine allows and returns what it verified, layer by layer ("on ..." or "off: why"):
 
-1. namespaces (root only): a network namespace (no interface but a down loopback) and a
-   private mount namespace, in which a small tmpfs is mounted on the temp dir (the disk
-   quota), empty read-only tmpfs hide the games folders and the run's records, and the
-   Python installation is re-exposed when one of its parent folders is closed to other
-   users (pyenv under /root: a tmpfs on /root holding only the bind-mounted .pyenv);
-2. Landlock: reads only beneath the Python installation and the system libraries, writes
-   only beneath the temp dir (and /dev/null); no TCP; no signals outside the sandbox;
+1. the memory cgroup the host made for it (`duck.sandbox.cgroup`), joined while root;
+2. namespaces (root with CAP_SYS_ADMIN only): network (no interface but a down loopback),
+   IPC (no SysV object outlives the kernel) and a private mount namespace, in which a tmpfs
+   with a size and an inode cap is mounted on the temp dir (the disk quota), empty read-only
+   tmpfs hide the games folders, the run's records, /dev/shm, /dev/mqueue and /var/tmp, /proc
+   is mounted again with hidepid (other users' processes invisible), and the Python
+   installation is re-exposed when one of its parent folders is closed to other users (pyenv
+   under /root: a tmpfs on /root holding only the bind-mounted .pyenv);
 3. hard resource limits (address space, file size, open files, no core files; one process
    for the worker's uid: no thread, no child), set while still privileged;
-4. the drop to the worker's own unprivileged uid and gid (no supplementary groups), checked;
-5. the seccomp filter (`duck.sandbox.seccomp_filter`), which also sets no_new_privs.
+4. the drop to the worker's own unprivileged uid and gid (no supplementary groups), checked,
+   then the file modes checked: a root-only probe file and the hidden folders must be closed;
+5. no_new_privs, always (Landlock refuses a process without it or CAP_SYS_ADMIN: as root
+   without CAP_SYS_ADMIN, in a Kaggle-like container, it once failed while reported on);
+6. Landlock: reads only beneath the Python installation and the system libraries, writes
+   only beneath the temp dir (and /dev/null); no TCP; no signals outside the sandbox;
+7. the seccomp filter (`duck.sandbox.seccomp_filter`).
 
-Nothing here trusts the model: it has not run yet. A layer that cannot be applied is reported,
-never silently skipped; the host compares the result with its plan.
+Each layer is verified right after it is applied (`duck.sandbox.verify`: a probe that must
+fail, or the kernel's own word), and only a verified layer is reported on. Nothing here
+trusts the model: it has not run yet. A layer that cannot be applied is reported, never
+silently skipped; the host records what the worker reports.
 """
 
 from __future__ import annotations
@@ -28,7 +37,7 @@ import resource
 import signal
 from typing import Any
 
-from duck.sandbox import landlock
+from duck.sandbox import landlock, verify
 
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_MOVE, MS_REC, MS_PRIVATE = 32, 4096, 8192, 16384, 1 << 18
@@ -41,6 +50,9 @@ _libc = ctypes.CDLL(None, use_errno=True)
 SYSTEM_READ = ("/usr/lib", "/usr/lib64", "/usr/lib32", "/lib", "/lib64", "/lib32", "/usr/share/zoneinfo",
                "/etc/localtime", "/etc/ld.so.cache", "/sys/devices/system/cpu/online",
                "/dev/urandom", "/dev/random", "/dev/zero")
+# World-writable places outside the temp dir whose use no quota would count: closed under an
+# empty read-only tmpfs in the mount namespace (/tmp holds the temp dir: the host counts it).
+SHARED_WRITABLE = ("/dev/shm", "/dev/mqueue", "/var/tmp")
 
 
 def _mount(src: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
@@ -91,13 +103,25 @@ def _expose(paths: list[str], staging: str) -> list[str]:
     return sorted(groups)
 
 
+def _hide(path: str) -> None:
+    _mount("tmpfs", path, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,mode=0555")
+
+
 def _namespaces(plan: dict[str, Any], layers: dict[str, str]) -> bool:
-    """Network and mount namespaces; returns whether the mount namespace is ours."""
+    """Network, IPC and mount namespaces; returns whether the mount namespace is ours."""
+    ids = {k: verify.ns_id(k) for k in ("net", "ipc", "mnt")}
     try:
         os.unshare(os.CLONE_NEWNET)
-        layers["network"] = "on: network namespace (no interface)"
+        err = verify.namespace("net", ids["net"]) or verify.network_empty()
+        layers["network"] = "on: network namespace (no interface)" if err is None else f"off: {err}"
     except (OSError, AttributeError) as e:
         layers["network"] = f"off: no network namespace ({e})"
+    try:
+        os.unshare(os.CLONE_NEWIPC)
+        err = verify.namespace("ipc", ids["ipc"])
+        layers["ipc"] = "on: IPC namespace" if err is None else f"off: {err}"
+    except (OSError, AttributeError) as e:
+        layers["ipc"] = f"off: no IPC namespace ({e})"
     try:
         os.unshare(os.CLONE_NEWNS)
         _mount(None, "/", None, MS_REC | MS_PRIVATE)
@@ -106,19 +130,31 @@ def _namespaces(plan: dict[str, Any], layers: dict[str, str]) -> bool:
         return False
     workdir, uid = plan["workdir"], plan.get("uid")
     owner = f",uid={uid},gid={plan['gid']}" if uid is not None else ""
+    mb, inodes = int(plan["disk_mb"]), int(plan["disk_inodes"])
     _mount("tmpfs", workdir, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
-           f"size={int(plan['disk_mb'])}m,mode=0700{owner}")
+           f"size={mb}m,nr_inodes={inodes},mode=0700{owner}")
     os.chdir(workdir)
-    layers["disk_quota"] = f"on: tmpfs of {int(plan['disk_mb'])} MB on the temp dir"
+    err = verify.tmpfs(workdir, mb, inodes)
+    layers["disk_quota"] = (f"on: tmpfs of {mb} MB and {inodes} inodes on the temp dir" if err is None
+                            else f"off: {err}")
     hidden = []
-    for p in plan.get("hide", []):
+    for p in [*plan.get("hide", []), *SHARED_WRITABLE]:
         if os.path.isdir(p) and not any(_within(r, p) for r in plan["read"]) and not _within(workdir, p):
-            _mount("tmpfs", p, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,mode=0555")
+            _hide(p)
             hidden.append(p)
+    err = verify.namespace("mnt", ids["mnt"]) or verify.summary({p: verify.empty_or_closed(p) for p in hidden})
+    extra = ""
+    if plan.get("host_pid") and uid is not None:
+        try:  # a /proc of our own: other users' processes (the host) are not even listed
+            _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "hidepid=invisible")
+            extra = "; /proc hides other users' processes"
+        except OSError as e:
+            extra = f"; /proc shows every process ({e.strerror})"
     exposed = _expose(plan["read"], workdir) if uid is not None else []
-    layers["mounts"] = (f"on: private mount namespace; hidden {len(hidden)} folder(s)"
-                        + (f"; Python re-exposed under {', '.join(exposed)}" if exposed else ""))
-    return True
+    layers["mounts"] = ("on: private mount namespace; games, records, /dev/shm, /dev/mqueue and /var/tmp hidden"
+                        + extra + (f"; Python re-exposed under {', '.join(exposed)}" if exposed else "")
+                        if err is None else f"off: {err}")
+    return err is None
 
 
 def set_limits(plan: dict[str, Any], one_process: bool) -> str:
@@ -133,6 +169,8 @@ def set_limits(plan: dict[str, Any], one_process: bool) -> str:
     for lim, value in limits:
         try:
             resource.setrlimit(lim, (value, value))
+            if resource.getrlimit(lim) != (value, value):
+                failed.append(str(lim))
         except (ValueError, OSError):
             failed.append(str(lim))
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a too-large file fails, not the kernel
@@ -144,13 +182,9 @@ def _drop(uid: int, gid: int) -> None:
     os.setgroups([])
     os.setresgid(gid, gid, gid)
     os.setresuid(uid, uid, uid)
-    if os.getresuid() != (uid, uid, uid) or os.getresgid() != (gid, gid, gid):
-        raise OSError("the uid did not change")
-    try:
-        os.setuid(0)
-    except PermissionError:
-        return
-    raise OSError("root could be regained after the drop")
+    err = verify.uid(uid, gid)
+    if err:
+        raise OSError(f"the uid drop failed: {err}")
 
 
 def _import_pyseccomp() -> None:
@@ -178,8 +212,28 @@ def _import_pyseccomp() -> None:
         ctypes.util.find_library = real
 
 
+def _join_cgroup(plan: dict[str, Any]) -> str:
+    cg = plan.get("cgroup")
+    if not cg:
+        return "off: " + (plan.get("cgroup_off") or "none planned")
+    try:
+        with open(cg["procs"], "w") as f:
+            f.write(str(os.getpid()))
+    except OSError as e:
+        return f"off: cannot join {os.path.dirname(cg['procs'])} ({e.strerror})"
+    err = verify.cgroup(cg["procs"], cg["limit_file"], int(cg["limit"]))
+    return (f"on: a memory cgroup of its own ({cg['version']}: its address space, disk quota and 64 MB)"
+            if err is None else f"off: {err}")
+
+
+def _file_modes(plan: dict[str, Any]) -> str | None:
+    """After the drop: the host's root-only probe file and every folder to hide are closed."""
+    checks = {p: verify.closed(p) for p in [plan.get("closed_probe"), *plan.get("hide", [])] if p}
+    return verify.summary(checks)
+
+
 def confine(plan: dict[str, Any]) -> dict[str, str]:
-    """Apply the plan's layers to this process, in order; returns what was applied."""
+    """Apply the plan's layers to this process, in order; returns what was verified."""
     layers: dict[str, str] = {}
     try:  # before any file-system rule: the binding finds and loads libseccomp
         from duck.sandbox import seccomp_filter
@@ -190,45 +244,78 @@ def confine(plan: dict[str, Any]) -> dict[str, str]:
     root = os.geteuid() == 0
     uid = plan.get("uid")
     off = set(plan.get("off", ()))
+    layers["cgroup"] = _join_cgroup(plan) if root else "off: not root"
     mounts = False
     if root and "namespaces" not in off:
         mounts = _namespaces(plan, layers)
     else:
-        layers["network"] = layers["mounts"] = "off: " + ("not root (no namespaces)" if not root else "turned off")
+        layers["network"] = layers["mounts"] = layers["ipc"] = \
+            "off: " + ("not root (no namespaces)" if not root else "turned off")
     if not mounts:
-        layers["disk_quota"] = "on: the host checks the temp dir's size after each message"
-    if plan.get("landlock", True):
-        try:
-            if not root:
-                _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
-            abi = landlock.restrict([*plan["read"], *SYSTEM_READ], [plan["workdir"]], rw_files=["/dev/null"])
-            layers["filesystem"] = (f"on: landlock ABI {abi} (read: Python and system libraries; write: "
-                                    f"the temp dir){'; no TCP' if abi >= 4 else ''}"
-                                    f"{'; no signals outside' if abi >= 6 else ''}")
-        except OSError as e:
-            layers["filesystem"] = f"off: {e}"
-    else:
-        layers["filesystem"] = "off: " + ("turned off" if "landlock" in off else "no landlock on this kernel")
+        layers["disk_quota"] = ("on: checked by the host (size and inodes of the temp dir, its unlinked open files, "
+                                "and what its uid owns in /tmp, /var/tmp and /dev/shm)")
     closed = [p for p in plan["read"] if closed_ancestor(p)] if uid is not None and not mounts else []
     if closed:  # the dropped uid could not even import the standard library
         uid = None
         layers["uid"] = (f"off: the Python installation ({closed[0]}) is closed to other users and "
                          "no mount namespace can re-expose it")
     layers["limits"] = set_limits(plan, one_process=uid is not None and root)
+    modes = "the worker keeps the host's uid"
     if uid is not None and root:
         _drop(uid, int(plan["gid"]))  # an error here is fatal: the host sees no `ready`
-        layers["uid"] = f"on: uid {uid}, gid {plan['gid']}, no groups"
+        layers["uid"] = "on: a uid of its own, no groups"
+        modes = _file_modes(plan)
     elif "uid" not in layers:
         layers["uid"] = "off: " + ("not root" if not root else "turned off")
+    if "/proc hides" in layers["mounts"] and uid is not None and (err := verify.hidepid(int(plan["host_pid"]))):
+        layers["mounts"] = f"off: {err}"
+    _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)  # before Landlock, always
+    nnp = verify.no_new_privs()
+    if not plan.get("landlock", True):
+        layers["filesystem"] = "off: " + ("turned off" if "landlock" in off else "no landlock on this kernel")
+    elif nnp:
+        layers["filesystem"] = f"off: {nnp}"
+    else:
+        try:
+            abi = landlock.restrict([*plan["read"], *SYSTEM_READ], [plan["workdir"]], rw_files=["/dev/null"])
+            err = verify.landlock(plan["workdir"])
+            layers["filesystem"] = (f"on: landlock ABI {abi} (read: Python and system libraries; write: "
+                                    f"the temp dir){'; no TCP' if abi >= 4 else ''}"
+                                    f"{'; no signals outside' if abi >= 6 else ''}" if err is None
+                                    else f"off: landlock did not hold ({err})")
+        except OSError as e:
+            layers["filesystem"] = f"off: {e}"
+    if not layers["filesystem"].startswith("on"):
+        if mounts:
+            layers["filesystem"] += "; the mount namespace hides the games and the records"
+        elif modes is None:
+            layers["filesystem"] = ("on: file modes (the worker's uid cannot open the host's root-only files: the "
+                                    f"games copy, records and conversations); landlock {layers['filesystem']}")
+        else:
+            layers["filesystem"] += f"; file modes do not hold ({modes})"
     if "seccomp" in off:
         layers["seccomp"] = "off: turned off"
     elif seccomp_error is None:
         try:
-            layers["seccomp"] = f"on: {seccomp_filter.load()} rules (libseccomp)"
+            n = seccomp_filter.load()
+            err = verify.seccomp()
+            layers["seccomp"] = f"on: {n} rules (libseccomp)" if err is None else f"off: {err}"
         except OSError as e:
             layers["seccomp"] = f"off: {e}"
     else:
         layers["seccomp"] = f"off: {seccomp_error}"
-    if "network" in layers and layers["network"].startswith("off") and layers["seccomp"].startswith("on"):
-        layers["network"] = "on: seccomp allows AF_UNIX sockets only"
-    return layers
+    sec = layers["seccomp"].startswith("on")
+    if layers["network"].startswith("off") and sec:
+        layers["network"] = "on: seccomp denies every socket"
+    if layers["ipc"].startswith("off") and sec:
+        layers["ipc"] = "on: seccomp denies SysV IPC, POSIX queues and memfd"
+    own = os.getsid(0) == os.getpid()
+    layers["process"] = ("off: the worker shares the host's session" if not own else
+                         "on: a session of its own; seccomp denies setpgid, setsid and stop signals" if sec
+                         else "partly: a session of its own; nothing stops a stop signal")
+    return {k: layers[k] for k in LAYERS if k in layers}
+
+
+# The layers in the order the header and `duck doctor` show them.
+LAYERS = ("uid", "seccomp", "network", "filesystem", "mounts", "ipc", "disk_quota", "cgroup", "limits",
+          "process", "guard")

@@ -38,7 +38,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -53,15 +52,15 @@ from duck.config import KernelConfig
 from duck.game.actions import Action, display
 from duck.game.source import Observation
 from duck.play.session import Session
-from duck.sandbox import handoff, isolation, trust, wire
+from duck.sandbox import cgroup, handoff, isolation, process, quota, trust, wire
 from duck.sandbox.actions import ActionHost, CallActions, Gate
 from duck.sandbox.dialect import OURS, Dialect
 
-# Where the `duck` package is imported from, for the worker's PYTHONPATH.
-_IMPORT_ROOT = Path(__file__).resolve().parents[2]
 WRITE_DEADLINE_S = 10.0  # a worker that reads nothing for this long is dead to the host
 MAX_WORKER_MESSAGE = 8 << 20  # bytes; larger is a protocol violation
 QUOTA_CHECK_S = 0.5  # how often the temp dir's size is checked while a call runs (no tmpfs)
+RESULTS_CHARS = 200_000  # a call's action results as the worker returns them (~1 KB each, 200 at most)
+MESSAGE_CHARS = 32_000  # the whole tool message of one call, whatever the worker sent
 
 
 # ok; error (an exception); syntax; timeout (the call's limit); stopped (its gate ended it);
@@ -106,8 +105,10 @@ class Kernel:
         # Model code may not read the games' files (their source holds the rules and solutions).
         own = [session.game.files_dir] if session.game.files_dir else []
         self.deny_read = [*own, *(str(p) for p in deny_read)]
-        # Hidden from the worker where a mount namespace allows: the games and the records.
-        self.hide = [*self.deny_read, str(Path(session.writer.path).resolve().parent)]
+        # Hidden from the worker where a mount namespace allows, closed by file modes (and
+        # verified) where not: the games, the records and the conversations.
+        records = Path(session.writer.path).resolve().parent
+        self.hide = [*self.deny_read, str(records), str(records.parent / "conversations")]
         self.lease: isolation.UidLease | None = None
         self.layers: dict[str, str] = {}
         self.tmpfs = False
@@ -121,6 +122,8 @@ class Kernel:
         self.valid = self.host.names()
         self.synced = 0  # entries the worker has
         self.proc: subprocess.Popen | None = None
+        self.worker: process.Started | None = None
+        self.cgroup: dict[str, Any] | None = None  # the worker's memory cgroup (duck.sandbox.cgroup)
         self.workdir: str | None = None
         self.calls = 0
         self._starting: threading.Thread | None = None  # start_soon()'s thread
@@ -176,32 +179,20 @@ class Kernel:
         self.workdir = tempfile.mkdtemp(prefix="duck-kernel-")
         if uid is not None:
             os.chown(self.workdir, uid, uid)
-        h2w_r, h2w_w = os.pipe()
-        w2h_r, w2h_w = os.pipe()
         plan = isolation.plan(workdir=self.workdir, uid=uid, memory_mb=self.cfg.memory_mb,
                               file_mb=self.cfg.file_mb, open_files=self.cfg.open_files,
-                              disk_mb=self.cfg.disk_mb, hide=self.hide, off=self.cfg.layers_off)
+                              disk_mb=self.cfg.disk_mb, disk_inodes=self.cfg.disk_inodes, hide=self.hide,
+                              off=self.cfg.layers_off)
+        if "cgroup" in self.cfg.layers_off or os.geteuid() != 0:
+            plan["cgroup_off"] = "turned off" if os.geteuid() == 0 else "not root"
+        else:
+            self.cgroup, plan["cgroup_off"] = cgroup.make(isolation.cgroup_limit(plan))
+            plan["cgroup"] = self.cgroup
         cfg = {"plan": plan, "deny_read": self.deny_read, "notes_chars": self.cfg.notes_dict_chars,
                "dialect": self.dialect.name, "tools": self.tools}
-        env = {"PATH": "/usr/bin:/bin:/usr/sbin:/sbin", "HOME": self.workdir, "TMPDIR": self.workdir,
-               "LANG": "C.UTF-8", "PYTHONPATH": str(_IMPORT_ROOT), "PYTHONHASHSEED": "0",
-               "PYTHONDONTWRITEBYTECODE": "1", "PYTHONIOENCODING": "utf-8", "PYTHONBREAKPOINT": "0",
-               "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-        err = open(os.path.join(self.workdir, ".worker.log"), "wb")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-s", "-m", "duck.sandbox.worker", str(h2w_r), str(w2h_w), json.dumps(cfg)],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, cwd=self.workdir,
-            env=env, pass_fds=(h2w_r, w2h_w), process_group=0)
-        err.close()
-        os.close(h2w_r)
-        os.close(w2h_w)
-        os.set_blocking(h2w_w, False)  # writes wait with a deadline, never forever
-        self.wfd, self.reader = h2w_w, wire.Reader(w2h_r, MAX_WORKER_MESSAGE)
-        try:
-            got = self.reader.recv(time.monotonic() + 30)
-            msg = trust.check(got[0], ("ready",)) if got is not None else None
-        except wire.WireError:
-            msg = None
+        self.worker = process.spawn(cfg, self.workdir, MAX_WORKER_MESSAGE)
+        self.proc, self.wfd, self.reader = self.worker.proc, self.worker.wfd, self.worker.reader
+        msg = process.ready(self.worker, time.monotonic() + process.START_S)
         if msg is None:
             log = self._worker_log()
             self._kill()
@@ -258,34 +249,47 @@ class Kernel:
         self.synced = len(self.entries)
 
     def _kill(self) -> None:
-        if self.proc is not None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-            for p in ([] if self.lease else isolation.descendants(self.proc.pid)):
-                try:
-                    os.kill(p, signal.SIGKILL)
-                except OSError:
-                    pass
-            self.proc.wait()
-            self.proc = None
-            for fd in (self.wfd, self.reader.fd):
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
-        if self.lease:
-            isolation.end_uid(self.lease.uid)  # whatever left the process group
+        """End the worker whatever its code did (duck.sandbox.process.end: by pid, group and
+        uid, every wait with a time-out), then what it left: its cgroup, its files outside
+        the temp dir (where no tmpfs or Landlock kept it in), the temp dir."""
+        uid = self.lease.uid if self.lease else None
+        if self.worker is not None:
+            note = process.end(self.worker, uid)
+            if note:
+                self.session.event("error", note)
+            self.worker = self.proc = None
+        elif uid is not None:
+            process.end_uid(uid)
+        cgroup.remove(self.cgroup)
+        self.cgroup = None
+        if uid is not None and self._shared_writable():
+            quota.remove_owned(uid, skip=self.workdir)
         if self.workdir:
             shutil.rmtree(self.workdir, ignore_errors=True)
             self.workdir = None
 
+    def _shared_writable(self) -> bool:
+        """Whether the worker can write /tmp, /var/tmp or /dev/shm (no Landlock holds)."""
+        return not self.layers.get("filesystem", "").startswith("on: landlock")
+
+    def _counted(self) -> bool:
+        """Whether the host must count the worker's disk use (no tmpfs, or shared folders open)."""
+        return bool(self.workdir) and (not self.tmpfs or (self.lease is not None and self._shared_writable()))
+
     def _over_quota(self) -> bool:
-        if self.tmpfs or not self.workdir:
+        """Past `kernel.disk_mb` or `kernel.disk_inodes`, counting what no tmpfs bounds
+        (duck.sandbox.quota): the temp dir where it is a plain folder, the worker's unlinked
+        open files, and what its uid owns in the shared folders where no Landlock closes them."""
+        if not self._counted():
             return False
-        limit = self.cfg.disk_mb << 20
-        return isolation.dir_size(self.workdir, limit) > limit
+        limit = quota.Usage(self.cfg.disk_mb << 20, self.cfg.disk_inodes)
+        uid = self.lease.uid if self.lease and self._shared_writable() else None
+        pid = self.proc.pid if self.proc else None
+        used = quota.Usage() if self.tmpfs else quota.usage(self.workdir, None, pid, limit)
+        if uid is not None:
+            for p in quota.owned(uid, skip=self.workdir):
+                used.add(quota.tree(p, limit))
+        return used.over(limit.bytes, limit.inodes)
 
     def _ended_leftovers(self) -> tuple[str | None, bool]:
         """End what outlived the call: processes are killed; a thread cannot be ended alone,
@@ -297,7 +301,7 @@ class Kernel:
         # Where the kernel itself refuses new processes (one process for the uid, or the
         # seccomp rule) there is nothing to look for; the scan of /proc costs ~8 ms.
         no_children = "one process" in self.layers.get("limits", "") or self.layers.get("seccomp", "").startswith("on")
-        others = [] if no_children else isolation.leftovers(self.proc.pid, self.lease.uid if self.lease else None)
+        others = [] if no_children else process.leftovers(self.proc.pid, self.lease.uid if self.lease else None)
         for p in others:
             try:
                 os.kill(p, signal.SIGKILL)
@@ -305,7 +309,7 @@ class Kernel:
                 pass
         if others:
             said.append(f"{len(others)} process(es) started by your code outlived the call and were ended")
-        restarted = isolation.threads(self.proc.pid) > 1
+        restarted = process.threads(self.proc.pid) > 1
         if restarted:
             self.restart()
             said.append("a thread started by your code outlived the call: the kernel was restarted, your "
@@ -370,10 +374,11 @@ class Kernel:
                         "timeout": timeout})
             while done is None:
                 limit = deadline if interrupted_at is None else interrupted_at + self.cfg.grace_s
-                got = self.reader.recv(limit if self.tmpfs else min(limit, time.monotonic() + QUOTA_CHECK_S))
+                got = self.reader.recv(min(limit, time.monotonic() + QUOTA_CHECK_S) if self._counted() else limit)
                 if got is None:
                     if self._over_quota():
-                        crash = f"its temp dir outgrew the disk quota of {self.cfg.disk_mb} MB"
+                        crash = (f"its temp dir outgrew the disk quota of {self.cfg.disk_mb} MB "
+                                 f"or {self.cfg.disk_inodes} files")
                         break
                     if time.monotonic() < limit:
                         continue
@@ -385,10 +390,11 @@ class Kernel:
                     break
                 msg = trust.check(got[0], ("out", "tail", "action", "explore", "done"))
                 op = msg["op"]
-                if op == "out":
-                    part = trust.text(msg["text"], max(0, head_left))
-                    head_left -= len(part)
-                    out.append(part)
+                if op == "out":  # the head's room is for the whole call, never per message
+                    if head_left > 0:
+                        part = trust.text(msg["text"][:head_left])
+                        head_left -= len(part)
+                        out.append(part)
                 elif op == "tail":
                     tail_text, total = trust.text(msg["text"], tail), msg["total"]
                 elif op == "action":
@@ -419,7 +425,7 @@ class Kernel:
             kind: CallKind = ("stopped" if ended == "stopped" else
                               "timeout" if interrupted_at is not None or ended == "timeout" else
                               "syntax" if ended == "syntax" else "error" if done.get("error") else "ok")
-            results = [r for r in trust.clean(done["results"], budget=[2_000_000]) if isinstance(r, dict)]
+            results = [r for r in trust.clean(done["results"], budget=[RESULTS_CHARS]) if isinstance(r, dict)]
             res = CallResult(kind, error=trust.text(done["error"]) if done.get("error") else None,
                              result=trust.clean(done.get("result")), action_results=results,
                              actions=list(call.executed),
@@ -439,15 +445,17 @@ class Kernel:
             if res.notice is None and self._over_quota():
                 self.restart()
                 res.restarted = True
-                res.notice = (f"the kernel's temp dir outgrew the disk quota of {self.cfg.disk_mb} MB: the "
+                res.notice = (f"the kernel's temp dir outgrew the disk quota of {self.cfg.disk_mb} MB or "
+                              f"{self.cfg.disk_inodes} files: the "
                               "kernel was restarted, your functions, variables and files are gone")
         if died and not res.restarted:
             res.restarted = True
             res.error_kind = res.error_kind or "died between calls"
         res.steps = call.steps
         notes_error = trust.text(done["notes_error"], 500) if done and done.get("notes_error") else None
-        res.message = self.dialect.render(res, timeout=timeout, limit=self.cfg.output_chars,
-                                          notes_error=notes_error, died=died)
+        res.message = trust.bounded(self.dialect.render(res, timeout=timeout, limit=self.cfg.output_chars,
+                                                        notes_error=notes_error, died=died),
+                                    max(MESSAGE_CHARS, 4 * self.cfg.output_chars))
         res.wall_ms = (time.monotonic() - t0) * 1000
         return res
 

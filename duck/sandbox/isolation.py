@@ -3,8 +3,13 @@
 (`UidLease`), and the processes and threads left behind by a call (`leftovers`, `end_uid`).
 
 `report()` is what the record header and `duck doctor` show: one entry per layer, "on ..."
-or "off: why". The worker applies the plan (duck.sandbox.confine) and answers with what it
-really applied; the host records any difference as an event.
+or "off: why", as a probe worker verified them on this machine (never what was merely
+attempted: issue 30). Each kernel's worker applies its own plan (duck.sandbox.confine),
+verifies each layer and answers with what holds; the host records it in a `sandbox` event.
+
+Processes are reaped by what is unforgeably theirs: a uid leased to one worker at a time (an
+flock per uid, so two runs on one machine never share one and never end each other's), or,
+without root, the worker's own descendants. Nothing here counts or kills by the uid range.
 """
 
 from __future__ import annotations
@@ -13,8 +18,7 @@ import fcntl
 import functools
 import os
 import pwd
-import signal
-import subprocess
+import shutil
 import sys
 import sysconfig
 import tempfile
@@ -22,8 +26,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from duck.play import record
-from duck.sandbox import landlock
-from duck.sandbox.confine import closed_ancestor
+from duck.sandbox import cgroup, landlock, process
+from duck.sandbox.confine import LAYERS
+from duck.sandbox.process import descendants, end_uid, leftovers, pids_of_uid, threads  # noqa: F401
 
 UID_BASE = 1_790_000  # far above any distribution's ranges; each worker takes one free uid
 UID_SLOTS = 4096
@@ -41,68 +46,78 @@ def python_paths() -> list[str]:
     return sorted(p for p in paths if os.path.isdir(p))
 
 
-def _probe_namespaces() -> str | None:
-    """None when a child can make network and mount namespaces here, else why not."""
-    try:
-        r = subprocess.run([sys.executable, "-S", "-c", "import os; os.unshare(os.CLONE_NEWNET | os.CLONE_NEWNS)"],
-                           capture_output=True, text=True, timeout=20)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        return str(e)
-    return None if r.returncode == 0 else (r.stderr.strip().splitlines() or ["refused"])[-1]
+def _probe_plan(workdir: str, uid: int | None) -> dict[str, Any]:
+    from duck.config import KernelConfig  # the defaults every kernel starts from
 
-
-def _seccomp_ready() -> str | None:
-    try:
-        import pyseccomp  # noqa: F401
-    except (ImportError, OSError, AttributeError, TypeError) as e:
-        return f"{type(e).__name__}: {e} (pip install pyseccomp; apt-get install libseccomp2)"
-    return None
+    k = KernelConfig()
+    return plan(workdir=workdir, uid=uid, memory_mb=k.memory_mb, file_mb=k.file_mb, open_files=k.open_files,
+                disk_mb=k.disk_mb, disk_inodes=k.disk_inodes, hide=[])
 
 
 @functools.cache
 def report() -> dict[str, str]:
-    """The layers a worker gets on this machine, as the plan will ask for them."""
-    root = os.geteuid() == 0
-    ns = _probe_namespaces() if root else "not root"
-    abi = landlock.abi()
-    sec = _seccomp_ready()
-    closed = [p for p in python_paths() if closed_ancestor(p)] if ns is not None else []
-    out = {
-        "uid": ("off: the host is not root" if not root else
-                f"off: the Python installation ({closed[0]}) is closed to other users" if closed else
-                "on: a uid of its own per worker, no groups"),
-        "seccomp": "on: libseccomp filter" if sec is None else f"off: {sec}",
-        "network": ("on: network namespace" if ns is None else
-                    "on: seccomp allows AF_UNIX sockets only" if sec is None else
-                    f"on: landlock denies TCP (ABI {abi})" if abi >= 4 else f"off: {ns}; no seccomp"),
-        "filesystem": (f"on: landlock ABI {abi}" if abi >= 1 else
-                       "on: file modes (root-only copies of the games; records folder closed)" if root
-                       else "off: no landlock and not root (only the guard's messages)"),
-        "mounts": "on: private mount namespace" if ns is None else f"off: {ns}",
-        "disk_quota": "on: tmpfs on the temp dir" if ns is None else "on: checked by the host by size",
-        "limits": "on: hard rlimits" + (", one process per worker uid" if root else ""),
-        "guard": "on: in-process audit hook (clear messages only, not a wall)",
-    }
-    return out
+    """The layers a kernel worker gets on this machine with the default kernel config, as a
+    probe worker verified them (duck.sandbox.process.probe): what every record header and
+    `duck doctor` show. A kernel's own worker reports its layers in the record's `sandbox`
+    event; with the default config the two are equal."""
+    lease = UidLease.take() if os.geteuid() == 0 else None
+    workdir = tempfile.mkdtemp(prefix="duck-probe-")
+    cg = None
+    try:
+        if lease:
+            os.chown(workdir, lease.uid, lease.uid)
+        p = _probe_plan(workdir, lease.uid if lease else None)
+        cg, p["cgroup_off"] = cgroup.make(cgroup_limit(p)) if os.geteuid() == 0 else (None, "not root")
+        p["cgroup"] = cg
+        got = process.probe({"plan": p, "deny_read": [], "notes_chars": 100, "dialect": "ours", "tools": False},
+                            workdir)
+    except OSError as e:
+        got = f"{type(e).__name__}: {e}"
+    finally:
+        cgroup.remove(cg)
+        shutil.rmtree(workdir, ignore_errors=True)
+        if lease:
+            lease.release()
+    if isinstance(got, str):  # no worker could start: every layer is unknown, the kernel unusable
+        return {name: f"off: the probe worker did not start ({got})" for name in LAYERS}
+    return got
 
 
 def relies_on_file_modes(off: list[str] | tuple[str, ...] = ()) -> bool:
-    """No landlock and no mount namespace (on this machine, or turned off by `kernel.layers_off`):
-    the worker's uid is kept from the games and the records only by file modes, so they must be
-    played from root-only copies."""
+    """Neither Landlock nor a mount namespace holds (on this machine, as verified, or turned off
+    by `kernel.layers_off`) but the worker has a uid of its own: the games and the records are
+    kept from it only by file modes, so they must be played from root-only copies and the
+    records and conversations folders closed (duck.sandbox.fallback)."""
     r = report()
     return r["uid"].startswith("on") and "uid" not in off \
         and (not r["filesystem"].startswith("on: landlock") or "landlock" in off) \
         and (not r["mounts"].startswith("on") or "namespaces" in off)
 
 
+def cgroup_limit(p: dict[str, Any]) -> int:
+    """A worker's memory cgroup: its address space, its tmpfs and 64 MB for what the kernel
+    holds on its behalf (page tables, inodes, pipes)."""
+    return (int(p["memory_mb"]) + int(p["disk_mb"]) + 64) << 20
+
+
+def _closed_probe() -> str:
+    """A root-only file in the host's private folder: the worker's uid must not open it."""
+    path = os.path.join(_lock_dir(), "closed-probe")
+    if not os.path.exists(path):
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        os.close(fd)
+    return path
+
+
 def plan(*, workdir: str, uid: int | None, memory_mb: int, file_mb: int, open_files: int,
-         disk_mb: int, hide: list[str], off: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
-    """What the worker applies to itself (duck.sandbox.confine); `off`: layers left out."""
+         disk_mb: int, disk_inodes: int, hide: list[str], off: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
+    """What the worker applies to itself (duck.sandbox.confine); `off`: layers left out. The
+    host adds `cgroup` (duck.sandbox.cgroup) before it starts the worker."""
     return {"workdir": workdir, "uid": uid, "gid": uid, "memory_mb": memory_mb, "file_mb": file_mb,
-            "open_files": open_files, "disk_mb": disk_mb, "read": python_paths(),
+            "open_files": open_files, "disk_mb": disk_mb, "disk_inodes": disk_inodes, "read": python_paths(),
             "hide": sorted({os.path.realpath(h) for h in hide}), "off": sorted(off),
-            "landlock": landlock.abi() >= 1 and "landlock" not in off}
+            "landlock": landlock.abi() >= 1 and "landlock" not in off, "host_pid": os.getpid(),
+            "closed_probe": _closed_probe() if uid is not None else None, "cgroup": None}
 
 
 # --- a uid per worker ------------------------------------------------------------------
@@ -148,96 +163,6 @@ class UidLease:
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
-
-
-# --- what outlived a call ----------------------------------------------------------------
-
-def _status_field(pid: str, name: str) -> str | None:
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith(name):
-                    return line.split(":", 1)[1]
-    except OSError:
-        return None
-    return None
-
-
-def pids_of_uid(uid: int) -> list[int]:
-    """Every process whose real uid is `uid` (/proc's owner can be changed by the process
-    itself, PR_SET_DUMPABLE; the status line cannot)."""
-    out = []
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            field = _status_field(name, "Uid:")
-            if field and int(field.split()[0]) == uid:
-                out.append(int(name))
-    return out
-
-
-def descendants(pid: int) -> list[int]:
-    """Every live descendant of `pid` (children that left the process group included)."""
-    parent: dict[int, int] = {}
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                with open(f"/proc/{name}/stat") as f:
-                    stat = f.read()
-                parent[int(name)] = int(stat.rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                pass
-    found, frontier = [], {pid}
-    while frontier:
-        frontier = {p for p, pp in parent.items() if pp in frontier}
-        found += sorted(frontier)
-    return found
-
-
-def threads(pid: int) -> int:
-    try:
-        return len(os.listdir(f"/proc/{pid}/task"))
-    except OSError:
-        return 0
-
-
-def end_uid(uid: int) -> int:
-    """Kill every process of `uid`; returns how many there were."""
-    pids = pids_of_uid(uid)
-    for p in pids:
-        try:
-            os.kill(p, signal.SIGKILL)
-        except OSError:
-            pass
-    return len(pids)
-
-
-def leftovers(worker_pid: int, uid: int | None) -> list[int]:
-    """Processes other than the worker that a call left behind."""
-    if uid is not None:
-        return [p for p in pids_of_uid(uid) if p != worker_pid]
-    return descendants(worker_pid)
-
-
-def dir_size(path: str, stop_at: int) -> int:
-    """Bytes under `path` (as allocated), stopping early once past `stop_at`."""
-    total = 0
-    stack = [path]
-    while stack:
-        try:
-            with os.scandir(stack.pop()) as it:
-                for e in it:
-                    try:
-                        if e.is_dir(follow_symlinks=False):
-                            stack.append(e.path)
-                        else:
-                            total += e.stat(follow_symlinks=False).st_blocks * 512
-                    except OSError:
-                        pass
-                    if total > stop_at:
-                        return total
-        except OSError:
-            pass
-    return total
 
 
 record.HEADER_EXTRAS["sandbox"] = report  # every record header says which layers confine the kernel

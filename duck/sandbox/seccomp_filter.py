@@ -9,40 +9,84 @@ break on the next glibc). Denied with EPERM, what the worker never needs once st
   tkill, rt_sigqueueinfo, rt_tgsigqueueinfo), rlimits of another pid (prlimit64 with a pid),
   priorities and CPU placement (setpriority, sched_setaffinity, sched_setscheduler,
   sched_setparam, sched_setattr, ioprio_set);
+* escaping the host's process control (issue 30: a worker that joined the host's process
+  group hid from the host's killpg and hung the run): setpgid, setsid, the stop signals
+  (SIGSTOP, SIGTSTP, SIGTTIN, SIGTTOU) even to itself, timer_create (a timer can deliver any
+  signal), fcntl F_SETOWN/F_SETOWN_EX/F_SETSIG/F_SETLEASE/F_NOTIFY and ioctl FIOSETOWN/
+  SIOCSPGRP/FIOASYNC (an O_ASYNC pipe signals its owner: SIGKILL to the host), ioctl TIOCSTI/
+  TIOCLINUX (typing into a terminal), TIOCSCTTY/TIOCSPGRP/TIOCCONS/TIOCSETD;
 * new processes: fork, vfork, execve, execveat, clone without CLONE_THREAD (clone3 answers
   ENOSYS so that libc falls back to clone, whose flags a filter can read);
-* network: socket() of any family but AF_UNIX;
-* the file system's structure and the kernel: mknod(at), mount and its family, umount2,
-  pivot_root, chroot, unshare, setns, bpf, perf_event_open, userfaultfd, io_uring_* (its
-  operations would bypass this filter), keyctl and key syscalls, module loading, reboot,
-  kexec, swapon/off, acct, clock/time setting, changing uid/gid (the worker has dropped
-  them for good);
-* the filter itself stays: loading one needs no_new_privs, which libseccomp sets.
+* every socket (it talks to the host over inherited pipes): socket and socketpair of any
+  family (named and abstract AF_UNIX sockets reached services outside);
+* memory no limit counts (issue 30: SysV segments outlived the kernel, tmpfs extended
+  attributes and memfd page cache took gigabytes beyond the quota, io_setup took the
+  machine's whole fs.aio-max-nr): SysV IPC (shm*, msg*, sem*), POSIX message queues
+  (mq_*), AIO (io_setup and its family) and io_uring_* (whose operations would bypass this
+  filter too), xattr writes (setxattr and removexattr families, setxattrat/removexattrat),
+  memfd_create, memfd_secret;
+* the file system's structure and the kernel: mknod(at), mount and the whole mount API,
+  umount2, pivot_root, chroot, unshare, setns, bpf, perf_event_open, userfaultfd, fanotify,
+  keyctl and key syscalls, module loading, reboot, kexec, swapon/off, acct, clock/time
+  setting, syslog, vhangup, iopl/ioperm, changing uid/gid (the worker has dropped them for
+  good);
+* the filter itself stays: loading one needs no_new_privs (set by duck.sandbox.confine
+  before Landlock, and by libseccomp again).
+
+Integer arguments are compared on their low 32 bits (MASKED_EQ with 0xffffffff) wherever an
+equality would allow: the kernel reads `int` and `unsigned int` arguments from the low half
+of the register, so `SIGSTOP | 1 << 32` must not slip past a plain EQ. Syscalls newer than the
+installed libseccomp (it resolves their names to -1) are denied by number: from 424 on every
+architecture shares one table.
 """
 
 from __future__ import annotations
 
 import errno
 import os
-import socket
+import signal
 
 CLONE_THREAD = 0x00010000
+LOW32 = 0xFFFFFFFF
 
 _DENY_ALWAYS = (
     "ptrace", "process_vm_readv", "process_vm_writev", "kcmp", "pidfd_open", "pidfd_send_signal",
     "pidfd_getfd", "tkill", "setpriority", "sched_setaffinity", "sched_setscheduler", "sched_setparam",
     "sched_setattr", "ioprio_set", "fork", "vfork", "execve", "execveat", "mknod", "mknodat", "mount",
-    "umount2", "pivot_root", "chroot", "unshare", "setns", "move_mount", "open_tree", "fsopen", "fsmount",
-    "fsconfig", "fspick", "mount_setattr", "bpf", "perf_event_open", "userfaultfd", "io_uring_setup",
-    "io_uring_enter", "io_uring_register", "keyctl", "add_key", "request_key", "init_module",
+    "umount2", "pivot_root", "chroot", "unshare", "setns", "move_mount", "open_tree", "open_tree_attr",
+    "fsopen", "fsmount", "fsconfig", "fspick", "mount_setattr", "bpf", "perf_event_open", "userfaultfd",
+    "io_uring_setup", "io_uring_enter", "io_uring_register", "keyctl", "add_key", "request_key", "init_module",
     "finit_module", "delete_module", "reboot", "kexec_load", "kexec_file_load", "swapon", "swapoff",
     "acct", "settimeofday", "clock_settime", "clock_adjtime", "adjtimex", "setuid", "setgid",
     "setreuid", "setregid", "setresuid", "setresgid", "setfsuid", "setfsgid", "setgroups",
-    "process_madvise", "quotactl", "lookup_dcookie", "name_to_handle_at", "open_by_handle_at")
+    "process_madvise", "quotactl", "lookup_dcookie", "name_to_handle_at", "open_by_handle_at",
+    # process control
+    "setpgid", "setsid", "timer_create",
+    # sockets
+    "socket", "socketpair",
+    # memory beyond the limits
+    "shmget", "shmat", "shmdt", "shmctl", "msgget", "msgsnd", "msgrcv", "msgctl", "semget", "semop",
+    "semtimedop", "semctl", "mq_open", "mq_unlink", "mq_timedsend", "mq_timedreceive", "mq_notify",
+    "mq_getsetattr", "io_setup", "io_destroy", "io_submit", "io_cancel", "io_getevents", "io_pgetevents",
+    "setxattr", "lsetxattr", "fsetxattr", "removexattr", "lremovexattr", "fremovexattr", "setxattrat",
+    "removexattrat", "memfd_create", "memfd_secret",
+    # the kernel's own
+    "fanotify_init", "fanotify_mark", "syslog", "vhangup", "iopl", "ioperm")
+
+# Numbers of the syscalls above that an older libseccomp may not know (the unified table).
+_NEW_SYSCALLS = {"open_tree_attr": 467, "setxattrat": 463, "removexattrat": 466, "memfd_secret": 447}
+
+STOP_SIGNALS = (signal.SIGSTOP, signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU)
+F_SETOWN, F_SETSIG, F_SETOWN_EX, F_SETLEASE, F_NOTIFY = 8, 10, 15, 1024, 1026
+TIOCSCTTY, TIOCSPGRP, TIOCSTI, TIOCLINUX, TIOCCONS, TIOCSETD = 0x540E, 0x5410, 0x5412, 0x541C, 0x541D, 0x5423
+FIOASYNC, FIOSETOWN, SIOCSPGRP = 0x5452, 0x8901, 0x8902
+DENIED_FCNTL = (F_SETOWN, F_SETSIG, F_SETOWN_EX, F_SETLEASE, F_NOTIFY)
+DENIED_IOCTL = (TIOCSCTTY, TIOCSPGRP, TIOCSTI, TIOCLINUX, TIOCCONS, TIOCSETD, FIOASYNC, FIOSETOWN, SIOCSPGRP)
 
 DENIED = _DENY_ALWAYS + ("kill/tgkill/rt_sigqueueinfo/rt_tgsigqueueinfo to another pid",
-                         "prlimit64 on another pid", "clone without CLONE_THREAD", "clone3",
-                         "socket other than AF_UNIX")
+                         "stop signals to any pid", "prlimit64 on another pid", "clone without CLONE_THREAD",
+                         "clone3", "fcntl F_SETOWN/F_SETSIG/F_SETOWN_EX/F_SETLEASE/F_NOTIFY",
+                         "ioctl TIOCSTI/TIOCLINUX/TIOCSCTTY/TIOCSPGRP/TIOCCONS/TIOCSETD/FIOASYNC/FIOSETOWN/SIOCSPGRP")
 
 
 def load() -> int:
@@ -57,20 +101,32 @@ def load() -> int:
 
     def deny(name: str, *args: object, action: int = eperm) -> None:
         nonlocal n
+        number = sc.resolve_syscall(sc.Arch.NATIVE, name)
+        if number < 0:
+            number = _NEW_SYSCALLS.get(name, -1)
+        if number < 0:
+            return  # a syscall this architecture does not have
         try:
-            f.add_rule(action, name, *args)
+            f.add_rule(action, number, *args)
             n += 1
         except (OSError, ValueError, RuntimeError):
-            pass  # a syscall this architecture or libseccomp does not know
+            pass  # not on this architecture
+
+    def low(i: int, value: int) -> object:
+        return sc.Arg(i, sc.MASKED_EQ, LOW32, value)
 
     for name in _DENY_ALWAYS:
         deny(name)
-    for name in ("kill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo"):
+    for name, sig_arg in (("kill", 1), ("tgkill", 2), ("rt_sigqueueinfo", 1), ("rt_tgsigqueueinfo", 2)):
         deny(name, sc.Arg(0, sc.NE, pid))
+        for sig in STOP_SIGNALS:
+            deny(name, low(sig_arg, int(sig)))
     deny("prlimit64", sc.Arg(0, sc.NE, 0))
     deny("clone", sc.Arg(0, sc.MASKED_EQ, CLONE_THREAD, 0))
     deny("clone3", action=sc.ERRNO(errno.ENOSYS))
-    deny("socket", sc.Arg(0, sc.NE, socket.AF_UNIX))
+    for cmd in DENIED_FCNTL:
+        deny("fcntl", low(1, cmd))
+    for cmd in DENIED_IOCTL:
+        deny("ioctl", low(1, cmd))
     f.load()
     return n
-

@@ -1,7 +1,8 @@
 """The kernel's worker process: runs model code in a persistent namespace.
 
-Started by `duck.sandbox.host.Kernel` as `python -s -m duck.sandbox.worker RFD WFD CONFIG_JSON` in
-a fresh process group, a temporary working directory and a scrubbed environment. It keeps
+Started by `duck.sandbox.host.Kernel` (through duck.sandbox.process) as `python -s -m
+duck.sandbox.worker RFD WFD` in a session of its own, a temporary working directory and a
+scrubbed environment; its config is the first message on the pipe. It keeps
 the game variables (frames, history, transitions, ...) as Python objects and receives only
 *new* observations from the host, so an `action()` call costs the same at step 1,000 as at
 step 10. The host owns the game: `action()` sends the requested actions over the pipe and
@@ -16,7 +17,7 @@ survives); the host kills the process group if the snippet swallows it or is stu
 
 The dialect (builtins and imports, fresh or persistent namespace, our additions
 `last_animation` and `notes`, traceback formats: `duck.sandbox.dialect`) is named in
-CONFIG_JSON and fixed for the process's life.
+its config and fixed for the process's life.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from duck.game.frames import Frame
 from duck.sandbox import wire
 from duck.sandbox.dialect import DIALECTS
 from duck.sandbox.confine import confine
-from duck.sandbox.guard import Guard
+from duck.sandbox.guard import GUARD, Guard
 from duck.sandbox.tools import Tools
 
 
@@ -429,14 +430,22 @@ def normalize_actions(actions: Any) -> list[dict[str, Any]]:
 
 
 def main(argv: list[str]) -> None:
-    rfd, wfd, cfg = int(argv[0]), int(argv[1]), json.loads(argv[2])
+    """`python -m duck.sandbox.worker RFD WFD`: the plan comes as the first message on RFD (a
+    command line is readable by every process on the machine; the plan names the games'
+    and the records' folders)."""
+    rfd, wfd = int(argv[0]), int(argv[1])
     sys.dont_write_bytecode = True
+    first = wire.Reader(rfd).recv()
+    if first is None or first[0].get("op") != "config":
+        raise SystemExit("the kernel worker expected its config first")
+    cfg = first[0]["cfg"]
     layers = confine(cfg["plan"])
     sys.setrecursionlimit(DIALECTS[cfg["dialect"]].recursion_limit)
     worker = Worker(rfd, wfd, cfg)
     signal.signal(signal.SIGUSR1, worker.on_interrupt)
     signal.signal(signal.SIGINT, worker.on_interrupt)
     sys.addaudithook(Guard(os.getcwd(), cfg.get("deny_read", [])))
+    layers["guard"] = GUARD
     try:
         worker.loop(layers)
     except wire.WireError:

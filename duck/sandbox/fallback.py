@@ -1,0 +1,107 @@
+"""The file-modes fallback (host side): where neither Landlock nor a mount namespace holds but
+the worker has a uid of its own (duck.sandbox.isolation.relies_on_file_modes), only file
+modes keep the games and the run's records from it. Then `games_for_play`:
+
+* plays the games from a root-only copy (a 0700 folder of root's), never from the original;
+* closes the run's records and conversations folders (0700);
+* keeps the original folder's path out of this process's command line (which every process
+  on the machine can read in /proc/<pid>/cmdline; the red team found the games there, issue
+  30): the argv bytes are overwritten in place, as `ps` shows them, and processes forked
+  afterwards (the play workers) inherit the scrubbed copy. The worker's own plan travels
+  over its pipe (duck.sandbox.process);
+* says loudly, once, when the original folder is itself open to other users: its path is
+  hidden, but a worker that guesses it can read it, and no file mode of ours can change that
+  (on Kaggle /kaggle/input is read-only).
+
+Other processes' /proc entries: where a mount namespace exists the worker gets a /proc with
+hidepid (duck.sandbox.confine); here (no CAP_SYS_ADMIN) the scrubbed command line is what is
+left, and Landlock, where the kernel has it, denies /proc altogether.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import shutil
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+from duck.sandbox import isolation
+from duck.sandbox.confine import closed_ancestor
+
+log = logging.getLogger(__name__)
+
+
+def _arg_area() -> tuple[int, int] | None:
+    """Start and end addresses of this process's argv strings (fields 48-49 of /proc/self/stat)."""
+    try:
+        with open("/proc/self/stat") as f:
+            rest = f.read().rsplit(")", 1)[1].split()
+        start, end = int(rest[45]), int(rest[46])
+    except (OSError, ValueError, IndexError):
+        return None
+    return (start, end) if 0 < start < end else None
+
+
+def hide_from_cmdline(paths: list[str]) -> int:
+    """Overwrite every occurrence of `paths` (as given and resolved) in this process's argv
+    area with `*`; returns how many were hidden. Python's sys.argv is a copy and unchanged."""
+    area = _arg_area()
+    if area is None:
+        return 0
+    start, end = area
+    raw = ctypes.string_at(start, end - start)
+    needles = {os.fsencode(p) for p in paths if p} | {os.fsencode(os.path.realpath(p)) for p in paths if p}
+    hits = 0
+    for needle in sorted(needles, key=len, reverse=True):
+        if len(needle) < 2:
+            continue
+        at = raw.find(needle)
+        while at >= 0:
+            ctypes.memmove(start + at, b"*" * len(needle), len(needle))
+            raw = raw[:at] + b"*" * len(needle) + raw[at + len(needle):]
+            hits += 1
+            at = raw.find(needle, at + len(needle))
+    return hits
+
+
+def open_to_others(path: Path) -> bool:
+    """Whether a user other than the owner can reach and list `path` (every parent traversable,
+    the folder itself readable by others)."""
+    real = os.path.realpath(path)
+    if closed_ancestor(real):
+        return False
+    try:
+        return bool(os.stat(real).st_mode & 0o005 == 0o005)
+    except OSError:
+        return False
+
+
+def close_run_folders(records: Path) -> None:
+    """The run's records and conversations folders, 0700 (root's)."""
+    for folder in (records, records.parent / "conversations"):
+        folder.mkdir(parents=True, exist_ok=True)
+        folder.chmod(0o700)
+
+
+@contextmanager
+def games_for_play(games_dir: Path, records: Path, off: list[str]) -> Iterator[Path]:
+    """The folder to play from: `games_dir` itself, or a root-only copy when file modes are
+    the only wall between the kernel's uid and the games (records and conversations closed,
+    the original's path kept out of the command line)."""
+    if not isolation.relies_on_file_modes(off):
+        yield games_dir
+        return
+    close_run_folders(records)
+    hide_from_cmdline([str(games_dir)])
+    if open_to_others(games_dir):
+        log.warning("sandbox: file modes are the only wall here (no Landlock, no mount namespace); the games "
+                    "are played from a root-only copy, but the original folder is open to other users and a "
+                    "kernel that guesses its path can read it")
+    with tempfile.TemporaryDirectory(prefix="duck-games-") as tmp:  # mode 0700, root's
+        copy = Path(tmp) / "games"
+        shutil.copytree(games_dir, copy, symlinks=False)
+        yield copy

@@ -1,0 +1,37 @@
+"""`python -m duck.sandbox.probe RFD WFD`: a worker that only confines itself (worker side).
+
+It speaks the worker's first two messages (its config in, `ready` with the verified layers
+out, duck.sandbox.worker) and runs the same `confine()`, but imports neither numpy nor the
+game's views, so the layer report of every record header (duck.sandbox.isolation.report)
+costs one interpreter start, not a kernel's.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from duck.sandbox import wire
+from duck.sandbox.confine import confine
+from duck.sandbox.guard import GUARD, Guard
+
+
+def main(argv: list[str]) -> None:
+    rfd, wfd = int(argv[0]), int(argv[1])
+    reader = wire.Reader(rfd)
+    first = reader.recv()
+    if first is None or first[0].get("op") != "config":
+        raise SystemExit("the probe expected its config first")
+    cfg = first[0]["cfg"]
+    layers = confine(cfg["plan"])
+    sys.addaudithook(Guard(os.getcwd(), cfg.get("deny_read", [])))
+    layers["guard"] = GUARD
+    wire.send(wfd, {"op": "ready", "pid": os.getpid(), "layers": layers})
+    try:
+        reader.recv()  # `exit`, or the host closing the pipe
+    except wire.WireError:
+        pass
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,202 @@
+"""Host process control: starting a worker, and ending it whatever its code did (host side).
+
+Why (issue 30): model code once called `os.setpgid(0, <host's pgid>)`, then slept in an
+atexit handler, stopped itself or swallowed its time-outs; the host's `killpg(worker pid)` hit
+an empty group and its `wait()` had no time-out, so `duck play` never ended. Here:
+
+* the worker starts in a session of its own (`start_new_session`): it has no controlling
+  terminal (no TIOCSTI into the user's shell) and cannot join the host's process group, since
+  setpgid only reaches groups of its own session (seccomp denies setpgid and setsid as well);
+* its plan travels over the pipe, never on its command line (which any process can read);
+* `end()` kills it by pid, by its own group and by its uid, and every wait has a time-out:
+  a worker the kernel cannot reap (stuck in uninterruptible sleep) is reported, never waited on.
+* `probe()` starts a worker that only confines itself (duck.sandbox.probe: the same
+  `confine()`, without numpy) and says what it verified: the layer report of every record
+  header (duck.sandbox.isolation.report) comes from it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from duck.sandbox import trust, wire
+
+IMPORT_ROOT = Path(__file__).resolve().parents[2]  # where `duck` is imported from (PYTHONPATH)
+REAP_S = 5.0  # after SIGKILL, how long the host waits for the worker to be reaped
+START_S = 30.0  # a worker that has not confined itself by then is not going to
+
+
+@dataclass
+class Started:
+    proc: subprocess.Popen
+    wfd: int  # the host's write end (non-blocking)
+    reader: wire.Reader
+
+
+def environment(workdir: str) -> dict[str, str]:
+    """The worker's whole environment: nothing of the host's."""
+    return {"PATH": "/usr/bin:/bin:/usr/sbin:/sbin", "HOME": workdir, "TMPDIR": workdir,
+            "LANG": "C.UTF-8", "PYTHONPATH": str(IMPORT_ROOT), "PYTHONHASHSEED": "0",
+            "PYTHONDONTWRITEBYTECODE": "1", "PYTHONIOENCODING": "utf-8", "PYTHONBREAKPOINT": "0",
+            "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+def spawn(cfg: dict[str, Any], workdir: str, max_message: int, module: str = "duck.sandbox.worker") -> Started:
+    """Start `python -m MODULE RFD WFD` in `workdir` and send it `cfg` (its plan)."""
+    h2w_r, h2w_w = os.pipe()
+    w2h_r, w2h_w = os.pipe()
+    try:
+        with open(os.path.join(workdir, ".worker.log"), "wb") as err:
+            proc = subprocess.Popen(
+                [sys.executable, "-s", "-m", module, str(h2w_r), str(w2h_w)],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, cwd=workdir,
+                env=environment(workdir), pass_fds=(h2w_r, w2h_w), start_new_session=True)
+    except BaseException:
+        for fd in (h2w_r, h2w_w, w2h_r, w2h_w):
+            os.close(fd)
+        raise
+    os.close(h2w_r)
+    os.close(w2h_w)
+    os.set_blocking(h2w_w, False)  # writes wait with a deadline, never forever
+    started = Started(proc, h2w_w, wire.Reader(w2h_r, max_message))
+    try:
+        wire.send(h2w_w, {"op": "config", "cfg": cfg}, deadline=time.monotonic() + 10)
+    except wire.WireError:
+        end(started, None)
+        raise
+    return started
+
+
+def end(started: Started, uid: int | None) -> str | None:
+    """Kill the worker and everything it could have left, then reap it with a time-out and
+    close the pipes. Returns None, or why the worker could not be reaped."""
+    proc = started.proc
+    if proc.returncode is None:  # not reaped yet: its pid (and group id) cannot have been reused
+        others = [] if uid is not None else descendants(proc.pid)
+        for kill, target in ((os.kill, proc.pid), (os.killpg, proc.pid), *((os.kill, p) for p in others)):
+            try:
+                kill(target, signal.SIGKILL)
+            except OSError:
+                pass
+    if uid is not None:
+        end_uid(uid)
+    note = None
+    try:
+        proc.wait(timeout=REAP_S)
+    except subprocess.TimeoutExpired:
+        note = f"the kernel worker (pid {proc.pid}) was not reaped within {REAP_S:.0f} s of SIGKILL"
+    if uid is not None:
+        end_uid(uid)  # anything that raced the first round
+    for fd in (started.wfd, started.reader.fd):
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    return note
+
+
+def ready(started: Started, deadline: float) -> dict[str, Any] | None:
+    """The worker's `ready` message (its verified layers), or None if it did not come."""
+    try:
+        got = started.reader.recv(deadline)
+        return trust.check(got[0], ("ready",)) if got is not None else None
+    except wire.WireError:
+        return None
+
+
+def probe(cfg: dict[str, Any], workdir: str) -> dict[str, str] | str:
+    """Start a worker that confines itself by `cfg` and exits: its verified layers, or why it
+    did not start."""
+    started = spawn(cfg, workdir, 1 << 20, module="duck.sandbox.probe")
+    msg = ready(started, time.monotonic() + START_S)
+    uid = cfg["plan"].get("uid")
+    if msg is None:
+        end(started, uid)
+        try:
+            with open(os.path.join(workdir, ".worker.log"), "rb") as f:
+                lines = f.read()[-2000:].decode("utf-8", "replace").strip().splitlines()
+        except OSError:
+            lines = []
+        return lines[-1] if lines else "the probe worker did not start"
+    try:
+        wire.send(started.wfd, {"op": "exit"}, deadline=time.monotonic() + 2)
+        started.proc.wait(timeout=2)
+    except (wire.WireError, subprocess.TimeoutExpired):
+        pass
+    end(started, uid)
+    return {trust.text(k, 40): trust.text(v, 300) for k, v in msg["layers"].items()}
+
+
+# --- what outlived a call ----------------------------------------------------------------
+
+def _status_field(pid: str, name: str) -> str | None:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith(name):
+                    return line.split(":", 1)[1]
+    except OSError:
+        return None
+    return None
+
+
+def pids_of_uid(uid: int) -> list[int]:
+    """Every process whose real uid is `uid` (/proc's owner can be changed by the process
+    itself, PR_SET_DUMPABLE; the status line cannot)."""
+    out = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            field = _status_field(name, "Uid:")
+            if field and int(field.split()[0]) == uid:
+                out.append(int(name))
+    return out
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live descendant of `pid` (children that left the process group included)."""
+    parent: dict[int, int] = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat") as f:
+                    stat = f.read()
+                parent[int(name)] = int(stat.rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                pass
+    found, frontier = [], {pid}
+    while frontier:
+        frontier = {p for p, pp in parent.items() if pp in frontier}
+        found += sorted(frontier)
+    return found
+
+
+def threads(pid: int) -> int:
+    try:
+        return len(os.listdir(f"/proc/{pid}/task"))
+    except OSError:
+        return 0
+
+
+def end_uid(uid: int) -> int:
+    """Kill every process of `uid`; returns how many there were."""
+    pids = pids_of_uid(uid)
+    for p in pids:
+        try:
+            os.kill(p, signal.SIGKILL)
+        except OSError:
+            pass
+    return len(pids)
+
+
+def leftovers(worker_pid: int, uid: int | None) -> list[int]:
+    """Processes other than the worker that a call left behind."""
+    if uid is not None:
+        return [p for p in pids_of_uid(uid) if p != worker_pid]
+    return descendants(worker_pid)

@@ -1,0 +1,80 @@
+"""The sandbox's postures for the tests: where a run starts, as far as privilege goes.
+
+* `full`: this process as it is (root with every capability in CI: namespaces, mounts,
+  Landlock, seccomp, a uid per worker).
+* `kaggle`: root without CAP_SYS_ADMIN, as in Kaggle's container (no namespaces, no mounts;
+  issue 30 found Landlock silently off there). `wrap(cmd)` starts `cmd` under `unshare -m`
+  (a private mount namespace, so nothing here touches the machine's own mounts) in which the
+  folders that close the Python installation to other users are replaced by a tmpfs that
+  re-exposes only what is needed (pyenv under /root: Kaggle's Python is open to every user),
+  then under `capsh --drop=cap_sys_admin`, which removes the capability from the bounding set
+  before the command is executed.
+
+`current()` says which posture this process is in; `available()` whether `kaggle` can be
+started here (root, unshare and capsh present) and why not.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import sys
+from pathlib import Path
+
+from duck.sandbox.confine import closed_ancestor
+from duck.sandbox.isolation import python_paths
+
+ROOT = Path(__file__).resolve().parent.parent
+ENV = "DUCK_TEST_POSTURE"  # set in the wrapped process, so a nested test run knows where it is
+CAP_SYS_ADMIN = 21
+
+
+def cap_sys_admin() -> bool:
+    with open("/proc/self/status") as f:
+        eff = next(int(line.split()[1], 16) for line in f if line.startswith("CapEff:"))
+    return bool(eff >> CAP_SYS_ADMIN & 1)
+
+
+def current() -> str:
+    return "kaggle" if os.geteuid() == 0 and not cap_sys_admin() else "full"
+
+
+def available() -> str | None:
+    """None when `wrap` works here, else why not."""
+    if os.geteuid() != 0:
+        return "not root"
+    if not cap_sys_admin():
+        return "already without CAP_SYS_ADMIN"
+    for tool in ("unshare", "capsh"):
+        if shutil.which(tool) is None:
+            return f"no {tool} (apt-get install util-linux libcap2-bin)"
+    return None
+
+
+def _exposures() -> list[tuple[str, list[str]]]:
+    """(closed folder, names below it to keep) for the Python installation and the checkout."""
+    groups: dict[str, set[str]] = {}
+    for p in [*python_paths(), os.path.realpath(sys.executable), str(ROOT)]:
+        top = closed_ancestor(p)
+        if top:
+            groups.setdefault(top, set()).add(p[len(top):].strip("/").split("/")[0])
+    return sorted((top, sorted(names)) for top, names in groups.items())
+
+
+def wrap(cmd: list[str]) -> list[str]:
+    """`cmd` as root without CAP_SYS_ADMIN, with the Python installation open to other users."""
+    lines = ["set -e"]
+    for top, names in _exposures():
+        for i, name in enumerate(names):
+            src, stage = shlex.quote(os.path.join(top, name)), f'"$st/{i}"'
+            lines += [f'mkdir {stage}', f"mount --bind {src} {stage}"]
+        lines.append(f"mount -t tmpfs -o mode=0755,size=1m tmpfs {shlex.quote(top)}")
+        for i, name in enumerate(names):
+            dst = shlex.quote(os.path.join(top, name))
+            lines += [f"mkdir {dst}", f'mount --move "$st/{i}" {dst}', f'rmdir "$st/{i}"']
+    # rmdir, never rm -r: a staging folder that still held a bind mount must not be emptied.
+    script = "\n".join(['st=$(mktemp -d /tmp/duck-posture-XXXXXX)', *lines[1:], 'rmdir "$st"',
+                        f'export {ENV}=kaggle',
+                        'exec capsh --drop=cap_sys_admin -- -c \'exec "$0" "$@"\' "$@"'])
+    return ["unshare", "-m", "--propagation", "private", "--", "sh", "-ec", script, "sh", *cmd]
