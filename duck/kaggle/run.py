@@ -365,6 +365,8 @@ class KaggleRun:
             self.summary.runner = (f"scheduler.runner ({runner.policy.name}, {runner.slots} slots, "
                                    f"{runner.budget_s:.0f} s)")
             self.summary.results.update(run_scheduler(runner, self.game_ids, self.deadline, k.stop_grace_s))
+        if isinstance(self.source, PreparedSource):  # (again: how many of them play used)
+            self.summary.model["prepared_games"] = self.source.report()
         # Games the runner never started (no record: play_game writes one first thing) are
         # played here, so that no game is left at 0 for a bug in one component. A started
         # game is never made twice (the gateway allows one make() per game).
