@@ -82,9 +82,9 @@ class ServeConfig(Section):
     stream_interval: PositiveInt = 1
     kv_cache_dtype: Literal["auto", "fp8"] = _PLAN.kv_cache_dtype  # "auto": the checkpoint's dtype (BF16)
     # `--speculative-config '{"method": "mtp", ...}'`: the profile's native MTP head drafting
-    # this many tokens (0: off). Flash-Next accepted 2.6-2.9 of 4 drafted (FIELD §4).
+    # this many tokens (the profile's: 3, or 0 = off). Flash-Next accepted 2.6-2.9 of 4 drafted (FIELD §4).
     mtp_tokens: NonNegativeInt = _PLAN.mtp_tokens
-    # `--engram-config '{"cpu_offload": true}'`: Flash-Next's n-gram table (51B parameters)
+    # `--engram-config '{"cpu_offload": true}'` (the profile's): Flash-Next's n-gram table (51B parameters)
     # in pinned host RAM, looked up over UVA, instead of on the card (where it does not fit).
     engram_offload: bool = _PLAN.engram_offload
     cudagraph_mode: str = "PIECEWISE"  # piecewise CUDA graphs: stable where full graphs wedged
@@ -114,7 +114,7 @@ class ServeConfig(Section):
     # The template copy: "" = ../shared/<chat_template_family>/chat_template.jinja beside the
     # checkout; the notebook sets the copy shipped in the wheel dataset.
     fallback_chat_template: str = ""
-    chat_template_family: Literal["qwen3.8", "qwen3.6"] = "qwen3.8"  # the profile's template
+    chat_template_family: Literal["qwen3.8", "qwen3.6"] = "qwen3.8"  # the profile's template copy
     flashinfer_sampler: bool = False  # the FlashInfer top-k kernel livelocked (vLLM #43885)
     images_per_prompt: NonNegativeInt = 64  # one frame per turn stays in the history
     extra_args: list[str] = []

@@ -11,7 +11,9 @@ exists anywhere:
   attention layers hold KV (Flash-Next: 12 of 48, 2 KV heads x 256: 12 KiB a token in FP8;
   the 27B models: 16 of 64, 4 x 256: 64 KiB a token in BF16). The Gated DeltaNet layers hold
   a fixed recurrent state per request instead (heads x key dim x value dim, plus the conv
-  window), whatever the context;
+  window, which MTP's drafted tokens widen), whatever the context; with prefix caching a
+  game's cached prefix keeps one more such state (vLLM 0.33's "align" checkpoint), so a
+  slot costs two (Arch, plan's `prefix_checkpoints`);
 * the slots: how many games can hold a context at once. A game's context is a sawtooth: it
   grows to the budget, then the trim (duck.agent.context) drops it to `low_water` of the
   budget in one block, so on average a slot holds (1 + low_water) / 2 of the window. Slots =
@@ -27,7 +29,7 @@ exists anywhere:
 The runtime overhead (activations, CUDA graphs, MoE workspaces, the vision encoder) is not
 computable from a config: each profile carries one figure, fitted so that the plan gives the
 KV pool the field measured (FIELD §4: Flash-Next ~1.0M tokens at 0.96; Qwen3.8-27B-FP8 851K
-in BF16). `duck doctor` reads the real pool off vLLM's `/metrics` on the first GPU; where it
+in BF16, 1.67M in FP8), with the state figures above. `duck doctor` reads the real pool off vLLM's `/metrics` on the first GPU; where it
 disagrees, that figure is the one to change.
 
 Pure arithmetic over numbers and one optional file read (the checkpoint's config.json): it
