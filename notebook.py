@@ -75,14 +75,20 @@ from duck.kaggle.run import KaggleRun
 run = KaggleRun(started_at=T0)
 
 # %%
-# vLLM from the dataset into its own venv, then `duck serve`: ready when /v1/models
-# answers and a smoke chat succeeds. If it does not come up, the explorer plays.
-run.prepare_model()
+# vLLM from the dataset into its own venv, then `duck serve` starts (it takes ~9 minutes
+# to load; nothing waits for it yet). A serving plan that does not fit starts nothing.
+run.start_model()
 
 # %%
-# The games: the rerun waits for the gateway to list them (/api/games); an interactive
-# run takes the public games from the competition's environment_files/.
+# While it loads, what costs no action: the rerun waits for the gateway to list the games
+# (/api/games), an interactive run takes the public games from the competition's
+# environment_files/; the scorecard is opened and every game made ahead.
 run.open_games()
+
+# %%
+# Until the server is ready: /v1/models answers and a smoke chat succeeds. If it does not
+# come up, the explorer plays.
+run.wait_model()
 
 # %%
 # Every game through the scheduler's runner; whatever happens, the scorecard is closed,

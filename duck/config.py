@@ -91,22 +91,48 @@ class ServeConfig(Section):
     gpu_memory_mib: PositiveInt = profiles.RTX_PRO_6000_MIB  # the card the plan is made for (Kaggle's)
     host_memory_gb: PositiveFloat = profiles.KAGGLE_HOST_GB  # its host RAM (the n-gram table lives there)
     max_num_batched_tokens: PositiveInt = 8192  # what the field found stable on the RTX Pro 6000
-    # Tokens per streamed chunk (the first is sent at once): at 1, 28 games' ~570 tokens/s are
-    # 570 chunks/s to serialise (vLLM's API server) and parse (our client: ~0.3 ms of CPU each,
-    # most of the harness's CPU in `python -m duck.bench load`); the agent needs no token-level
-    # stream, only the time limit checked between chunks.
-    stream_interval: PositiveInt = 16
+    # Tokens per streamed chunk (the first is sent at once). 1: at 16, vLLM 0.19's streaming
+    # qwen3_coder parser delivered most tool-call arguments as `{}` or broken JSON (83 of 400
+    # real snippets intact, vllm#31501/#45256), and 0.33's is a new parser nothing has proven
+    # at 16 yet: tests/conformance measures both on the Duck traces (experiments/LOG.md).
+    # What 16 saved, the harness's CPU for per-token chunks, is ~0.3 ms a chunk at the
+    # field's ~700 tokens/s in total (`python -m duck.bench load`).
+    stream_interval: PositiveInt = 1
     kv_cache_dtype: Literal["auto", "fp8"] = _PLAN.kv_cache_dtype  # "auto": the checkpoint's dtype (BF16)
+    # `--speculative-config '{"method": "mtp", ...}'`: the profile's native MTP head drafting
+    # this many tokens (the profile's: 3, or 0 = off). Flash-Next accepted 2.6-2.9 of 4 drafted (FIELD §4).
+    mtp_tokens: NonNegativeInt = _PLAN.mtp_tokens
+    # `--engram-config '{"cpu_offload": true}'` (the profile's): Flash-Next's n-gram table (51B parameters)
+    # in pinned host RAM, looked up over UVA, instead of on the card (where it does not fit).
+    engram_offload: bool = _PLAN.engram_offload
     cudagraph_mode: str = "PIECEWISE"  # piecewise CUDA graphs: stable where full graphs wedged
-    # `--linear-backend` (CUTLASS FP8 GEMM) exists from vLLM 0.2x on; the pinned 0.19 refuses
-    # the flag and exits, so it stays empty ("" = not passed) until the pin moves.
+    # `--linear-backend` (GEMM kernels; vLLM 0.33 falls back to its own choice for a layer
+    # type the backend lacks): the profile's (CUTLASS for the FP8 27B checkpoints, what the
+    # field found stable; "" = not passed).
     linear_backend: str = ""
+    # `--attention-backend` ("" = vLLM's choice). TRITON_ATTN where FlashInfer would fetch
+    # kernels at run time (no internet on Kaggle: vLLM 0.27 failed so); flashinfer-cubin has
+    # no build for 0.33's FlashInfer 0.7.2, so the first GPU run (`duck doctor`) settles it.
+    attention_backend: str = ""
+    # `--prefix-match-unit`: the token grid prefix-cache hits (and, on a hybrid model, the
+    # DeltaNet prefill checkpoints) land on. 0 = vLLM 0.33's default (the GCD of the KV cache
+    # groups' block sizes, known only on the GPU); a finer unit puts the checkpoint closer to
+    # each prompt's end. The first-GPU sweep measures the hit rate with and without.
+    prefix_match_unit: NonNegativeInt = 0
+    # `--mm-processor-kwargs '{"max_pixels": N}'`: the image processor's cap. The agent's
+    # boards are at most 640 x 640 (a 64x64 grid at 10x, ~402 tokens); without a cap vLLM's
+    # start-up profiles a 4096 x 4096 dummy image (a 2.19 GiB activation peak, FIELD §4).
+    max_pixels: PositiveInt = 640 * 640
+    # `--default-chat-template-kwargs`: what every request gets unless it says otherwise (the
+    # client sends its own; this covers the smoke chat and the health probe).
+    default_chat_template_kwargs: dict[str, Any] = {"preserve_thinking": True}
     # `--chat-template`: "" = the model folder's own, unless it lacks the `preserve_thinking`
     # branch the agent's prefix cache relies on; then `fallback_chat_template` is served.
     chat_template: str = ""
-    # The Qwen3.6 template copy: "" = ../shared/qwen3.6/chat_template.jinja beside the
-    # checkout; the notebook sets the copy shipped in the wheel dataset (qwen3.6/).
+    # The template copy: "" = ../shared/<chat_template_family>/chat_template.jinja beside the
+    # checkout; the notebook sets the copy shipped in the wheel dataset.
     fallback_chat_template: str = ""
+    chat_template_family: Literal["qwen3.8", "qwen3.6"] = "qwen3.8"  # the profile's template copy
     flashinfer_sampler: bool = False  # the FlashInfer top-k kernel livelocked (vLLM #43885)
     # Images one prompt may hold (vLLM answers 400 beyond): a 131K history of turns with a 402-token
     # board and a diff holds up to ~320; the agent leaves out a turn's optional images before the limit.
@@ -137,6 +163,10 @@ class ModelConfig(Section):
     # it by default): the prompt then only ever grows at its end, so the prefix cache hits,
     # at the price of a faster-filling context. None: the template's own default.
     preserve_thinking: bool | None = True
+    # `chat_template_kwargs.reasoning_effort` (Qwen3.8's template: xhigh, medium or low; any
+    # other value raises in it). None: not sent, the template's default (xhigh), which the
+    # field left on; an effort the profile's template does not know is a config error.
+    reasoning_effort: Literal["xhigh", "medium", "low"] | None = None
     max_output_tokens: PositiveInt = _PLAN.output_tokens  # Flash-Next: 12,288 (FIELD §3)
     # A reply cut at the output cap or the time limit keeps the last this many characters of
     # its thinking in the history (~1K tokens), marked as cut: two cut replies kept whole took a
@@ -393,11 +423,18 @@ class Config(Section):
                               context_tokens=given(self.agent, "context_tokens"),
                               output_tokens=given(m, "max_output_tokens"), slots=given(self.scheduler, "slots"),
                               max_num_seqs=given(s, "max_num_seqs"), low_water=self.agent.evict_to,
-                              kernel_disk_mb=given(self.kernel, "disk_mb"))
+                              kernel_disk_mb=given(self.kernel, "disk_mb"), mtp_tokens=given(s, "mtp_tokens"))
         except profiles.ProfileError as e:
             raise ValueError(str(e)) from None
+        prof = profiles.get(m.profile)
+        if m.reasoning_effort is not None and m.reasoning_effort not in prof.reasoning_efforts:
+            raise ValueError(f"model.reasoning_effort {m.reasoning_effort!r}: the {m.profile} template accepts "
+                             f"{', '.join(prof.reasoning_efforts) or 'no reasoning effort'}")
         derived = []
         for section, key, value in ((m, "name", p.served_name), (s, "model_path", p.checkpoint),
+                                    (s, "mtp_tokens", p.mtp_tokens), (s, "engram_offload", prof.engram_offload),
+                                    (s, "linear_backend", prof.linear_backend),
+                                    (s, "chat_template_family", prof.chat_template),
                                     (s, "max_model_len", p.window), (s, "gpu_memory_utilization", p.utilization),
                                     (s, "max_num_seqs", p.max_num_seqs), (s, "kv_cache_dtype", p.kv_cache_dtype),
                                     (m, "max_output_tokens", p.output_tokens),

@@ -11,7 +11,9 @@ exists anywhere:
   attention layers hold KV (Flash-Next: 12 of 48, 2 KV heads x 256: 12 KiB a token in FP8;
   the 27B models: 16 of 64, 4 x 256: 64 KiB a token in BF16). The Gated DeltaNet layers hold
   a fixed recurrent state per request instead (heads x key dim x value dim, plus the conv
-  window), whatever the context;
+  window, which MTP's drafted tokens widen), whatever the context; with prefix caching a
+  game's cached prefix keeps one more such state (vLLM 0.33's "align" checkpoint), so a
+  slot costs two (Arch, plan's `prefix_checkpoints`);
 * the slots: how many games can hold a context at once. A game's context is a sawtooth: it
   grows to the budget, then the trim (duck.agent.context) drops it to `low_water` of the
   budget in one block, so on average a slot holds (1 + low_water) / 2 of the window. Slots =
@@ -27,7 +29,7 @@ exists anywhere:
 The runtime overhead (activations, CUDA graphs, MoE workspaces, the vision encoder) is not
 computable from a config: each profile carries one figure, fitted so that the plan gives the
 KV pool the field measured (FIELD §4: Flash-Next ~1.0M tokens at 0.96; Qwen3.8-27B-FP8 851K
-in BF16). `duck doctor` reads the real pool off vLLM's `/metrics` on the first GPU; where it
+in BF16, 1.67M in FP8), with the state figures above. `duck doctor` reads the real pool off vLLM's `/metrics` on the first GPU; where it
 disagrees, that figure is the one to change.
 
 Pure arithmetic over numbers and one optional file read (the checkpoint's config.json): it
@@ -58,10 +60,21 @@ class ProfileError(ValueError):
 @dataclass(frozen=True)
 class Arch:
     """What the memory plan needs of a model's architecture, in config.json's own names
-    (`text_config` of Qwen3.5/3.6/3.8 and of Flash-Next's `qwen4_exp_text`)."""
+    (`text_config` of Qwen3.5/3.6/3.8 and of Flash-Next's `qwen4_exp_text`), read the way
+    vLLM 0.33's model code reads them (vllm/models/qwen4_exp/nvidia/model.py and
+    vllm/model_executor/layers/mamba/mamba_utils.py):
+
+    * KV only on the attention layers: "full_attention", or "indexed_attention" (Qwen4Exp's
+      QSA layers: transformers renames full_attention to it), `num_key_value_heads` x `head_dim`;
+    * per request, for every linear-attention layer, one page of the Gated DeltaNet state:
+      the causal conv window (conv_dim x (kernel - 1 + speculative tokens)) and the temporal
+      state (value heads x value dim x key dim). Qwen4Exp's PLE layers keep a short-conv
+      state of their own (hidden x hc_count wide, (ple kernel - 1) x ngram_size + 1 long);
+      vLLM pads every Mamba page to the largest of the two specs, so a layer costs the max.
+    """
 
     num_hidden_layers: int
-    attention_layers: int  # layers of type "full_attention": the only ones that hold KV
+    attention_layers: int  # layers of type "full_attention"/"indexed_attention": the only ones that hold KV
     num_key_value_heads: int
     head_dim: int
     linear_num_key_heads: int
@@ -69,6 +82,14 @@ class Arch:
     linear_key_head_dim: int
     linear_value_head_dim: int
     linear_conv_kernel_dim: int
+    # Qwen4Exp (Flash-Next) only; 0 where the model has none.
+    hidden_size: int = 0
+    hc_count: int = 0  # hyper-connection streams: the PLE conv state is hidden_size x hc_count wide
+    ple_layers: int = 0  # layers with a Per-Layer Embedding (the n-gram table's lookups)
+    ple_conv_kernel_size: int = 4
+    ngram_size: int = 3
+
+    ATTENTION_TYPES = ("full_attention", "indexed_attention")
 
     @classmethod
     def from_config(cls, doc: dict[str, Any]) -> "Arch":
@@ -77,33 +98,53 @@ class Arch:
         layers = int(t["num_hidden_layers"])
         types = t.get("layer_types")
         if types:
-            attention = sum(1 for x in types if x == "full_attention")
-        else:  # Qwen3-Next style: every `full_attention_interval`-th layer attends
-            attention = layers // int(t.get("full_attention_interval") or 1)
+            attention = sum(1 for x in types if x in cls.ATTENTION_TYPES)
+        else:  # Qwen3-Next/Qwen4Exp style: every `full_attention_interval`-th layer attends (default 4)
+            attention = layers // int(t.get("full_attention_interval") or 4)
         return cls(layers, attention, int(t["num_key_value_heads"]), int(t["head_dim"]),
                    int(t.get("linear_num_key_heads", 0)), int(t.get("linear_num_value_heads", 0)),
                    int(t.get("linear_key_head_dim", 0)), int(t.get("linear_value_head_dim", 0)),
-                   int(t.get("linear_conv_kernel_dim", 0)))
+                   int(t.get("linear_conv_kernel_dim", 0)),
+                   hidden_size=int(t.get("hidden_size", 0)) if t.get("ple_layer_ids") else 0,
+                   hc_count=int(t.get("hc_count", 0) or 0), ple_layers=len(set(t.get("ple_layer_ids") or ())),
+                   ple_conv_kernel_size=int(t.get("ple_conv_kernel_size", 4)), ngram_size=int(t.get("ngram_size", 3)))
 
     def kv_bytes_per_token(self, dtype: str) -> int:
         """K and V of every attention layer, for one token."""
         return 2 * self.attention_layers * self.num_key_value_heads * self.head_dim * DTYPE_BYTES[dtype]
 
-    def state_bytes_per_slot(self, dtype: str) -> int:
-        """The recurrent state of every linear-attention layer for one request: the
-        DeltaNet matrix per value head, and the causal conv's window over q, k and v."""
-        linear = self.num_hidden_layers - self.attention_layers
+    def gdn_page_bytes(self, dtype: str, num_spec: int = 0) -> int:
+        """One linear-attention layer's state for one request (vLLM's gated_delta_net_state_shape)."""
         ssm = self.linear_num_value_heads * self.linear_key_head_dim * self.linear_value_head_dim
         conv_dim = 2 * self.linear_num_key_heads * self.linear_key_head_dim + \
             self.linear_num_value_heads * self.linear_value_head_dim
-        conv = conv_dim * max(0, self.linear_conv_kernel_dim - 1)
-        return linear * (ssm + conv) * DTYPE_BYTES[dtype]
+        conv = conv_dim * max(0, self.linear_conv_kernel_dim - 1 + num_spec)
+        return (ssm + conv) * DTYPE_BYTES[dtype]
+
+    def ple_page_bytes(self, dtype: str, num_spec: int = 0) -> int:
+        """The PLE layers' short-conv state (vLLM's get_ple_mamba_state_shape_from_config)."""
+        if not self.ple_layers:
+            return 0
+        window = (self.ple_conv_kernel_size - 1) * self.ngram_size + num_spec
+        return self.hidden_size * self.hc_count * window * DTYPE_BYTES[dtype]
+
+    def state_bytes_per_slot(self, dtype: str, num_spec: int = 0) -> int:
+        """The recurrent state of every linear-attention layer for one request, each layer
+        one page of the larger of the two Mamba specs; `num_spec` speculative (MTP) tokens
+        widen the conv windows."""
+        linear = self.num_hidden_layers - self.attention_layers
+        return linear * max(self.gdn_page_bytes(dtype, num_spec), self.ple_page_bytes(dtype, num_spec))
 
 
 # The architectures, as their config.json states them (Qwen3.6-27B and Qwen3.8-27B are one
-# shape; Flash-Next's text config as public copies of its config.json give it).
+# shape). Flash-Next's text config: 48 layers, every 4th attends (12), 2 KV heads x 256 (12
+# KiB a token in FP8, FIELD §4), 16 key / 48 value heads x 128 in the DeltaNet layers (~56 MB
+# of state a slot, FIELD §4). Its hidden size, hc_count (Qwen4ExpTextConfig's default 4) and
+# PLE layers only size the PLE conv page, which stays below the DeltaNet page for any
+# hidden size under ~16K, so the plan does not depend on them; a checkpoint's config.json
+# (Arch.from_config) replaces all of this when it is at hand.
 QWEN_27B = Arch(64, 16, 4, 256, 16, 48, 128, 128, 4)
-FLASH_NEXT = Arch(48, 12, 2, 256, 16, 48, 128, 128, 4)
+FLASH_NEXT = Arch(48, 12, 2, 256, 16, 48, 128, 128, 4, hidden_size=2048, hc_count=4, ple_layers=4)
 
 
 @dataclass(frozen=True)
@@ -127,6 +168,14 @@ class Profile:
     mtp_tokens: int = 0  # speculative tokens drafted by the native MTP head (0: off)
     table_host_gb: float = 0.0  # the n-gram table kept in host RAM (--engram-config cpu_offload)
     notes: tuple[str, ...] = ()
+    # What `duck serve` passes for it (duck.llm.serve.command):
+    architecture: str = ""  # config.json's `architectures[0]`, as vLLM 0.33 registers it
+    chat_template: str = "qwen3.8"  # the team's template copy served when the model folder's lacks preserve_thinking
+    engram_offload: bool = False  # --engram-config '{"cpu_offload": true}': the n-gram table in pinned host RAM
+    linear_backend: str = ""  # --linear-backend ("": vLLM's choice)
+    # The reasoning efforts its template accepts (chat_template_kwargs.reasoning_effort; any
+    # other raises in the template, FIELD §4); () where the template has no such switch.
+    reasoning_efforts: tuple[str, ...] = ()
 
 
 PROFILES: dict[str, Profile] = {p.name: p for p in (
@@ -134,26 +183,32 @@ PROFILES: dict[str, Profile] = {p.name: p for p in (
         name="flash-next", served_name="Qwen3.8-Flash-Next",
         checkpoint="Intel/Qwen3.8-Flash-Next-W4A16-AutoRound",
         kaggle_model="intel/qwen3.8-flash-next/transformers/w4a16-autoround",
-        arch=FLASH_NEXT, weights_gib=65.2, overhead_gib=14.3, kv_cache_dtype="fp8", state_dtype="bfloat16",
+        arch=FLASH_NEXT, weights_gib=65.2, overhead_gib=14.0, kv_cache_dtype="fp8", state_dtype="bfloat16",
         gpu_memory_utilization=0.96, window=131072, output_tokens=12288, max_slots=16,
         quantization="W4A16 AutoRound (4-bit experts)", mtp_tokens=3, table_host_gb=102.0,
         notes=("the n-gram table (51B parameters) is planned at BF16 in host RAM; an FP8 build halves it",
-               "the field's figures: 10 x 128K (Franzen) or 16 x 70K (Siriki) in a ~1.0M-token pool")),
+               "the field's figures: 10 x 128K (Franzen) or 16 x 70K (Siriki) in a ~1.0M-token pool",
+               "no public run served it on a stock vLLM release: duck doctor on the first GPU is the proof"),
+        architecture="Qwen4ExpForConditionalGeneration", engram_offload=True,
+        reasoning_efforts=("xhigh", "medium", "low")),
     Profile(
         name="qwen3.8-27b", served_name="Qwen3.8-27B-FP8", checkpoint="Qwen/Qwen3.8-27B-FP8",
         kaggle_model="qwen-lm/qwen3.8/transformers/27b-fp8",
-        arch=QWEN_27B, weights_gib=30.5, overhead_gib=5.5, kv_cache_dtype="fp8", state_dtype="bfloat16",
+        arch=QWEN_27B, weights_gib=30.5, overhead_gib=4.2, kv_cache_dtype="fp8", state_dtype="bfloat16",
         gpu_memory_utilization=0.92, window=131072, output_tokens=12288, max_slots=16,
         quantization="FP8 (block-wise)", mtp_tokens=3,
-        notes=("measured: 851K tokens of KV in BF16, 1.67M in FP8 (FIELD §4); FP8 KV is safe on 3.8",)),
+        notes=("measured: 851K tokens of KV in BF16, 1.67M in FP8 (FIELD §4); FP8 KV is safe on 3.8",),
+        architecture="Qwen3_5ForConditionalGeneration", linear_backend="cutlass",
+        reasoning_efforts=("xhigh", "medium", "low")),
     Profile(
         name="qwen3.6-27b", served_name="Qwen3.6-27B-FP8", checkpoint="Qwen/Qwen3.6-27B-FP8",
         kaggle_model="qwen-lm/qwen3.6/transformers/27b-fp8",
-        arch=QWEN_27B, weights_gib=30.5, overhead_gib=5.5, kv_cache_dtype="auto", state_dtype="bfloat16",
+        arch=QWEN_27B, weights_gib=30.5, overhead_gib=4.2, kv_cache_dtype="auto", state_dtype="bfloat16",
         gpu_memory_utilization=0.92, window=65536, output_tokens=8192, max_slots=16,
         quantization="FP8 (block-wise)", mtp_tokens=0,
         notes=("BF16 KV: FP8 KV corrupts Qwen3.6's output (vllm#26646)",
-               "the Duck's Milestone-1 model, served at the Duck's 64K window")),
+               "the Duck's Milestone-1 model, served at the Duck's 64K window"),
+        architecture="Qwen3_5ForConditionalGeneration", chat_template="qwen3.6", linear_backend="cutlass"),
 )}
 DEFAULT_PROFILE = "flash-next"
 
@@ -188,6 +243,11 @@ class Plan:
     host: dict[str, float] = field(default_factory=dict)
     kernel_disk_mb: int = 256
     problems: list[str] = field(default_factory=list)
+    # (Added with the vLLM 0.33 stack; the fields above keep their names.)
+    architecture: str = ""
+    prefix_checkpoints: int = 1  # DeltaNet state pages a game's cached prefix holds beside its running one
+    state_gib: float = 0.0  # every slot's recurrent state (running + prefix checkpoints)
+    engram_offload: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -221,10 +281,17 @@ def plan(name: str = DEFAULT_PROFILE, *, model_path: str | None = None, gpu_mib:
          host_gb: float = KAGGLE_HOST_GB, utilization: float | None = None, kv_cache_dtype: str | None = None,
          window: int | None = None, context_tokens: int | None = None, output_tokens: int | None = None,
          slots: int | None = None, max_num_seqs: int | None = None, low_water: float = 0.45,
-         kernels: int = KAGGLE_GAMES, kernel_disk_mb: int | None = None) -> Plan:
+         kernels: int = KAGGLE_GAMES, kernel_disk_mb: int | None = None, mtp_tokens: int | None = None,
+         prefix_checkpoints: int = 1) -> Plan:
     """The memory plan of profile `name`; every keyword set overrides what the profile says
-    (None: derived). `problems` lists what does not fit; nothing here raises for that."""
+    (None: derived). `problems` lists what does not fit; nothing here raises for that.
+
+    `prefix_checkpoints`: with prefix caching on a hybrid model vLLM 0.33 keeps the DeltaNet
+    state at a cached prefix's end ("align" mode: vllm/config/cache.py), so that the game's
+    next request resumes there; each game between requests holds that page beside the one
+    its running request writes. 1 is this plan's assumption; `duck doctor` reads the real pool."""
     p = get(name)
+    mtp = p.mtp_tokens if mtp_tokens is None else mtp_tokens
     arch, arch_from = arch_of(p, model_path)
     util = utilization or p.gpu_memory_utilization
     dtype = kv_cache_dtype or p.kv_cache_dtype
@@ -242,7 +309,8 @@ def plan(name: str = DEFAULT_PROFILE, *, model_path: str | None = None, gpu_mib:
         problems.append(f"the output cap ({output}) leaves no room for a prompt in {context} tokens")
     gpu_gib = gpu_mib * MiB / GiB
     usable = util * gpu_gib
-    state = arch.state_bytes_per_slot(p.state_dtype)
+    one = arch.state_bytes_per_slot(p.state_dtype, mtp)  # a running request's state
+    state = one * (1 + prefix_checkpoints)  # what a game holds: its running state and its prefix's
     per_token = arch.kv_bytes_per_token(dtype)
     mean = int(context * (1 + low_water) / 2)
     # The pool is what remains with the slots' states paid; solved for the slots that fit.
@@ -274,7 +342,9 @@ def plan(name: str = DEFAULT_PROFILE, *, model_path: str | None = None, gpu_mib:
     return Plan(profile=p.name, served_name=p.served_name, checkpoint=p.checkpoint, arch_from=arch_from,
                 gpu_gib=round(gpu_gib, 2), utilization=util, usable_gib=round(usable, 2), weights_gib=p.weights_gib,
                 overhead_gib=p.overhead_gib, kv_cache_dtype=dtype, kv_bytes_per_token=per_token,
-                state_mib_per_slot=round(state / MiB, 1), kv_pool_gib=round(pool_gib, 2), kv_tokens=kv_tokens,
+                state_mib_per_slot=round(one / MiB, 1), kv_pool_gib=round(pool_gib, 2), kv_tokens=kv_tokens,
                 window=window, context_tokens=context, output_tokens=output, low_water=low_water,
                 mean_tokens_per_slot=mean, slots=n, slots_fit=fit, max_num_seqs=max_num_seqs or n + 1,
-                mtp_tokens=p.mtp_tokens, host=host, kernel_disk_mb=disk, problems=problems)
+                mtp_tokens=mtp, host=host, kernel_disk_mb=disk, problems=problems, architecture=p.architecture,
+                prefix_checkpoints=prefix_checkpoints, state_gib=round(n * state / GiB, 2),
+                engram_offload=p.engram_offload)

@@ -197,22 +197,29 @@ def build_project_wheel(wheels: Path) -> Path:
     return next(wheels.glob(f"{name}-*.whl"))
 
 
-# The Qwen3.6 chat template (with its preserve_thinking branch), served with --chat-template
-# when the model folder's own lacks that branch (duck.llm.serve.pick_chat_template). It is the
-# team's copy beside the checkout, never a file of this repository.
-TEMPLATE = Path(os.environ.get("DUCK_SHARED_DIR") or ROOT.parent / "shared") / "qwen3.6" / "chat_template.jinja"
+# The serving profiles' chat templates (with their preserve_thinking branch: Qwen3.8's for
+# Flash-Next and Qwen3.8-27B, Qwen3.6's), served with --chat-template when the model
+# folder's own lacks that branch (duck.llm.serve.pick_chat_template; on Kaggle the notebook
+# points ServeConfig.fallback_chat_template at `<family>/chat_template.jinja` here). They
+# are the team's copies beside the checkout, never files of this repository.
+SHARED = Path(os.environ.get("DUCK_SHARED_DIR") or ROOT.parent / "shared")
+FAMILIES = ("qwen3.8", "qwen3.6")
 
 
-def copy_template(out: Path) -> Path | None:
-    dst = out / "qwen3.6" / "chat_template.jinja"
-    if not TEMPLATE.is_file():
-        print(f"warning: no chat template at {TEMPLATE}: the dataset ships none (the model's own is served)",
-              file=sys.stderr)
-        dst.unlink(missing_ok=True)
-        return None
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copy(TEMPLATE, dst)
-    return dst
+def copy_templates(out: Path) -> dict[str, str]:
+    """Each family's template into `out/<family>/chat_template.jinja`; those missing are warned of."""
+    shipped = {}
+    for family in FAMILIES:
+        src, dst = SHARED / family / "chat_template.jinja", out / family / "chat_template.jinja"
+        if not src.is_file():
+            print(f"warning: no chat template at {src}: the dataset ships none for {family} "
+                  "(the model's own is served)", file=sys.stderr)
+            dst.unlink(missing_ok=True)
+            continue
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(src, dst)
+        shipped[family] = f"{family}/chat_template.jinja"
+    return shipped
 
 
 def check(out: Path, which: list[str]) -> bool:
@@ -307,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{w}.lock: {len(locks[w])} distributions", file=sys.stderr)
         print(f"duck\tbuild\t{norm(project()['name'])}=={project()['version']}\t(this repository: its wheel)")
         print(f"would write {out}/: wheels/ ({len(seen)} files), duck.lock"
-              + ("" if a.no_vllm else ", vllm.lock") + f", qwen3.6/chat_template.jinja ({TEMPLATE}), {MARKER}, "
+              + ("" if a.no_vllm else ", vllm.lock") + f", {{{','.join(FAMILIES)}}}/chat_template.jinja ({SHARED}), {MARKER}, "
               "dataset-metadata.json, SHA256SUMS, README.md",
               file=sys.stderr)
         return 0
@@ -321,7 +328,7 @@ def main(argv: list[str] | None = None) -> int:
     for f in wheels.iterdir():
         if f.name not in keep:
             f.unlink()  # wheels of an older lock
-    template = copy_template(out)
+    templates = copy_templates(out)
     for w in which:
         shutil.copy(LOCKS[w], out / f"{w}.lock")
     for stale in {"duck", "vllm"} - set(which):
@@ -333,7 +340,8 @@ def main(argv: list[str] | None = None) -> int:
         "name": "duck-arc3-wheels", "project": project()["name"], "version": project()["version"],
         "python": PYTHON_VERSION, "platform": f"manylinux_2_{GLIBC_MINOR}_x86_64",
         "locks": {w: f"{w}.lock" for w in which}, "wheels": "wheels", "project_wheel": own.name,
-        "chat_template": "qwen3.6/chat_template.jinja" if template else None,
+        "chat_templates": templates,
+        "chat_template": templates.get("qwen3.6"),  # (read by older notebooks)
         "built_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "git_commit": git_commit()}, indent=2) + "\n")
     size = sum(f.stat().st_size for f in wheels.iterdir())

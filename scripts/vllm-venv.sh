@@ -4,6 +4,8 @@
 # reasoning parsers and streaming generator run here without a GPU engine.
 #
 #   bash scripts/vllm-venv.sh            # -> $DUCK_VLLM_VENV (default ~/.cache/duck-arc3/vllm-<version>)
+#   bash scripts/vllm-venv.sh 0.19.0     # another version beside it (the stream-interval
+#                                        # measurement runs 0.19's parser too: tests/conformance)
 #
 # The vLLM version is pyproject's `serve` extra (the one place pins live). PyPI's torch for
 # that vLLM is a CUDA build of several GB; nothing here needs a GPU. The venv lives outside
@@ -16,7 +18,8 @@ extra = tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependen
 print(next(r for r in extra if re.match(r"vllm\s*==", r)).replace(" ", ""))
 PY
 )
-VERSION=${PIN#vllm==}
+VERSION=${1:-${PIN#vllm==}}
+PIN="vllm==$VERSION"
 VENV=${DUCK_VLLM_VENV:-$HOME/.cache/duck-arc3/vllm-$VERSION}
 PY=""
 for cand in "${PYTHON:-}" python3.12 "$(pyenv root 2>/dev/null)/versions/3.12.1/bin/python" "$HOME"/.pyenv/versions/3.12*/bin/python; do

@@ -1,13 +1,15 @@
 """The first run on a real GPU (opt-in: `pytest -m gpu`, never in CI, which has none).
 
 `duck doctor` with the real `vllm` and the real weights: the driver and CUDA against the lock,
-vLLM's import in its venv, `duck serve`'s start, a smoke chat, then three bundled games played by
-the model through the agent and the kernel. The thresholds are the ones a working setup must
-meet whatever the model's skill; the figures go to `runs/gpu-doctor/doctor.json` (keep it: it is
-the first real measurement of decode speed, prefix-cache hits and tool-call failures).
+vLLM's import in its venv, the plan, `duck serve`'s start, a smoke chat, then the plan's slots of
+games (the bundled ones, repeated) played at once by the model through the agent and the kernel.
+The doctor's own checks are the field's operating points (decode >= 600 tokens/s at 10 streams,
+prefix-cache hit >= 0.9, boot <= 12 min, tool-call failures, `{}` included, <= 2%), so exit 0 is
+the pass; the figures go to `runs/gpu-doctor/doctor.json` (keep it: it is the first real
+measurement of decode speed, prefix-cache hits, MTP acceptance and tool-call failures).
 
-    DUCK_MODEL__SERVE__MODEL_PATH=/path/to/Qwen3.6-27B-FP8 \\
-    DUCK_MODEL__SERVE__EXECUTABLE=~/.cache/duck-arc3/vllm-0.19.0/bin/vllm \\
+    DUCK_MODEL__SERVE__MODEL_PATH=/path/to/Qwen3.8-Flash-Next-W4A16-AutoRound \\
+    DUCK_MODEL__SERVE__EXECUTABLE=~/.cache/duck-arc3/vllm-0.33.0/bin/vllm \\
         .venv/bin/python -m pytest -m gpu -s tests/test_gpu.py
 """
 
@@ -46,7 +48,6 @@ def test_duck_doctor_on_the_real_model_and_gpu(tmp_path):
     doc = json.loads((out / "doctor.json").read_text())
     assert r.returncode == 0, doc
     f = doc["figures"]
-    assert f["decode_tokens_per_s"] > 20  # one RTX Pro 6000 decodes hundreds per second over 3 streams
-    assert f["tool_call_failure_rate"] < 0.25  # the wire format works with the real template and parsers
-    assert f["prefix_cache_hit_rate"] > 0.5  # prefix-stable prompts hit the cache
+    assert all(c["ok"] for c in doc["checks"].values()), doc["checks"]  # the field's operating points
+    assert f["empty_tool_calls"] == 0  # no call lost to the streaming parser
     assert f["harness_share"] < 0.05

@@ -359,14 +359,97 @@ def test_an_old_driver_sends_the_notebook_to_the_explorer_without_starting_vllm(
             ][-1] == "gpu_driver"
 
 
-def test_the_vllm_lock_is_the_stack_proven_on_kaggle():
-    """vLLM 0.19.0, torch 2.10.0 built for CUDA 12.8, flashinfer 0.6.6 (DESIGN §1c), and
-    the driver line the notebook checks, consistent with the lock's CUDA runtime."""
-    from duck.kaggle.inputs import lock_driver_requirement
+def test_the_vllm_lock_is_the_stack_for_flash_next():
+    """vLLM 0.33.0 (it registers Qwen4Exp, Flash-Next's architecture), torch 2.14.0 built for
+    CUDA 13.0, transformers < 5.21 and flashinfer 0.7.2.post1 (FIELD §4), and the driver line
+    the notebook checks, consistent with the lock's CUDA runtime and below Kaggle's 580.159.04."""
+    from duck.kaggle.inputs import _version, lock_driver_requirement
     lock = Path(__file__).resolve().parent.parent / "kaggle-dataset" / "vllm.lock"
     pins = dict(line.split("  #")[0].split("==") for line in lock.read_text().splitlines()
                 if line and not line.startswith("#"))
-    assert (pins["vllm"], pins["torch"], pins["flashinfer-python"]) == ("0.19.0", "2.10.0", "0.6.6")
-    assert pins["nvidia-cuda-runtime-cu12"].startswith("12.8.")
-    assert lock_driver_requirement(lock) == ("12.8", "570.26")
-    assert "vllm==0.19.0" in (lock.parent.parent / "pyproject.toml").read_text()
+    assert (pins["vllm"], pins["torch"], pins["flashinfer-python"]) == ("0.33.0", "2.14.0", "0.7.2.post1")
+    assert _version(pins["transformers"]) < (5, 21) and pins["nvidia-cuda-runtime"].startswith("13.0.")
+    cuda, driver = lock_driver_requirement(lock)
+    assert cuda == "13.0" and _version(driver) <= _version("580.159.04")
+    assert "vllm==0.33.0" in (lock.parent.parent / "pyproject.toml").read_text()
+
+
+def test_kernel_metadata_names_the_profiles_model_and_a_pinned_image():
+    from duck import profiles
+    meta = json.loads((Path(__file__).resolve().parent.parent / "kaggle-dataset" / "kernel-metadata.json").read_text())
+    assert meta["model_sources"] == [profiles.get(profiles.DEFAULT_PROFILE).kaggle_model + "/1"]
+    assert "@sha256:" in meta["docker_image"]  # by digest: the default image moved to Python 3.13
+    assert meta["enable_internet"] is False and meta["machine_shape"] == "NvidiaRtxPro6000"
+
+
+def test_a_python_other_than_the_wheels_is_refused_in_one_line(tmp_path):
+    from duck.kaggle.inputs import check_python
+    (tmp_path / "duck-dataset.json").write_text(json.dumps({"python": "3.12"}))
+    assert check_python(tmp_path, (3, 12))[0] is True
+    ok, why = check_python(tmp_path, (3, 13))
+    assert ok is False and "3.13" in why and "digest" in why and "\n" not in why
+    assert check_python(tmp_path / "nothing", (3, 13))[0] is True  # no dataset: nothing to compare
+
+
+def test_made_ahead_games_cost_no_action_and_are_handed_out_once(bundled):
+    """duck.kaggle.prepare: every game made while vLLM loads; play gets that very game, at 0
+    actions; a game being made ahead is waited for, never made a second time."""
+    import threading
+    from duck.game.source import GameSource
+    from duck.kaggle.prepare import PreparedSource
+    source = GameSource.offline(bundled)
+    made: list[str] = []
+    real_make = source.make
+
+    def counting_make(game_id):  # (what the gateway sees: one make() per game)
+        made.append(game_id)
+        return real_make(game_id)
+    source.make = counting_make
+    prepared = PreparedSource(source)
+    ids = prepared.game_ids()
+    t = prepared.prepare_in_background(ids)
+    got = {}
+    racers = [threading.Thread(target=lambda g=g: got.setdefault(g, prepared.make(g))) for g in ids]
+    for r in racers:
+        r.start()
+    for r in racers:
+        r.join(60)
+    t.join(60)
+    assert sorted(made) == sorted(ids)  # each game made exactly once, by whichever came first
+    assert all(g.actions == 0 and g.obs is not None for g in got.values())  # the game-creating RESET is free
+    assert prepared.report()["unused"] == 0 and prepared.competition is False  # (the rest is the source's)
+    again = prepared.make(ids[0])  # a second play of one game: made anew, as before
+    assert again is not got[ids[0]] and made.count(ids[0]) == 2
+
+
+def test_the_server_starts_first_and_the_games_are_made_while_it_loads(tmp_path, monkeypatch):
+    """The boot order: start_model() returns at once, open_games() makes every game while the
+    stand-in vLLM still loads (DUCK_STANDIN_BOOT_S), wait_model() then waits; play gets the
+    games made ahead."""
+    from duck.game.gateway import free_port
+    from duck.testing.rehearse.layout import write_standin
+    exe = write_standin(tmp_path / "bin" / "vllm")
+    model = tmp_path / "input" / "models" / "intel" / "qwen3.8-flash-next" / "transformers" / "w4a16-autoround" / "1"
+    model.mkdir(parents=True)
+    (model / "config.json").write_text("{}")
+    (model / "model.safetensors").write_bytes(b"")
+    monkeypatch.setenv("DUCK_STANDIN_BOOT_S", "4")
+    run = _interactive(tmp_path, monkeypatch, DUCK_MODEL__SERVE__EXECUTABLE=str(exe),
+                       DUCK_MODEL__SERVE__PORT=str(free_port()), DUCK_KAGGLE__MODEL_DIR=str(model),
+                       DUCK_MODEL__SERVE__READY_TIMEOUT_S="40", DUCK_KAGGLE__INTERACTIVE_BUDGET_S="90")
+    t0 = time.monotonic()
+    assert run.start_model() is True and time.monotonic() - t0 < 3  # started, not waited for
+    ids = run.open_games()
+    assert run.source.wait(30) and run.source.report()["made_ahead"] == len(ids) == 3
+    assert run.server.ready_s is None  # every game made before the server was ready
+    assert run.wait_model() is True
+    names = [s.name for s in run.summary.steps]
+    assert names.index("serve_start") < names.index("open_games") < names.index("serve")
+    try:
+        run.play()
+    finally:
+        run.finish()
+    doc = json.loads((tmp_path / "working" / "duck" / "summary.json").read_text())
+    assert doc["model"]["prepared_games"]["made_ahead"] == 3 and doc["model"]["prepared_games"]["unused"] == 0
+    assert doc["model"]["started_at_s"] < doc["model"]["ready_at_s"]
+    assert all(r.get("actions", 0) > 0 for r in doc["results"].values())

@@ -76,6 +76,10 @@ def cfg(tmp_path):
     return c
 
 
+def _flag(argv: list[str], name: str) -> str | None:
+    return argv[argv.index(name) + 1] if name in argv else None
+
+
 def test_command_has_the_flags_the_field_found_stable(cfg):
     cfg = with_values(cfg, {"model.profile": "qwen3.6-27b"})  # the window and memory share come from its plan
     argv, env = command(cfg.model.serve, "Qwen3.6-27B-FP8")
@@ -83,16 +87,60 @@ def test_command_has_the_flags_the_field_found_stable(cfg):
     assert argv[1:3] == ["serve", "Qwen/Qwen3.6-27B-FP8"]
     for flag in ("--tool-call-parser qwen3_coder", "--reasoning-parser qwen3", "--enable-prefix-caching",
                  "--enable-auto-tool-choice", "--max-model-len 65536", "--gpu-memory-utilization 0.92",
-                 "--max-num-batched-tokens 8192", "--stream-interval 16", "--served-model-name Qwen3.6-27B-FP8",
-                 "--enable-prompt-tokens-details"):
+                 "--max-num-batched-tokens 8192", "--stream-interval 1", "--served-model-name Qwen3.6-27B-FP8",
+                 "--enable-prompt-tokens-details", "--linear-backend cutlass"):
         assert flag in line, flag
-    assert "--linear-backend" not in argv and "--chat-template" not in argv  # (vLLM 0.19 has no such flag)
+    assert "--chat-template" not in argv and "--kv-cache-dtype" not in argv  # BF16 KV on 3.6 (vllm#26646)
+    assert "--speculative-config" not in argv and "--engram-config" not in argv
     assert command(cfg.model.serve, "m", chat_template="/t.jinja")[0][-2:] == ["--chat-template", "/t.jinja"]
-    assert json.loads(argv[argv.index("--compilation-config") + 1]) == {"cudagraph_mode": "PIECEWISE"}
-    assert json.loads(argv[argv.index("--limit-mm-per-prompt") + 1])["image"] >= 32
+    assert json.loads(_flag(argv, "--compilation-config")) == {"cudagraph_mode": "PIECEWISE"}
+    assert json.loads(_flag(argv, "--limit-mm-per-prompt"))["image"] >= 32
+    assert json.loads(_flag(argv, "--mm-processor-kwargs")) == {"max_pixels": 640 * 640}
+    assert json.loads(_flag(argv, "--default-chat-template-kwargs")) == {"preserve_thinking": True}
     assert env == {"VLLM_USE_FLASHINFER_SAMPLER": "0"}
     cfg.model.serve.kv_cache_dtype = "fp8"
     assert "--kv-cache-dtype" in command(cfg.model.serve, "m")[0]
+
+
+@pytest.mark.parametrize("profile, mtp, engram, kv, linear, template", [
+    ("flash-next", 3, True, "fp8", None, "qwen3.8"),
+    ("qwen3.8-27b", 3, False, "fp8", "cutlass", "qwen3.8"),
+    ("qwen3.6-27b", 0, False, None, "cutlass", "qwen3.6")])
+def test_each_profile_gets_its_own_flags(cfg, profile, mtp, engram, kv, linear, template):
+    """MTP, FP8 KV, the n-gram table's offload and the template copy per profile, and the
+    plan's window and seqs (duck.profiles)."""
+    c = with_values(cfg, {"model.profile": profile})
+    argv, _ = command(c.model.serve, c.model.name)
+    spec = _flag(argv, "--speculative-config")
+    assert (json.loads(spec) if spec else None) == ({"method": "mtp", "num_speculative_tokens": mtp} if mtp else None)
+    assert (_flag(argv, "--engram-config") is not None) == engram
+    if engram:
+        assert json.loads(_flag(argv, "--engram-config")) == {"cpu_offload": True}
+    assert _flag(argv, "--kv-cache-dtype") == kv and _flag(argv, "--linear-backend") == linear
+    assert int(_flag(argv, "--max-model-len")) == c.plan.window and int(_flag(argv, "--max-num-seqs")) == c.plan.max_num_seqs
+    assert "--mamba-cache-mode" not in argv  # deprecated in 0.33: prefix caching sets the hybrid cache
+    assert c.model.serve.chat_template_family == template
+    # Turning MTP off, and a finer prefix-cache grid, are one field each.
+    off = with_values(c, {"model.serve.mtp_tokens": 0, "model.serve.prefix_match_unit": 64})
+    argv_off, _ = command(off.model.serve, off.model.name)
+    assert "--speculative-config" not in argv_off and _flag(argv_off, "--prefix-match-unit") == "64"
+
+
+def test_dry_run_prints_the_plan_and_refuses_a_plan_that_does_not_fit(cfg, capsys):
+    from duck.cli import main
+    assert main(["serve", "--dry-run", "--json"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    plan = json.loads(next(line for line in out if line.startswith('{"plan"')))["plan"]
+    assert plan["profile"] == "flash-next" and plan["slots"] == 10 and plan["problems"] == []
+    assert any(line.startswith("# KV fp8: 12288 B a token") for line in out)
+    assert any(line.startswith("# slots 10 (fit 10), --max-num-seqs 11, MTP 3") for line in out)
+    assert out[-1].split()[1:3] == ["vllm", "serve"] or "serve" in out[-1]
+    # 16 games at 128K do not fit the pool: an error (exit 2) with the problem, before anything starts.
+    assert main(["serve", "--dry-run", "--set", "scheduler.slots=16"]) == 2
+    captured = capsys.readouterr()
+    assert "# PROBLEM: 16 slots" in captured.out and "does not fit" in captured.err
+    assert main(["serve", "--set", "scheduler.slots=16", "--executable", "/nonexistent/vllm"]) == 2
+    assert "does not fit" in capsys.readouterr().err
 
 
 def test_starts_becomes_ready_serves_and_stops_cleanly(cfg):
@@ -153,7 +201,7 @@ def test_duck_serve_command_line(cfg, tmp_path, capsys):
     from duck.cli import main
     s = cfg.model.serve
     assert main(["serve", "--dry-run", "--executable", s.executable, "--port", str(s.port), "--gpus", "0,1"]) == 0
-    dry = capsys.readouterr().out.splitlines()
+    dry = [d for d in capsys.readouterr().out.splitlines() if not d.startswith("#")]  # (the plan's lines)
     assert len(dry) == 2 and all("VLLM_USE_FLASHINFER_SAMPLER=0" in d and "--tool-call-parser" in d for d in dry)
     assert f"--port {s.port + 1}" in dry[1]
     proc = subprocess.Popen([sys.executable, "-m", "duck.cli", "serve", "--executable", s.executable,

@@ -1,10 +1,13 @@
-"""`python -m duck.bench load --games N --minutes M`: a full Kaggle wave on one machine (issue 17).
+"""`python -m duck.bench load --games N --minutes M`: a full Kaggle wave on one machine (issues 17, 26).
 
-The scheduler's runner (scheduler.runner, the notebook's) plays N games at once (default 28,
-a wave's slots) for M minutes (default 5) through the real agent, kernel and records, against
-the stub server in a process of its own (as vLLM is) with the latency model of a loaded GPU
-(duck.testing.stub.latency: ~570 decode tokens/s in total at 28 streams) and a scripted model
-that reads the board and plays (duck.testing.stub.player). The games are the public ones
+The scheduler's runner (scheduler.runner, the notebook's) plays N games at once (default: the
+serving plan's slots, 10 for Flash-Next at 128K) for M minutes (default 5) through the real
+agent, kernel and records, against the stub server in a process of its own (as vLLM is) with
+the latency model of a loaded GPU (duck.testing.stub.latency: the field's 169 · n^0.6 decode
+tokens/s, 11K prefill tokens/s) sized by the config's serving plan (its `--max-num-seqs` and
+KV pool: `--games 16` plans 16 slots, and the pool of 128K contexts then admits fewer at
+once, as vLLM would), streaming in chunks of the configured stream interval (or an MTP
+step), and a scripted model that reads the board and plays (duck.testing.stub.player). The games are the public ones
 (environment_files/, repeated as needed; a repeat is a second conversation, `pass` 1, 2, …) or,
 without them, the bundled ones.
 
@@ -153,11 +156,17 @@ def run(games: int, minutes: float, folder: str | Path, out: str | Path, latency
     for old in records.glob("*.jsonl"):
         old.unlink()
     # The model's games end at the deadline; with no fallback a model failure shows as an error.
-    cfg = load_config(overrides=["agent.fallback=null", *overrides])
+    # The slots are the games played at once: the plan (max_num_seqs, KV pool) follows them.
+    cfg = load_config(overrides=["agent.fallback=null", f"scheduler.slots={games}", *overrides])
     source = Repeats(GameSource.offline(folder))
     ids = game_list(source.source, games)
-    if "chunk_tokens" not in latency:  # the stub streams as `duck serve` configures vLLM to
-        latency = f"{latency},chunk_tokens={cfg.model.serve.stream_interval}"
+    # The stub serves as `duck serve` configures vLLM: the plan's seqs and pool, the stream
+    # interval, MTP's multi-token steps (or one token a step without it).
+    s = cfg.model.serve
+    for key, value in (("chunk_tokens", s.stream_interval), ("max_num_seqs", s.max_num_seqs),
+                       ("kv_tokens", cfg.plan.kv_tokens), ("step_tokens", None if s.mtp_tokens else 1)):
+        if value is not None and f"{key}=" not in latency:
+            latency = f"{latency},{key}={value}"
     server, url, banner = start_server(latency, out / "server.log")
     try:
         def play_policy(game_id: str) -> Any:
@@ -208,6 +217,9 @@ def run(games: int, minutes: float, folder: str | Path, out: str | Path, latency
         "tool_call_failure_rate": s["tool_call_failure_rate"],
         "error_messages": (runner_errors + s["error_messages"])[:10],
         "latency_model": banner.get("latency"),
+        "plan": {k: getattr(cfg.plan, k) for k in ("profile", "slots", "slots_fit", "context_tokens", "kv_tokens",
+                                                    "max_num_seqs", "problems")},
+        "stream_interval": cfg.model.serve.stream_interval,
         "machine": {"cpus": os.cpu_count(), "load_avg_1m_at_end": round(os.getloadavg()[0], 2)},
         "games_dir": str(folder),
         "per_game": s["per_game"],
@@ -218,7 +230,7 @@ def run(games: int, minutes: float, folder: str | Path, out: str | Path, latency
 
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="python -m duck.bench load", description=__doc__.split("\n")[0])
-    p.add_argument("--games", type=int, default=28, help="games at once (default 28: a Kaggle wave)")
+    p.add_argument("--games", type=int, default=None, help="games at once (default: the plan's slots)")
     p.add_argument("--minutes", type=float, default=5.0)
     p.add_argument("--folder", default=None, help="games folder (default: the public games if present, "
                    "else the bundled ones)")
@@ -228,6 +240,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--set", nargs="*", default=[], metavar="A.B=VALUE", help="config overrides")
     p.add_argument("--per-game", action="store_true", help="print each game's figures too")
     args = p.parse_args(argv)
+    if args.games is None:
+        args.games = load_config(overrides=args.set).plan.slots
     if args.games < 1 or args.minutes <= 0:
         p.error("--games must be at least 1 and --minutes positive")
     folder = args.folder or (PUBLIC_GAMES if any(Path(PUBLIC_GAMES).rglob("metadata.json")) else BUNDLED_GAMES)

@@ -9,6 +9,7 @@ down), so each is found by what it holds rather than by a fixed path; an explici
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -131,6 +132,21 @@ def check_driver(lock: Path, env: dict[str, str] | None = None, timeout_s: float
 
 # ---------------------------------------------------------------------------------------
 # Offline installs
+
+def check_python(dataset_dir: Path, version: tuple[int, int] | None = None) -> tuple[bool, str]:
+    """Whether this Python is the one the dataset's wheels were built for (duck-dataset.json's
+    `python`): Kaggle's default image moved to 3.13 in October 2026 and a cp312 wheelhouse
+    does not install there (kernel-metadata.json pins the image by digest against that)."""
+    have = ".".join(map(str, version or sys.version_info[:2]))
+    try:
+        want = str(json.loads((dataset_dir / "duck-dataset.json").read_text()).get("python") or "")
+    except (OSError, ValueError):
+        return True, f"Python {have}; the dataset states no Python"
+    if want and want != have:
+        return False, (f"this image's Python is {have} but the wheel dataset is built for {want}: pin the GPU "
+                       "image by digest (kaggle-dataset/kernel-metadata.json docker_image)")
+    return True, f"Python {have}, as the wheel dataset's"
+
 
 def install_vllm(dataset_dir: Path, env_dir: Path, timeout_s: float = 1800.0) -> Path | None:
     """vLLM into its own venv from the wheel dataset (its numpy pin conflicts with ours).

@@ -1,8 +1,10 @@
 """The Kaggle notebook's orchestration: everything `notebook.py` calls, in order.
 
     run = KaggleRun(started_at=T0)     # mode, config, paths, budget
-    run.prepare_model()                # vLLM's venv from the wheel dataset, then `duck serve`
-    run.open_games()                   # the gateway (rerun) or the public games (interactive)
+    run.start_model()                  # vLLM's venv from the wheel dataset, then `duck serve` starts
+    run.open_games()                   # while it loads: the gateway (rerun) or the public games
+                                       # (interactive), every game made ahead (no action spent)
+    run.wait_model()                   # until it answers (or the explorer plays)
     try:
         run.play()                     # the scheduler's runner over every listed game
     finally:
@@ -14,6 +16,13 @@ scorecard, one make() per game) and the gateway writes `submission.parquet` itse
 other run (Save & Run All, a draft session) is interactive: it plays the public games
 offline from the competition's `environment_files/` and writes a placeholder
 `submission.parquet`, which Kaggle requires for the notebook to be submittable.
+
+The boot order: the server starts first, since it takes ~9 minutes to be ready (Flash-Next,
+FIELD §4), and that time goes to work that costs no action: waiting for the gateway,
+listing the games, opening the scorecard and making every game (duck.kaggle.prepare), so
+that the notebook is never idle and every game's first request leaves the moment the
+server answers. A serving plan that does not fit the card (duck.profiles) starts nothing:
+the explorer plays. (`prepare_model()` is start_model() + wait_model(), as before.)
 
 Nothing here may stop the notebook: every step catches what goes wrong, logs it, keeps it
 in `summary.json` and degrades. No model server (it did not come up, died, or stopped
@@ -50,8 +59,9 @@ from typing import Any, Iterator
 
 from duck.config import Config, ConfigError, load_config
 from duck.game.source import GameSource
-from duck.kaggle.inputs import check_driver, find_competition_dir, find_dataset_dir, find_model_dir, install_vllm, is_rerun
+from duck.kaggle.inputs import check_driver, check_python, find_competition_dir, find_dataset_dir, find_model_dir, install_vllm, is_rerun
 from duck.kaggle.outputs import Step, Summary, write_placeholder_submission
+from duck.kaggle.prepare import PreparedSource
 from duck.kaggle.play import run_pool, run_scheduler, scheduler_runner, wait_for_gateway
 from duck.llm.health import ModelHealth, probe_model
 from duck.llm.serve import VLLMServer
@@ -174,7 +184,12 @@ class KaggleRun:
     # -- the model server ----------------------------------------------------------------
 
     def prepare_model(self) -> bool:
-        """Install vLLM from the dataset and start `duck serve`; True when it answers."""
+        """start_model() then wait_model(): True when the server answers."""
+        return self.start_model() and self.wait_model()
+
+    def start_model(self) -> bool:
+        """Install vLLM from the dataset and start `duck serve` without waiting for it; True
+        when it was started (wait_model() then waits for it to answer)."""
         m = self.summary.model
         if not self.cfg.kaggle.use_model:
             m["status"] = "off (kaggle.use_model=false)"
@@ -184,6 +199,13 @@ class KaggleRun:
             log.warning(m["status"])
             return False
         self.cfg.model.serve.model_path = m["model_path"] = str(self.model_dir)
+        plan = self.cfg.plan
+        m["plan"] = {"profile": plan.profile, "slots": plan.slots, "context_tokens": plan.context_tokens,
+                     "kv_tokens": plan.kv_tokens, "problems": plan.problems}
+        if plan.problems:  # a server that cannot hold its games: nothing starts
+            m["status"] = f"not started (the {plan.profile} plan does not fit: {'; '.join(plan.problems)}): the explorer plays"
+            log.warning(m["status"])
+            return False
         lock = self.dataset_dir / "vllm.lock" if self.dataset_dir is not None else None
         if lock is not None and lock.is_file():
             with self.step("gpu_driver") as s:
@@ -194,29 +216,48 @@ class KaggleRun:
                     m["status"] = f"not started ({m['driver']}): the explorer plays"
                     log.warning(m["status"])
                     return False
-            template = self.dataset_dir / "qwen3.6" / "chat_template.jinja"
+            family = self.cfg.model.serve.chat_template_family
+            template = self.dataset_dir / family / "chat_template.jinja"
             if template.is_file():  # the copy served when the model's template lacks preserve_thinking
                 self.cfg.model.serve.fallback_chat_template = str(template)
+        if self.dataset_dir is not None:
+            ok, m["python"] = check_python(self.dataset_dir)
+            if not ok:  # vLLM's wheels would not install: the explorer plays
+                m["status"] = f"not started ({m['python']}): the explorer plays"
+                log.warning(m["status"])
+                return False
         with self.step("install_vllm"):
             if self.dataset_dir is not None:
                 exe = install_vllm(self.dataset_dir, Path(self.cfg.kaggle.vllm_env_dir))
                 if exe is not None:
                     self.cfg.model.serve.executable = str(exe)
             m["executable"] = self.cfg.model.serve.executable
+        with self.step("serve_start"):
+            self._launch()
+            m["started_at_s"] = round(time.time() - self.t0, 1)
+            return True
+        return False  # (the step caught an error)
+
+    def wait_model(self) -> bool:
+        """Wait for the started server to answer; True when it does (the monitor then runs)."""
+        if self.server is None:
+            return False
         with self.step("serve") as s:
-            if self._start_server():
-                m["status"] = "ready"
+            if self._await_server():
+                self.summary.model["status"] = "ready"
                 self._start_monitor()
                 return True
             s.ok = False
-        m.setdefault("status", "did not come up: the explorer plays")
+        self.summary.model.setdefault("status", "did not come up: the explorer plays")
         return False
 
-    def _start_server(self) -> bool:
-        """`duck serve`'s VLLMServer: ready when /v1/models lists the model and a smoke chat
-        succeeds, bounded by the budget. False (server stopped) when it does not come up."""
-        timeout = max(1.0, min(self.cfg.model.serve.ready_timeout_s, self.left() - 60))
+    def _launch(self) -> None:
         self.server = VLLMServer(self.cfg.model, log_path=self.out / "vllm.log").start()
+
+    def _await_server(self) -> bool:
+        """Ready when /v1/models lists the model and a smoke chat succeeds, bounded by the
+        budget. False (server stopped) when it does not come up."""
+        timeout = max(1.0, min(self.cfg.model.serve.ready_timeout_s, self.left() - 60))
         try:
             ready_s = self.server.wait_ready(timeout)
         except Exception as e:  # ServeError: crashed, timed out, or the smoke chat failed
@@ -232,6 +273,11 @@ class KaggleRun:
         self.summary.model["ready_s"] = round(ready_s, 1)
         self.summary.model["ready_at_s"] = round(time.time() - self.t0, 1)
         return True
+
+    def _start_server(self) -> bool:
+        """Start and wait (the monitor's restart)."""
+        self._launch()
+        return self._await_server()
 
     def _start_monitor(self) -> None:
         self._monitor = threading.Thread(target=self._watch_model, name="duck-model-health", daemon=True)
@@ -293,6 +339,9 @@ class KaggleRun:
             self.summary.games = ids
             self.summary.scorecard["card_id"] = self.source.open_scorecard(tags=["duck", self.summary.mode])
             log.info("%d games to play: %s", len(ids), " ".join(ids))
+            # While vLLM loads: every game made ahead, in the background (no action spent).
+            self.source = PreparedSource(self.source)
+            self.source.prepare_in_background(ids, deadline=self.deadline)
         return self.game_ids
 
     def policy_for(self, game_id: str) -> Any:
@@ -309,11 +358,15 @@ class KaggleRun:
             log.error("no games to play")
             return {}
         k = self.cfg.kaggle
+        if isinstance(self.source, PreparedSource):
+            self.summary.model["prepared_games"] = self.source.report()
         with self.step("play"):
             runner = scheduler_runner(self.cfg, self.source, self.policy_for, self.out / "records", self.deadline)
             self.summary.runner = (f"scheduler.runner ({runner.policy.name}, {runner.slots} slots, "
                                    f"{runner.budget_s:.0f} s)")
             self.summary.results.update(run_scheduler(runner, self.game_ids, self.deadline, k.stop_grace_s))
+        if isinstance(self.source, PreparedSource):  # (again: how many of them play used)
+            self.summary.model["prepared_games"] = self.source.report()
         # Games the runner never started (no record: play_game writes one first thing) are
         # played here, so that no game is left at 0 for a bug in one component. A started
         # game is never made twice (the gateway allows one make() per game).

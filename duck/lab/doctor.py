@@ -11,18 +11,35 @@ reported and the doctor goes on wherever the next step can still run:
 3. `serve`: `duck serve`'s server (duck.llm.serve.VLLMServer, the configured command) started
    and timed until `/v1/models` lists the model and a smoke chat succeeds;
 4. `smoke_chat`: one more short chat, timed;
-5. `play`: three games (the bundled ones, or `--games DIR`, or `--only`) played at once by the
-   model through the scheduler's runner, the agent and the kernel, for `--game-seconds` each;
+5. `play`: `--streams` games (default: the plan's slots, 10 for Flash-Next; the bundled games,
+   or `--games DIR`, or `--only`, repeated as needed) played at once by the model through the
+   scheduler's runner, the agent and the kernel, for `--game-seconds` each;
 6. `isolation`: the sandbox's isolation layers on this machine (`duck.sandbox.isolation.report()`,
    the same as in every record header).
 
 Figures (`figures` in the JSON): decode throughput (generated tokens per second of play, from
 the server's `/metrics`; and per stream, from each call's decode time), the prefix-cache hit
-rate (from `/metrics`: vLLM 0.19's `vllm:prefix_cache_hits` / `vllm:prefix_cache_queries`
-over the play), the tool-call failure rate and the median model latency per call (from the
-records), the KV cache's capacity in tokens (`vllm:cache_config_info`'s blocks x block size)
-and the harness share of wall time (duck.lab.turns). Printed and written to
-`OUT/doctor.json`; exit 0 when every step held.
+rate (from `/metrics`: `vllm:prefix_cache_hits` / `vllm:prefix_cache_queries` over the play),
+MTP's acceptance (`vllm:spec_decode_*`: tokens per engine step and the share of drafted
+tokens accepted), the tool-call failure rate (a reply with no call, a call the client dropped,
+or a call with empty arguments, `{}`: what a streaming parser that lost them leaves) and the
+median model latency per call (from the records), the KV cache's capacity in tokens (from
+`vllm:cache_config_info`) beside the plan's, and the harness share of wall time
+(duck.lab.turns).
+
+Checks (`checks`), the field's operating points on the RTX Pro 6000 (FIELD §4), each
+`{"value", "limit", "ok"}`: decode >= 600 tokens/s in total at 10 streams (`--min-decode-tps`;
+at another `--streams` the limit scales as the field's 169 · n^0.6 does), prefix-cache hit
+rate >= 0.9 (`--min-prefix-hit`), boot <= 720 s (`--max-boot-s`), tool-call failures <= 0.02
+(`--max-tool-failures`). Printed and written to `OUT/doctor.json`; exit 0 when every step
+held and every check passed.
+
+The first-GPU sweep (`duck doctor --sweep`, <= 30 min on the RTX Pro 6000): the server
+booted once per point of slots x context x MTP on/off (`SWEEP`: 10 x 128K, 16 x 70K, 12 x
+96K, each with and without MTP; `--sweep-minutes` each, at most 30 in all), each point's
+figures and checks in `OUT/sweep.json`, and the best point that passes every check named
+(`best`, by decode tokens/s): its slots, context and MTP are the profile's defaults to set
+(duck.profiles; the plan's overhead figure from the measured KV pool).
 
 Here, without a GPU, `--executable` takes the rehearsal's stand-in vLLM
 (duck.testing.rehearse.layout.write_standin): the same code path, small figures
@@ -37,7 +54,6 @@ import logging
 import os
 import re
 import shutil
-import statistics
 import subprocess
 import time
 from pathlib import Path
@@ -46,12 +62,9 @@ from typing import Any, Callable
 from duck.config import load_config
 from duck.sandbox import isolation as sandbox_isolation
 from duck.game.gateway import free_port
-from duck.game.source import GameSource
 from duck.kaggle.inputs import check_driver, lock_driver_requirement
-from duck.lab import vllm_metrics
-from duck.lab.turns import calls, summarize
+from duck.lab.operating import LIMITS, checks, play
 from duck.paths import BUNDLED_GAMES, REPO
-from duck.play.record import read_record
 
 log = logging.getLogger(__name__)
 
@@ -121,71 +134,46 @@ def vllm_import(python: Path | None, pin: str | None, timeout_s: float = 600.0) 
                     **({} if ok else {"error": f"vLLM {found['vllm']} is not the locked {pin}"})}
 
 
+def plan_step(cfg: Any) -> dict[str, Any]:
+    """The serving profile's memory plan (duck.profiles): what it expects of this card."""
+    p = cfg.plan
+    return {"ok": not p.problems, "profile": p.profile, "slots": p.slots, "context_tokens": p.context_tokens,
+            "kv_tokens": p.kv_tokens, "max_num_seqs": p.max_num_seqs, "mtp_tokens": p.mtp_tokens,
+            "problems": p.problems}
+
+
 def isolation() -> dict[str, Any]:
     """The sandbox's isolation layers (which are on here, and why any is off)."""
     return {"ok": True, "layers": sandbox_isolation.report()}
 
 
-def play(cfg: Any, url: str, games: Path, only: list[str] | None, seconds: float, out: Path,
-         n: int = 3) -> dict[str, Any]:
-    """`n` games at once through the scheduler's runner, the agent (no fallback) and the kernel."""
-    # (Here, not at the top: the policies bring the model client, which `duck --help` needs not.)
-    from duck.policies import make_policy
-    from scheduler.policy import make_policy as make_schedule
-    from scheduler.runner import run_schedule
-    source = GameSource.offline(games)
-    ids = source.game_ids(only)[:n]
-    records = out / "records"
-    records.mkdir(parents=True, exist_ok=True)
-    for old in records.glob("*.jsonl"):
-        old.unlink()
-    before = vllm_metrics.fetch(url)
-    t0 = time.monotonic()
-    run_schedule(make_schedule("fixed", cfg.scheduler), ids, slots=len(ids), budget_s=seconds, source=source,
-                 play_policy=lambda g: make_policy("llm", cfg.play.seed, config=cfg, model_url=url),
-                 max_actions=cfg.play.max_actions, records_dir=records)
-    wall = time.monotonic() - t0
-    after = vllm_metrics.fetch(url)
-    recs = [read_record(p) for p in sorted(records.glob("*.jsonl"))]
-    s = summarize(recs)
-    d = vllm_metrics.delta(before, after)
-    rows = [c for r in recs for c in calls(r)]
-    per_stream = [c["completion_tokens"] / (c["latency_s"] - c["first_token_s"]) for c in rows
-                  if c["completion_tokens"] and c["first_token_s"] is not None and c["latency_s"] > c["first_token_s"]]
-    return {"ok": s["calls"] > 0 and all(x["actions"] > 0 for x in s["per_game"].values()),
-            "games": {k: {kk: v[kk] for kk in ("actions", "turns", "calls")} for k, v in s["per_game"].items()},
-            "wall_s": round(wall, 1), "calls": s["calls"], "errors": s["errors"],
-            "error_messages": s["error_messages"], "metrics_delta": d, "metrics_after": after,
-            "decode_tokens_per_s": round(d["generation_tokens"] / wall, 1) if d.get("generation_tokens") else None,
-            "decode_tokens_per_s_per_stream": round(statistics.median(per_stream), 1) if per_stream else None,
-            "prefix_cache_hit_rate": (round(d["prefix_cache_hits"] / d["prefix_cache_queries"], 4)
-                                      if d.get("prefix_cache_queries") else None),
-            "records_cache_hit_rate": round(s["cached_tokens"] / s["prompt_tokens"], 4) if s["prompt_tokens"] else None,
-            "tool_call_failure_rate": s["tool_call_failure_rate"],
-            "median_model_latency_s": s["model_latency_s"]["median"],
-            "harness_share": s["harness_share"], "max_ready_wait_s": s["max_ready_wait_s"]}
-
-
 def doctor(cfg: Any, out: Path, games: Path, only: list[str] | None, seconds: float,
-           lock: Path = LOCK, python: str | None = None) -> dict[str, Any]:
+           lock: Path = LOCK, python: str | None = None, streams: int | None = None,
+           limits: dict[str, float] | None = None) -> dict[str, Any]:
     from duck.llm.client import smoke_chat
     from duck.llm.serve import VLLMServer
     out.mkdir(parents=True, exist_ok=True)
     steps: dict[str, Any] = {}
     pin = lock_pin(lock)
+    streams = streams or cfg.scheduler.slots
+    limits = {**LIMITS, **(limits or {})}
     step(steps, "gpu", lambda: gpu(lock))
     step(steps, "vllm_import", lambda: vllm_import(vllm_python(cfg.model.serve.executable, python, pin), pin))
+    planned = step(steps, "plan", lambda: plan_step(cfg))  # a plan that does not fit starts nothing
     server = VLLMServer(cfg.model, port=free_port(), log_path=out / "vllm.log")
     try:
-        served = step(steps, "serve", lambda: {"url": server.start().url, "boot_s": round(server.wait_ready(), 2),
-                                              "chat_template": getattr(server, "chat_template_choice", None)})
+        if planned["ok"]:
+            served = step(steps, "serve", lambda: {"url": server.start().url, "boot_s": round(server.wait_ready(), 2),
+                                                  "chat_template": getattr(server, "chat_template_choice", None)})
+        else:
+            served = steps["serve"] = {"ok": False, "error": "not started: the plan does not fit", "seconds": 0.0}
         if served["ok"]:
             def smoke() -> dict[str, Any]:
                 r = smoke_chat(server.url, cfg.model, timeout_s=cfg.model.serve.smoke_timeout_s)
                 return {"reply": (r.content or r.reasoning)[:80], "latency_s": round(r.latency_s, 3),
                         "first_token_s": r.first_token_s, "completion_tokens": r.completion_tokens}
             step(steps, "smoke_chat", smoke)
-            step(steps, "play", lambda: play(cfg, server.url, games, only, seconds, out))
+            step(steps, "play", lambda: play(cfg, server.url, games, only, seconds, out, n=streams))
     finally:
         server.stop()
     step(steps, "isolation", isolation)
@@ -196,12 +184,19 @@ def doctor(cfg: Any, out: Path, games: Path, only: list[str] | None, seconds: fl
         "decode_tokens_per_s_per_stream": p.get("decode_tokens_per_s_per_stream"),
         "prefix_cache_hit_rate": p.get("prefix_cache_hit_rate"),
         "tool_call_failure_rate": p.get("tool_call_failure_rate"),
+        "empty_tool_calls": p.get("empty_tool_calls"),
+        "mtp": p.get("mtp"),
+        "streams": p.get("streams"),
         "median_model_latency_s": p.get("median_model_latency_s"),
         "kv_cache_tokens": (p.get("metrics_after") or {}).get("kv_cache_tokens"),
+        "kv_cache_tokens_planned": cfg.plan.kv_tokens,
         "harness_share": p.get("harness_share"),
         "isolation": steps["isolation"].get("layers", "unknown"),
     }
-    doc = {"ok": all(s.get("ok") for s in steps.values()) and "play" in steps, "figures": figures, "steps": steps}
+    verdicts = checks(figures, streams, limits)
+    doc = {"ok": all(s.get("ok") for s in steps.values()) and "play" in steps
+           and all(c["ok"] for c in verdicts.values()),
+           "figures": figures, "checks": verdicts, "plan": cfg.plan.as_dict(), "steps": steps}
     (out / "doctor.json").write_text(json.dumps(doc, indent=1, default=str))
     return doc
 
@@ -215,19 +210,40 @@ def _main(args: argparse.Namespace) -> int:
     if args.max_actions:
         overrides.append(f"play.max_actions={args.max_actions}")
     cfg = load_config(args.config or [], overrides)
-    doc = doctor(cfg, Path(args.out), Path(args.games), args.only, args.game_seconds, Path(args.lock), args.vllm_python)
+    limits = {"min_decode_tps": args.min_decode_tps, "min_prefix_hit": args.min_prefix_hit,
+              "max_boot_s": args.max_boot_s, "max_tool_failures": args.max_tool_failures}
+    if args.sweep:
+        from duck.lab.sweep import sweep  # (its own module: the doctor's steps, once per point)
+        doc = sweep(cfg, Path(args.out), Path(args.games), args.only, args.sweep_minutes, limits)
+        print(json.dumps(doc, indent=1, default=str))
+        print(f"duck doctor --sweep: best {doc.get('best')}; written to {Path(args.out) / 'sweep.json'}")
+        return 0 if doc.get("best") else 1
+    doc = doctor(cfg, Path(args.out), Path(args.games), args.only, args.game_seconds, Path(args.lock),
+                 args.vllm_python, streams=args.streams, limits=limits)
     print(json.dumps(doc, indent=1, default=str))
-    print(f"duck doctor: {'OK' if doc['ok'] else 'PROBLEMS'} "
-          f"({', '.join(k for k, s in doc['steps'].items() if not s.get('ok')) or 'every step held'}); "
+    failed = [k for k, s in doc["steps"].items() if not s.get("ok")] + \
+        [f"{k} {c['value']} not {c['limit']}" for k, c in doc["checks"].items() if not c["ok"]]
+    print(f"duck doctor: {'OK' if doc['ok'] else 'PROBLEMS'} ({', '.join(failed) or 'every step and check held'}); "
           f"written to {Path(args.out) / 'doctor.json'}")
     return 0 if doc["ok"] else 1
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("doctor", help="check a GPU machine: driver, vLLM, duck serve, a smoke chat, three games")
-    p.add_argument("--games", default=str(BUNDLED_GAMES), help="games folder (default: the bundled games)")
-    p.add_argument("--only", nargs="*", default=None, help="game ids or prefixes (the first three are played)")
-    p.add_argument("--game-seconds", type=float, default=240.0, help="how long the three games play (at once)")
+    p = sub.add_parser("doctor", help="check a GPU machine: driver, vLLM, the plan, duck serve, a smoke chat, "
+                       "the plan's slots of games at once, against the field's operating points")
+    p.add_argument("--games", default=str(BUNDLED_GAMES), help="games folder (default: the bundled games, repeated)")
+    p.add_argument("--only", nargs="*", default=None, help="game ids or prefixes to play")
+    p.add_argument("--streams", type=int, default=None, help="games played at once (default: the plan's slots)")
+    p.add_argument("--game-seconds", type=float, default=240.0, help="how long the games play (at once)")
+    p.add_argument("--min-decode-tps", type=float, default=LIMITS["min_decode_tps"],
+                   help="decode tokens/s in total at 10 streams (scaled as 169 · n^0.6 at another count)")
+    p.add_argument("--min-prefix-hit", type=float, default=LIMITS["min_prefix_hit"])
+    p.add_argument("--max-boot-s", type=float, default=LIMITS["max_boot_s"])
+    p.add_argument("--max-tool-failures", type=float, default=LIMITS["max_tool_failures"],
+                   help="share of replies with no usable tool call (none, dropped, or empty `{}`)")
+    p.add_argument("--sweep", action="store_true", help="the first-GPU sweep: slots x context x MTP on/off "
+                   "(duck.lab.sweep, <= 30 min), the best passing point in OUT/sweep.json")
+    p.add_argument("--sweep-minutes", type=float, default=1.5, help="play per sweep point")
     p.add_argument("--max-actions", type=int, default=None, help="per game (default: play.max_actions)")
     p.add_argument("--executable", default=None, help="the vllm executable (default: model.serve.executable)")
     p.add_argument("--model-path", default=None, help="the model folder (default: model.serve.model_path)")

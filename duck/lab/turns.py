@@ -39,7 +39,8 @@ def calls(record: Record) -> list[dict[str, Any]]:
                     "first_token_s": d.get("first_token_s"), "turn": d.get("turn"),
                     "prompt_tokens": d.get("prompt_tokens"), "cached_tokens": d.get("cached_tokens"),
                     "completion_tokens": d.get("completion_tokens"), "tool_calls": d.get("tool_calls", 0),
-                    "dropped": len(d.get("dropped_calls") or []), "cut": d.get("cut")})
+                    "dropped": len(d.get("dropped_calls") or []), "cut": d.get("cut"),
+                    "empty": d.get("empty_calls") or 0})
     return out
 
 
@@ -66,9 +67,11 @@ def game_timing(record: Record) -> dict[str, Any]:
             "completion_tokens": sum(r["completion_tokens"] or 0 for r in rows),
             "prompt_tokens": sum(r["prompt_tokens"] or 0 for r in rows),
             "cached_tokens": sum(r["cached_tokens"] or 0 for r in rows),
-            # A reply the loop could not run as a tool call: none, or one the client dropped
-            # (not the last reply when the game's deadline cut it: that is how play ends).
-            "tool_call_failures": sum(1 for i, r in enumerate(rows) if (r["tool_calls"] == 0 or r["dropped"])
+            # A reply the loop could not run as a tool call: none, one the client dropped, or
+            # one with empty arguments (`{}`: a streaming parser lost them, vllm#31501); not
+            # the last reply when the game's deadline cut it: that is how play ends.
+            "tool_call_failures": sum(1 for i, r in enumerate(rows)
+                                      if (r["tool_calls"] == 0 or r["dropped"] or r.get("empty"))
                                       and not (i == len(rows) - 1 and r["cut"] == "timeout")),
             "cut_at_end": rows[-1]["cut"] == "timeout"}
 

@@ -1,13 +1,18 @@
 """Reading a vLLM server's `/metrics` (Prometheus text) for `duck doctor`.
 
-The names are vLLM 0.19.0's (vllm/v1/metrics/loggers.py; prometheus_client adds `_total`
-to a counter's name): `vllm:prefix_cache_queries` and `vllm:prefix_cache_hits` (prompt tokens
+The names are vLLM's, the same in 0.19.0 and the pinned 0.33.0 (vllm/v1/metrics/loggers.py;
+prometheus_client adds `_total` to a counter's name): `vllm:prefix_cache_queries` and `vllm:prefix_cache_hits` (prompt tokens
 looked up in the prefix cache / found there), `vllm:prompt_tokens`, `vllm:generation_tokens`,
 `vllm:num_requests_running`, `vllm:num_requests_waiting`, `vllm:kv_cache_usage_perc`, and the
 info gauge `vllm:cache_config_info` whose labels carry the cache configuration, among them
 `block_size` and `num_gpu_blocks` (the KV cache's capacity is their product, in tokens).
 vLLM 0.19 no longer serves the V0 names (`vllm:gpu_prefix_cache_*`, `vllm:gpu_cache_usage_perc`).
-tests/test_doctor.py checks these names against the pinned vLLM's source when its venv is here.
+On a hybrid model 0.33's blocks x block size can be wrong (KV cache groups); its
+`kv_cache_size_tokens` label, when there, is the capacity. Speculative decoding (MTP):
+`vllm:spec_decode_num_drafts`, `vllm:spec_decode_num_draft_tokens` and
+`vllm:spec_decode_num_accepted_tokens` (vllm/v1/spec_decode/metrics.py); `mtp(delta)` makes
+the acceptance figures of them. tests/test_doctor.py checks these names against the pinned
+vLLM's source when its venv is here.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import urllib.request
 from typing import Any
 
 COUNTERS = ("prefix_cache_queries", "prefix_cache_hits", "prompt_tokens", "generation_tokens")
+SPEC_COUNTERS = ("spec_decode_num_drafts", "spec_decode_num_draft_tokens", "spec_decode_num_accepted_tokens")
 GAUGES = ("num_requests_running", "num_requests_waiting", "kv_cache_usage_perc")
 CACHE_INFO = "vllm:cache_config_info"
 
@@ -50,7 +56,7 @@ def summary(text: str) -> dict[str, Any]:
     and the KV cache's capacity in tokens (None when the server does not say)."""
     samples = parse(text)
     out: dict[str, Any] = {}
-    for key in COUNTERS:
+    for key in COUNTERS + SPEC_COUNTERS:
         vals = [v for n, _, v in samples if n in (f"vllm:{key}_total", f"vllm:{key}")]
         out[key] = sum(vals) if vals else None
     for key in GAUGES:
@@ -58,6 +64,12 @@ def summary(text: str) -> dict[str, Any]:
         out[key] = sum(vals) if vals and key != "kv_cache_usage_perc" else (max(vals) if vals else None)
     capacity = None
     for n, labels, _ in samples:
+        if n == CACHE_INFO and labels.get("kv_cache_size_tokens") not in (None, "", "None"):
+            try:
+                capacity = (capacity or 0) + int(labels["kv_cache_size_tokens"])
+                continue
+            except ValueError:
+                pass
         if n == CACHE_INFO and labels.get("num_gpu_blocks") not in (None, "", "None"):
             try:
                 capacity = (capacity or 0) + int(labels["num_gpu_blocks"]) * int(labels.get("block_size") or 16)
@@ -79,4 +91,14 @@ def fetch(url: str, timeout: float = 10.0) -> dict[str, Any]:
 def delta(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
     """Counter differences between two summaries (None where either lacks the counter)."""
     return {k: (after[k] - before[k]) if after.get(k) is not None and before.get(k) is not None else None
-            for k in COUNTERS}
+            for k in COUNTERS + SPEC_COUNTERS}
+
+
+def mtp(d: dict[str, Any]) -> dict[str, Any] | None:
+    """From a counters' delta: `tokens_per_step` (1 + accepted / drafts: FIELD §4's "2.6-2.9
+    of 4") and `acceptance` (accepted / drafted tokens); None without speculative decoding."""
+    drafts, drafted, accepted = (d.get(k) for k in SPEC_COUNTERS)
+    if not drafts:
+        return None
+    return {"drafts": drafts, "tokens_per_step": round(1 + (accepted or 0) / drafts, 3),
+            "acceptance": round((accepted or 0) / drafted, 3) if drafted else None}

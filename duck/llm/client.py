@@ -157,7 +157,10 @@ class Reply:
                 "finish_reason": self.finish_reason, "cut": self.cut, "url": self.url,
                 "attempts": self.attempts, "reasoning_chars": len(self.reasoning),
                 "content_chars": len(self.content), "tool_calls": len(self.tool_calls),
-                "dropped_calls": [d["why"] for d in self.dropped], "thinking_dropped": self.thinking_dropped}
+                "dropped_calls": [d["why"] for d in self.dropped], "thinking_dropped": self.thinking_dropped,
+                # Kept calls with nothing to run (`{}` or ""): what a streaming parser that
+                # lost the arguments leaves (vllm#31501); duck doctor counts them as failures.
+                "empty_calls": sum(1 for c in self.tool_calls if empty_call(c.arguments))}
 
 
 class ModelClient:
@@ -186,6 +189,8 @@ class ModelClient:
         kwargs: dict[str, Any] = {"enable_thinking": self.cfg.thinking}
         if self.cfg.preserve_thinking is not None:
             kwargs["preserve_thinking"] = self.cfg.preserve_thinking
+        if self.cfg.reasoning_effort is not None:  # (Qwen3.8's template: xhigh, medium or low)
+            kwargs["reasoning_effort"] = self.cfg.reasoning_effort
         return {"top_k": self.cfg.top_k, "chat_template_kwargs": kwargs}
 
     def chat(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None, *,
@@ -342,6 +347,16 @@ def json_object(text: str | None) -> bool:
         return isinstance(json.loads(text or ""), dict)
     except ValueError:
         return False
+
+
+def empty_call(arguments: str | None) -> bool:
+    """True when a call's arguments hold no code at all: "" or a JSON object without a
+    non-blank string in it (`{}`, `{"code": ""}`)."""
+    try:
+        doc = json.loads(arguments or "{}")
+    except ValueError:
+        return False  # unreadable is not empty (the client drops it as `invalid`)
+    return isinstance(doc, dict) and not any(isinstance(v, str) and v.strip() for v in doc.values())
 
 
 def _status_error(e: openai.APIStatusError) -> ModelError:

@@ -1,33 +1,46 @@
-"""`duck serve`: the vLLM server for Qwen3.6-27B-FP8 / Qwen3.8-27B-FP8, as a supervised child.
+"""`duck serve`: the vLLM server for the serving profile (duck.profiles), as a supervised child.
 
-`command(cfg)` builds the `vllm serve` command line (DESIGN §1c). Each flag, as named in
-vLLM's engine arguments:
+`command(serve, name)` builds the `vllm serve` command line of the profile the config was
+resolved with (DESIGN §1c, FIELD §4; `model.profile`: flash-next, qwen3.8-27b, qwen3.6-27b).
+Each flag, as named in vLLM 0.33's engine arguments:
 
-* `--tool-call-parser qwen3_coder --enable-auto-tool-choice`: Qwen3.6/3.8 write tool calls
-  in the XML-like `<function=python><parameter=code>` format that parser reads;
+* `--tool-call-parser qwen3_coder --enable-auto-tool-choice`: Qwen3.6/3.8 and Flash-Next
+  write tool calls in the XML-like `<function=python><parameter=code>` format that parser reads;
 * `--reasoning-parser qwen3`: thinking comes back separately (`reasoning`), not in content;
-* `--enable-prefix-caching`: the agent's prompts are prefix-stable (duck.agent.context);
+* `--enable-prefix-caching`: the agent's prompts are prefix-stable (duck.agent.context). On
+  these hybrid models (Gated DeltaNet + attention) vLLM 0.33 derives the DeltaNet state's
+  "align" caching from it (the old `--mamba-cache-mode` is deprecated and does nothing): a
+  hit resumes from a state checkpoint at a prompt's end or on the block grid, which
+  `--prefix-match-unit` (ServeConfig.prefix_match_unit) can make finer;
 * `--enable-prompt-tokens-details`: `usage.prompt_tokens_details.cached_tokens`, so the
   records show the cache hit rate;
-* `--max-model-len`, `--gpu-memory-utilization`, `--max-num-seqs`, `--kv-cache-dtype`;
-* `--stream-interval 16`: a streamed chunk per 16 tokens (the first at once) instead of one
-  per token, 16x fewer chunks for vLLM's API server to send and the harness to parse
-  (`python -m duck.bench load`: the per-token chunks were most of the harness's CPU);
+* `--max-model-len`, `--gpu-memory-utilization`, `--max-num-seqs`, `--kv-cache-dtype`: the
+  profile's memory plan (duck.profiles.plan: FP8 KV except on Qwen3.6, vllm#26646);
+* `--speculative-config '{"method": "mtp", "num_speculative_tokens": N}'`: the native MTP head;
+* `--engram-config '{"cpu_offload": true}'`: Flash-Next's n-gram table in host RAM;
+* `--stream-interval 1`: a chunk per token. Larger intervals made 0.19's streaming tool
+  parser lose calls (ServeConfig.stream_interval; tests/conformance measures 0.33);
+* `--mm-processor-kwargs '{"max_pixels": N}'`: the image processor's cap (the boards are at
+  most 640 x 640; without it vLLM profiles a 4096 x 4096 dummy image at start-up);
+* `--default-chat-template-kwargs '{"preserve_thinking": true}'`: for requests that send none;
 * what the field found stable on the RTX Pro 6000 (runs wedged or crashed after 8-42 min
   otherwise): `--max-num-batched-tokens 8192`, piecewise CUDA graphs
-  (`--compilation-config '{"cudagraph_mode": "PIECEWISE"}'`), the CUTLASS FP8 GEMM
-  (`--linear-backend cutlass`, vLLM >= 0.2x only: not passed on the pinned 0.19, which
-  picks its FP8 kernel itself), and the PyTorch top-k/top-p sampler instead of FlashInfer's
-  (`VLLM_USE_FLASHINFER_SAMPLER=0`: FlashInfer's multi-CTA top-k kernel livelocked Qwen3.6
-  under prefill bursts, vLLM issues #43885 and #49203; it became vLLM's default in 0.21);
+  (`--compilation-config '{"cudagraph_mode": "PIECEWISE"}'`), the CUTLASS FP8 GEMM for the
+  FP8 checkpoints (`--linear-backend cutlass`), and the PyTorch top-k/top-p sampler instead
+  of FlashInfer's (`VLLM_USE_FLASHINFER_SAMPLER=0`: FlashInfer's multi-CTA top-k kernel
+  livelocked Qwen3.6 under prefill bursts, vLLM issues #43885 and #49203);
 * `--limit-mm-per-prompt '{"image": N, "video": 0}'`: one board image per turn in history;
 * `--chat-template`: only when the model folder's template lacks the `preserve_thinking`
   branch (`pick_chat_template`): without it past thinking is dropped at every new user
-  message and every turn misses the prefix cache; the Qwen3.6 copy is served instead.
+  message and every turn misses the prefix cache; the team's copy of the profile's template
+  (qwen3.8 or qwen3.6) is served instead.
 
-The pinned vLLM is 0.19.0 (torch 2.10, CUDA 12.8), the stack proven on Kaggle's RTX Pro
-6000; it has no `--linear-backend` (ServeConfig.linear_backend stays empty). Every flag
-here is parsed by that version's own argument parser in tests/conformance (pytest -m vllm).
+The pinned vLLM is 0.33.0 (torch 2.14, CUDA 13: Kaggle's driver 580.159.04 runs it). Every
+flag here is parsed by that version's own argument parser in tests/conformance (pytest -m
+vllm), for every profile.
+
+A plan that does not fit the card (duck.profiles.Plan.problems) is an error before anything
+starts: `duck serve` (and `--dry-run`, which prints the argv and the plan) exits 2 with it.
 
 `VLLMServer` starts it in its own process group with its output in a log file, is ready
 when `/v1/models` lists the model and a smoke chat succeeds, notices a crash (the process
@@ -49,6 +62,7 @@ from pathlib import Path
 from typing import Any
 
 from duck.config import ModelConfig, ServeConfig, load_config
+from duck.profiles import ProfileError
 
 from duck.paths import SHARED
 
@@ -59,8 +73,12 @@ class ServeError(RuntimeError):
     """The server did not start, did not become ready, or died."""
 
 
-# In a checkout: the team's copy beside it (on Kaggle the dataset's copy is configured instead).
-SHARED_TEMPLATE = SHARED / "qwen3.6" / "chat_template.jinja"
+def shared_template(family: str) -> Path:
+    """In a checkout: the team's copy beside it (on Kaggle the dataset's copy is configured instead)."""
+    return SHARED / family / "chat_template.jinja"
+
+
+SHARED_TEMPLATE = shared_template("qwen3.6")  # (the Qwen3.6 copy, for older callers)
 
 
 def model_chat_template(model_path: str | Path) -> str | None:
@@ -89,7 +107,7 @@ def pick_chat_template(serve: ServeConfig) -> tuple[str | None, str]:
     own = model_chat_template(serve.model_path)
     if own is not None and "preserve_thinking" in own:
         return None, "the model folder's chat template (it has the preserve_thinking branch)"
-    fallback = Path(serve.fallback_chat_template or SHARED_TEMPLATE)
+    fallback = Path(serve.fallback_chat_template or shared_template(serve.chat_template_family))
     what = "has no chat template" if own is None else "has a chat template without preserve_thinking"
     if fallback.is_file():
         return str(fallback), f"chat template {fallback}: the model folder {what}"
@@ -113,18 +131,47 @@ def command(serve: ServeConfig, model_name: str, port: int | None = None,
             "--enable-prompt-tokens-details",
             "--enable-auto-tool-choice", "--tool-call-parser", "qwen3_coder",
             "--reasoning-parser", "qwen3",
-            "--limit-mm-per-prompt", json.dumps({"image": serve.images_per_prompt, "video": 0})]
+            "--limit-mm-per-prompt", json.dumps({"image": serve.images_per_prompt, "video": 0}),
+            "--mm-processor-kwargs", json.dumps({"max_pixels": serve.max_pixels})]
+    if serve.default_chat_template_kwargs:
+        argv += ["--default-chat-template-kwargs", json.dumps(serve.default_chat_template_kwargs)]
     if serve.cudagraph_mode:
         argv += ["--compilation-config", json.dumps({"cudagraph_mode": serve.cudagraph_mode})]
     if serve.linear_backend:
         argv += ["--linear-backend", serve.linear_backend]
+    if serve.attention_backend:
+        argv += ["--attention-backend", serve.attention_backend]
     if serve.kv_cache_dtype and serve.kv_cache_dtype != "auto":
         argv += ["--kv-cache-dtype", serve.kv_cache_dtype]
+    if serve.mtp_tokens:
+        argv += ["--speculative-config", json.dumps({"method": "mtp", "num_speculative_tokens": serve.mtp_tokens})]
+    if serve.engram_offload:
+        argv += ["--engram-config", json.dumps({"cpu_offload": True})]
+    if serve.prefix_match_unit:
+        argv += ["--prefix-match-unit", str(serve.prefix_match_unit)]
     if chat_template:
         argv += ["--chat-template", chat_template]
     argv += list(serve.extra_args)
     env = {"VLLM_USE_FLASHINFER_SAMPLER": "1" if serve.flashinfer_sampler else "0"}
     return argv, env
+
+
+def plan_lines(plan: Any) -> list[str]:
+    """The memory plan, as `duck serve --dry-run` prints it (one `# ` line each)."""
+    h = plan.host
+    return [f"# profile {plan.profile}: {plan.served_name} ({plan.checkpoint}; {plan.architecture or '?'}; "
+            f"architecture from {plan.arch_from})",
+            f"# GPU {plan.gpu_gib} GiB x {plan.utilization} = {plan.usable_gib} GiB: weights {plan.weights_gib} + "
+            f"overhead {plan.overhead_gib} + state {plan.state_gib} ({plan.state_mib_per_slot} MiB a request, "
+            f"x{1 + plan.prefix_checkpoints} with its prefix checkpoint) + KV {plan.kv_pool_gib} GiB",
+            f"# KV {plan.kv_cache_dtype}: {plan.kv_bytes_per_token} B a token, {plan.kv_tokens} tokens; "
+            f"window {plan.window}, context {plan.context_tokens} a game (output {plan.output_tokens}), "
+            f"{plan.mean_tokens_per_slot} on average",
+            f"# slots {plan.slots} (fit {plan.slots_fit}), --max-num-seqs {plan.max_num_seqs}, MTP {plan.mtp_tokens}",
+            f"# host {h.get('total_gb')} GB: n-gram table {h.get('ngram_table_gb')}, vLLM {h.get('vllm_gb')}, "
+            f"games {h.get('games_gb')}, tmpfs {h.get('tmpfs_gb')} ({plan.kernel_disk_mb} MB x {h.get('kernels')} "
+            f"kernels), spare {h.get('spare_gb')}",
+            *(f"# PROBLEM: {x}" for x in plan.problems)]
 
 
 class VLLMServer:
@@ -271,9 +318,19 @@ def _main(args: argparse.Namespace) -> int:
     if args.dry_run:
         template, why = pick_chat_template(cfg.model.serve)
         print(f"# {why}", file=sys.stderr)
+        for line in plan_lines(cfg.plan):
+            print(line)
+        if args.json:
+            print(json.dumps({"plan": cfg.plan.as_dict()}))
         for i in range(max(1, len(gpus))):
             argv, env = command(cfg.model.serve, cfg.model.name, cfg.model.serve.port + i, template)
             print(" ".join(f"{k}={v}" for k, v in env.items()), " ".join(_quote(a) for a in argv))
+    try:
+        cfg.plan.check()
+    except ProfileError as e:
+        print(f"duck serve: {e}", file=sys.stderr)
+        return 2
+    if args.dry_run:
         return 0
     stopping: dict[str, Any] = {"sig": None, "up": False}
 
@@ -331,5 +388,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--gpus", default=None, help="comma-separated GPU ids: one server each, ports counting up")
     p.add_argument("--executable", default=None, help="the vllm executable (a stand-in in tests)")
     p.add_argument("--log-dir", default=None, help="folder for the servers' logs, vllm_N.log (default: model.serve.log_path)")
-    p.add_argument("--dry-run", action="store_true", help="print the command and exit")
+    p.add_argument("--dry-run", action="store_true", help="print the memory plan and the command, and exit "
+                   "(2 when the plan does not fit the card)")
+    p.add_argument("--json", action="store_true", help="with --dry-run: the plan as one JSON line too")
     p.set_defaults(func=_main)

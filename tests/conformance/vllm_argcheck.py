@@ -43,7 +43,12 @@ def main() -> int:
         "subparser", "model_tag", "served_model_name", "host", "port", "max_model_len", "gpu_memory_utilization",
         "max_num_seqs", "max_num_batched_tokens", "stream_interval", "enable_prefix_caching", "enable_prompt_tokens_details",
         "enable_auto_tool_choice", "tool_call_parser", "reasoning_parser", "limit_mm_per_prompt", "kv_cache_dtype",
-        "chat_template")}
+        "chat_template", "mm_processor_kwargs", "default_chat_template_kwargs", "speculative_config",
+        "engram_config", "linear_backend", "prefix_match_unit", "attention_backend", "mamba_cache_mode")}
+    for k in ("speculative_config", "engram_config"):  # (parsed into dicts or config objects by version)
+        v = out.get(k)
+        if v is not None and not isinstance(v, dict):
+            out[k] = {f: getattr(v, f) for f in ("method", "num_speculative_tokens", "cpu_offload") if hasattr(v, f)}
     out["cudagraph_mode"] = str(getattr(cc, "cudagraph_mode", None) if not isinstance(cc, dict)
                                 else cc.get("cudagraph_mode"))
     print(json.dumps(out, default=str))

@@ -12,13 +12,28 @@ template with the request's kwargs, the Qwen3-VL image processor), the FastAPI r
 error handlers, `OpenAIServingChat` with the `qwen3_coder` tool parser and the `qwen3`
 reasoning parser, and its streaming generator. Only the engine is a stand-in
 (`ScriptedEngine`): it tokenizes the next scripted output with the model folder's
-tokenizer (tests/conformance/qwen_tiny.py: Qwen's added tokens) and yields it token by
-token, cut at the request's `max_tokens` (finish reason `length`) as a real engine would.
+tokenizer (tests/conformance/qwen_tiny.py: Qwen's added tokens), cut at the request's
+`max_tokens` (finish reason `length`) as a real engine would, and hands it to the serving
+layer in the deltas vLLM's engine would produce:
+
+* engine steps: one token a step, or with `--speculative-config` (MTP, N drafted tokens) 1 +
+  the drafts accepted in a row, each with probability 0.75 (2.7 tokens a step on average
+  with N = 3: FIELD §4's measured 2.6-2.9), seeded by the request;
+* the output processor's `--stream-interval` (vllm/v1/engine/output_processor.py, the same
+  rule in 0.19 and 0.33): a delta leaves with the first token, then once at least
+  `interval` tokens are unsent, and at the end; its text is the incremental detokenizer's
+  (a token that ends inside a UTF-8 character waits for the rest of it).
 
 Two extra routes drive it: `POST /script` with `{"outputs": [text, ...]}` queues the model's
-next outputs (each output is what the model writes after `<think>\\n`, tags included);
+next outputs (each output is what the model writes after `<think>\\n`, tags included), and
+optionally `"stream_interval"` / `"mtp_tokens"` to emulate another setting of those two flags
+for the queued outputs (a measurement across intervals without restarting the server);
 `GET /log` returns, per request since the last /script, the prompt vLLM rendered (decoded
-from its token ids, special tokens kept), its token count, max_tokens and the output sent.
+from its token ids, special tokens kept), its token count, max_tokens, the output sent and
+the number of deltas it went out in.
+
+Runs on vLLM 0.33 (the pin) and 0.19 (the old pin, `--shape qwen3.6`: 0.19 has no Qwen4Exp),
+so that their parsers can be measured on the same outputs.
 """
 
 from __future__ import annotations
@@ -41,7 +56,7 @@ sys.path.insert(0, str(HERE))
 class ScriptedEngine:
     """The part of vLLM's EngineClient that the OpenAI layer uses, with scripted outputs."""
 
-    def __init__(self, vllm_config: Any, tokenizer_dir: Path) -> None:
+    def __init__(self, vllm_config: Any, tokenizer_dir: Path, stream_interval: int = 1, mtp_tokens: int = 0) -> None:
         from transformers import AutoTokenizer
         from vllm.plugins.io_processors import get_io_processor
         from vllm.renderers import renderer_from_config
@@ -57,6 +72,8 @@ class ScriptedEngine:
         self.tok = AutoTokenizer.from_pretrained(str(tokenizer_dir))
         self.outputs: list[str] = []
         self.log: list[dict[str, Any]] = []
+        self.stream_interval, self.mtp_tokens = stream_interval, mtp_tokens
+        self.override: dict[str, int] = {}  # /script's stream_interval / mtp_tokens
 
     # -- what the serving layer calls ---------------------------------------------------
     async def generate(self, prompt: Any, sampling_params: Any, request_id: str, **_: Any):
@@ -69,11 +86,15 @@ class ScriptedEngine:
         cap = sampling_params.max_tokens
         finish = "length" if cap is not None and len(out_ids) > cap else "stop"
         out_ids = out_ids[:cap] if cap is not None else out_ids
+        delta = sampling_params.output_kind == RequestOutputKind.DELTA
+        interval = self.override.get("stream_interval", self.stream_interval)
+        mtp = self.override.get("mtp_tokens", self.mtp_tokens)
+        steps = (_deltas(self.tok, out_ids, interval, mtp, seed=len(self.log) * 7919 + len(ids)) if delta
+                 else [(out_ids, self.tok.decode(out_ids))])
         self.log.append({"request_id": request_id, "prompt": self.tok.decode(ids, skip_special_tokens=False),
                          "prompt_tokens": len(ids), "max_tokens": cap, "output": text,
-                         "output_tokens": len(out_ids), "finish": finish})
-        delta = sampling_params.output_kind == RequestOutputKind.DELTA
-        steps = _steps(self.tok, out_ids) if delta else [(out_ids, self.tok.decode(out_ids))]
+                         "output_tokens": len(out_ids), "finish": finish, "deltas": len(steps),
+                         "stream_interval": interval, "mtp_tokens": mtp})
         for k, (tids, piece) in enumerate(steps):
             last = k == len(steps) - 1
             await asyncio.sleep(0)
@@ -81,6 +102,9 @@ class ScriptedEngine:
                                 outputs=[CompletionOutput(index=0, text=piece, token_ids=tids, cumulative_logprob=None,
                                                           logprobs=None, finish_reason=finish if last else None)],
                                 finished=last, num_cached_tokens=0)
+
+    def check_admission(self, n: int = 1, request_id: str | None = None) -> None:
+        pass  # (0.33: an engine without admission control accepts everything)
 
     async def abort(self, *_: Any, **__: Any) -> None:
         pass
@@ -101,18 +125,37 @@ class ScriptedEngine:
         raise AttributeError(f"ScriptedEngine has no {name!r}")
 
 
-def _steps(tok: Any, ids: list[int]) -> list[tuple[list[int], str]]:
-    """Token-by-token deltas as an incremental detokenizer gives them: a token that ends
-    inside a UTF-8 character waits for the rest of it; special tokens give no text."""
-    steps, held, prev = [], [], ""
-    for i in range(len(ids)):
-        held.append(ids[i])
-        text = tok.decode(ids[:i + 1], skip_special_tokens=True)
-        if text.endswith("\ufffd") and i + 1 < len(ids):
+def _engine_steps(n: int, mtp: int, rng: Any) -> list[int]:
+    """Tokens each engine step produces: 1, or with MTP 1 + the drafts accepted in a row."""
+    out, left = [], n
+    while left > 0:
+        k = 1
+        while mtp and k <= mtp and rng.random() < 0.75:
+            k += 1
+        out.append(min(k, left))
+        left -= out[-1]
+    return out
+
+
+def _deltas(tok: Any, ids: list[int], interval: int, mtp: int, seed: int) -> list[tuple[list[int], str]]:
+    """The deltas vLLM's output processor sends for `ids`: after each engine step, one when
+    it is the first, when at least `interval` tokens are unsent, or at the end. The text is
+    the incremental detokenizer's: a delta ending inside a UTF-8 character holds that part
+    back; special tokens give no text."""
+    import random
+    out: list[tuple[list[int], str]] = []
+    sent_ids, sent_text, done = 0, "", 0
+    for k in _engine_steps(len(ids), mtp, random.Random(seed)):
+        done += k
+        last = done == len(ids)
+        if not (last or sent_ids == 0 or done - sent_ids >= interval):
             continue
-        steps.append((held, text[len(prev):]))
-        held, prev = [], text
-    return steps or [([], "")]
+        text = tok.decode(ids[:done], skip_special_tokens=True)
+        if text.endswith("\ufffd") and not last:
+            text = text.rstrip("\ufffd")
+        out.append((ids[sent_ids:done], text[len(sent_text):]))
+        sent_ids, sent_text = done, text
+    return out or [([], "")]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -120,18 +163,27 @@ def main(argv: list[str] | None = None) -> int:
     ours.add_argument("--model-dir", default=None, help="write the tiny model folder here (default: a temp dir)")
     ours.add_argument("--model-template", default=None,
                       help="a chat template to put in the model folder (default: none there)")
+    ours.add_argument("--tokenizer-corpus", default=None,
+                      help="a JSON list of texts to train the tokenizer's merges on (default: none, bytes)")
+    ours.add_argument("--shape", default="flash-next", choices=("flash-next", "qwen3.6"),
+                      help="the model folder's architecture (qwen_tiny.py)")
     known, rest = ours.parse_known_args(argv)
 
     from qwen_tiny import write_model_dir
     model_dir = Path(known.model_dir or tempfile.mkdtemp(prefix="qwen-tiny-"))
-    write_model_dir(model_dir, Path(known.model_template).read_text() if known.model_template else None)
+    corpus = json.loads(Path(known.tokenizer_corpus).read_text()) if known.tokenizer_corpus else None
+    write_model_dir(model_dir, Path(known.model_template).read_text() if known.model_template else None,
+                    corpus=corpus, shape=known.shape)
 
     # No GPU here and a CUDA build of vLLM: take vLLM's CPU platform, as a CPU build would
     # (its device inference fails otherwise; the render path needs no device).
     import vllm.platforms
     from vllm.platforms.cpu import CpuPlatform
     vllm.platforms._current_platform = CpuPlatform()
-    from vllm.entrypoints.openai.cli_args import make_arg_parser, validate_parsed_serve_args
+    try:  # 0.33
+        from vllm.entrypoints.common.cli_args import make_arg_parser, validate_parsed_serve_args
+    except ImportError:  # 0.19
+        from vllm.entrypoints.openai.cli_args import make_arg_parser, validate_parsed_serve_args
     from vllm.utils.argparse_utils import FlexibleArgumentParser
     parser = make_arg_parser(FlexibleArgumentParser(prog="vllm-standin"))
     args = parser.parse_args(["--model", str(model_dir), *rest])
@@ -144,7 +196,11 @@ async def _serve(args: argparse.Namespace, model_dir: Path) -> None:
     import uvicorn
     from vllm.config import VllmConfig
     from vllm.engine.arg_utils import AsyncEngineArgs
-    from vllm.entrypoints.openai.api_server import build_app, init_app_state
+    try:  # 0.33
+        from vllm.entrypoints.launchers.api_server.app_state import init_app_state
+        from vllm.entrypoints.launchers.app import build_app
+    except ImportError:  # 0.19
+        from vllm.entrypoints.openai.api_server import build_app, init_app_state
 
     engine_args = AsyncEngineArgs.from_cli_args(args)
     model_config = engine_args.create_model_config()
@@ -153,7 +209,11 @@ async def _serve(args: argparse.Namespace, model_dir: Path) -> None:
     # engine): the reasoning parser reaches the serving layer through this config.
     if engine_args.reasoning_parser:
         args.structured_outputs_config.reasoning_parser = engine_args.reasoning_parser
-    engine = ScriptedEngine(VllmConfig(model_config=model_config), model_dir)
+    spec = args.speculative_config
+    mtp = int((spec.get("num_speculative_tokens") if isinstance(spec, dict)
+               else getattr(spec, "num_speculative_tokens", 0)) or 0) if spec else 0
+    engine = ScriptedEngine(VllmConfig(model_config=model_config), model_dir,
+                            stream_interval=int(args.stream_interval or 1), mtp_tokens=mtp)
     app = build_app(args, ("generate",))
     await init_app_state(engine, app.state, args, supported_tasks=("generate",))
 
@@ -162,7 +222,9 @@ async def _serve(args: argparse.Namespace, model_dir: Path) -> None:
         body = await request.json()
         engine.outputs = list(body.get("outputs") or [])
         engine.log = []
-        return {"queued": len(engine.outputs)}
+        engine.override = {k: int(body[k]) for k in ("stream_interval", "mtp_tokens") if body.get(k) is not None}
+        return {"queued": len(engine.outputs), "stream_interval": engine.override.get(
+            "stream_interval", engine.stream_interval), "mtp_tokens": engine.override.get("mtp_tokens", engine.mtp_tokens)}
 
     @app.get("/log")
     async def log() -> dict[str, Any]:

@@ -1,35 +1,33 @@
-"""A latency model for the stub server: how long a loaded vLLM takes to answer (issue 17).
+"""A latency model for the stub server: how long a loaded vLLM takes to answer (issues 17, 26).
 
 The stub server answers at once unless it is given a `LatencyModel`; with one, every request
 goes through `Engine`, which makes it wait as a single GPU serving many games would:
 
-* **Admission.** At most `max_num_seqs` requests run at once and, when `kv_tokens` is set,
-  the running requests' tokens (prompt + the reply's tokens, the most each will hold: vLLM
-  allocates blocks as it generates and preempts when they run out) must fit in the KV cache;
-  the others wait in order (vLLM's waiting queue). Off by default (`kv_tokens=None`): the 570
-  tokens/s below was measured with the cache already shared out, so the default does not
-  count it twice.
+* **Admission.** At most `max_num_seqs` requests run at once and the running requests'
+  tokens (prompt + the reply's tokens, the most each will hold: vLLM allocates blocks as it
+  generates and preempts when they run out) must fit in the KV pool (`kv_tokens`; None: no
+  limit); the others wait in order (vLLM's waiting queue).
 * **Prefill (time to first token).** `ttft_base_s` plus the prompt tokens not in the prefix
   cache (the stub's per-conversation cache emulation gives `cached_tokens`) at `prefill_tps`,
   shared by the requests prefilling at the same moment. Cached prefixes cost nothing (and are
   never evicted: the stub does not model the cache losing a game's prefix under pressure).
-* **Decode.** Memory-bound: one decode step serves every running stream and costs
-  `step_s(n) = a + b·n` for n streams in decode, so each stream gets 1/step_s(n) tokens/s and
-  the server n/step_s(n) in total. a and b come from two anchors: one stream alone decodes at
-  `single_stream_tps`, and `streams_ref` streams together at `total_tps_ref`.
-  n is read again at every token, so a stream slows down as others join and speeds up as
+* **Decode.** The field's measurement on the RTX Pro 6000 (FIELD §4, Qwen3.8-Flash-Next on a
+  patched vLLM with MTP and FP8 KV): the server generates `decode_tps_1 · n^decode_exponent`
+  tokens per second in total while n streams decode (169 · n^0.6: ~670 at 10 streams, ~890
+  at 16), so each stream gets `decode_tps_1 · n^(exponent - 1)`, flat in its context length.
+  n is read again at every chunk, so a stream slows down as others join and speeds up as
   they finish.
 
-Defaults (DESIGN §1c, Qwen3.6-27B-FP8 on one RTX Pro 6000): 570 generated tokens/s in total
-at 28 streams (a competitor's measurement, vLLM stable, 99% prefix-cache hits); one stream
-alone at 40 tokens/s (an assumption: reading ~27 GB of FP8 weights per step on a 1.8 TB/s
-card allows at most ~65; nobody has measured it for us); prefill 4,000 tokens/s ("a few
-thousand"); 0.05 s of scheduling before the first token. So step_s(n) = 24.1 ms + 0.89 ms·n:
-~20 tokens/s per stream at 28 streams, and an 800-token reply (the Duck's mean) takes ~40 s.
+Defaults: the field's figures and the default serving profile's plan (duck.profiles, Flash-Next
+on the RTX Pro 6000): 169 · n^0.6 tokens/s, prefill 11,000 tokens/s, 0.05 s of scheduling
+before the first token, `max_num_seqs` 11 (10 slots + the health probe) and the plan's KV
+pool (~1.0M tokens). So an 800-token reply (the Duck's mean) takes ~12 s with 10 streams.
 `speed` divides every time (tests run the same model 20x faster).
 
-Streams are paced token by token (`chunk_tokens` per SSE chunk, 1 like vLLM's default
-stream interval), so the client parses as many chunks as it would from vLLM.
+Streams are paced in chunks of `tokens_per_chunk`: `chunk_tokens` (vLLM's `--stream-interval`:
+the first chunk leaves with the first token) or, when larger, one engine step's tokens
+(`step_tokens`: with MTP vLLM sends what each step accepted, 2.7 tokens on average at
+interval 1), so the client parses as many chunks as it would from vLLM.
 """
 
 from __future__ import annotations
@@ -40,53 +38,59 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import Any, Iterator
 
+import duck.profiles as profiles
+
+_PLAN = profiles.plan(profiles.DEFAULT_PROFILE)
+
 
 @dataclass(frozen=True)
 class LatencyModel:
-    single_stream_tps: float = 40.0
-    total_tps_ref: float = 570.0
-    streams_ref: int = 28
-    prefill_tps: float = 4000.0
+    decode_tps_1: float = 169.0  # aggregate decode tokens/s with one stream (FIELD §4)
+    decode_exponent: float = 0.6  # aggregate = decode_tps_1 * streams ** decode_exponent
+    prefill_tps: float = 11000.0  # FIELD §4: 11-12.6K tokens/s
     ttft_base_s: float = 0.05
-    max_num_seqs: int = 32
-    kv_tokens: int | None = None
+    max_num_seqs: int = _PLAN.max_num_seqs
+    kv_tokens: int | None = _PLAN.kv_tokens
     chunk_tokens: int = 1
+    # Tokens an engine step yields: with MTP (3 drafted) 1 + the drafts accepted, 2.6-2.9 on
+    # average (FIELD §4); 1 without. At a stream interval below it a chunk is one step.
+    step_tokens: float = 2.7
     speed: float = 1.0
 
     def __post_init__(self) -> None:
-        if self.single_stream_tps <= 0 or self.total_tps_ref <= 0 or self.prefill_tps <= 0 or self.speed <= 0:
+        if self.decode_tps_1 <= 0 or self.prefill_tps <= 0 or self.speed <= 0:
             raise ValueError("latency model: rates and speed must be positive")
-        if self.streams_ref < 2 or self.total_tps_ref / self.streams_ref >= self.single_stream_tps:
-            raise ValueError("latency model: a stream must be slower when more streams share the GPU "
-                             "(streams_ref >= 2 and total_tps_ref / streams_ref < single_stream_tps)")
+        if not 0 < self.decode_exponent <= 1:
+            raise ValueError("latency model: a stream must not be faster when more streams share the GPU "
+                             "(0 < decode_exponent <= 1)")
+        if self.max_num_seqs < 1 or self.chunk_tokens < 1 or self.step_tokens < 1:
+            raise ValueError("latency model: max_num_seqs, chunk_tokens and step_tokens must be at least 1")
 
     @property
-    def a(self) -> float:
-        """The fixed part of one decode step (seconds)."""
-        return 1 / self.single_stream_tps - self.b
+    def tokens_per_chunk(self) -> float:
+        """What one streamed chunk carries: the stream interval, or one engine step if more."""
+        return max(float(self.chunk_tokens), self.step_tokens)
 
-    @property
-    def b(self) -> float:
-        """What each stream in the batch adds to a decode step (seconds)."""
-        return (self.streams_ref / self.total_tps_ref - 1 / self.single_stream_tps) / (self.streams_ref - 1)
+    @classmethod
+    def for_plan(cls, plan: Any, **kwargs: Any) -> "LatencyModel":
+        """The model of a serving profile's memory plan (its slots and KV pool)."""
+        return cls(**{"max_num_seqs": plan.max_num_seqs, "kv_tokens": plan.kv_tokens, **kwargs})
 
-    def step_s(self, streams: int) -> float:
-        return self.a + self.b * max(1, streams)
+    def total_tps(self, streams: int) -> float:
+        """Tokens per second the server generates while `streams` decode together."""
+        return self.decode_tps_1 * max(1, streams) ** self.decode_exponent
 
     def stream_tps(self, streams: int) -> float:
         """Tokens per second one stream gets while `streams` decode together."""
-        return 1 / self.step_s(streams)
-
-    def total_tps(self, streams: int) -> float:
-        return max(1, streams) * self.stream_tps(streams)
+        return self.total_tps(streams) / max(1, streams)
 
     def describe(self) -> dict[str, Any]:
-        return asdict(self) | {"step_s": f"{self.a * 1000:.1f} ms + {self.b * 1000:.2f} ms x streams",
-                               "stream_tps_at_ref": round(self.stream_tps(self.streams_ref), 2)}
+        return asdict(self) | {"total_tps": {n: round(self.total_tps(n), 1) for n in (1, 10, 16)},
+                               "stream_tps": {n: round(self.stream_tps(n), 1) for n in (1, 10, 16)}}
 
     @classmethod
     def parse(cls, spec: str) -> "LatencyModel":
-        """`"default"` or `"speed=20,kv_tokens=178000"` (fields of this class)."""
+        """`"default"` or `"speed=20,kv_tokens=178000"` (fields of this class; `none` for None)."""
         kwargs: dict[str, Any] = {}
         for part in (p.strip() for p in spec.split(",")):
             if not part or part == "default":
@@ -95,8 +99,8 @@ class LatencyModel:
             if key not in cls.__dataclass_fields__ or not value:
                 raise ValueError(f"latency model: unknown or empty setting {part!r} "
                                  f"(settings: {', '.join(cls.__dataclass_fields__)})")
-            kwargs[key] = None if value == "none" else (int(value) if key in ("streams_ref", "max_num_seqs",
-                                                                               "kv_tokens", "chunk_tokens")
+            kwargs[key] = None if value == "none" else (int(value) if key in ("max_num_seqs", "kv_tokens",
+                                                                               "chunk_tokens")
                                                         else float(value))
         return cls(**kwargs)
 

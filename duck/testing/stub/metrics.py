@@ -1,7 +1,8 @@
-"""The stub server's `/metrics`: Prometheus text with the metric names vLLM 0.19 serves.
+"""The stub server's `/metrics`: Prometheus text with the metric names vLLM serves.
 
-The names and labels are vLLM 0.19.0's own (vllm/v1/metrics/loggers.py, PrometheusStatLogger;
-prometheus_client adds `_total` to counters), so what reads a real server's metrics
+The names and labels are vLLM's own, the same in 0.19.0 and 0.33.0 (vllm/v1/metrics/loggers.py,
+PrometheusStatLogger; vllm/v1/spec_decode/metrics.py; prometheus_client adds `_total` to
+counters), so what reads a real server's metrics
 (duck.lab.vllm_metrics, `duck doctor`) reads the stub's the same way:
 
 * `vllm:prefix_cache_queries_total` / `vllm:prefix_cache_hits_total`: prompt tokens looked up
@@ -11,7 +12,10 @@ prometheus_client adds `_total` to counters), so what reads a real server's metr
 * `vllm:num_requests_running`, `vllm:num_requests_waiting`, `vllm:kv_cache_usage_perc`
   (from the latency model's engine when there is one, else the requests in flight);
 * `vllm:cache_config_info`: an info gauge whose labels include `block_size` and
-  `num_gpu_blocks` (the KV cache holds their product in tokens).
+  `num_gpu_blocks` (the KV cache holds their product in tokens);
+* with MTP emulated (`spec`: drafted tokens a step and the tokens a step yields on average),
+  `vllm:spec_decode_num_drafts_total`, `..._num_draft_tokens_total` and
+  `..._num_accepted_tokens_total`, as vLLM's speculative decoding counts them.
 """
 
 from __future__ import annotations
@@ -19,19 +23,24 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+import duck.profiles as profiles
+
 BLOCK_SIZE = 16  # vLLM's default KV block size
-# The KV cache the stub reports when it is given none: DESIGN §1c's ~178K tokens
-# (Qwen3.6-27B-FP8, 0.9 of the RTX Pro 6000's memory, bf16 KV), in whole blocks.
-DEFAULT_KV_TOKENS = 178_176
+# The KV cache the stub reports when it is given none: the default serving profile's pool
+# (duck.profiles: Flash-Next, FP8 KV, 0.96 of the RTX Pro 6000's memory), in whole blocks.
+DEFAULT_KV_TOKENS = profiles.plan(profiles.DEFAULT_PROFILE).kv_tokens // BLOCK_SIZE * BLOCK_SIZE
 
 
 class Metrics:
-    def __init__(self, model_name: str, kv_tokens: int | None = None) -> None:
+    def __init__(self, model_name: str, kv_tokens: int | None = None,
+                 spec: tuple[int, float] | None = None) -> None:
         self.model_name = model_name
         self.kv_tokens = kv_tokens or DEFAULT_KV_TOKENS
+        self.spec = spec  # (drafted tokens a step, tokens a step yields) when MTP is emulated
         self.lock = threading.Lock()
         self.counters = {"prefix_cache_queries": 0, "prefix_cache_hits": 0, "prompt_tokens": 0,
-                         "generation_tokens": 0}
+                         "generation_tokens": 0, "spec_decode_num_drafts": 0, "spec_decode_num_draft_tokens": 0,
+                         "spec_decode_num_accepted_tokens": 0}
         self.finished: dict[str, int] = {"stop": 0, "length": 0, "abort": 0, "error": 0, "repetition": 0}
         self.in_flight = 0
 
@@ -44,6 +53,12 @@ class Metrics:
     def generated(self, tokens: int, finish_reason: str) -> None:
         with self.lock:
             self.counters["generation_tokens"] += tokens
+            if self.spec:
+                drafted, per_step = self.spec
+                steps = max(1, round(tokens / per_step)) if tokens else 0
+                self.counters["spec_decode_num_drafts"] += steps
+                self.counters["spec_decode_num_draft_tokens"] += steps * drafted
+                self.counters["spec_decode_num_accepted_tokens"] += max(0, tokens - steps)
             # (vLLM's FinishReason: stop, length, abort; a tool call finishes with "stop")
             key = "length" if finish_reason == "length" else "stop"
             self.finished[key] += 1
@@ -71,6 +86,10 @@ class Metrics:
                 "prefix_cache_hits": "Prefix cache hits, in terms of number of cached tokens.",
                 "prompt_tokens": "Number of prefill tokens processed.",
                 "generation_tokens": "Number of generation tokens processed."}
+        if self.spec:
+            docs |= {"spec_decode_num_drafts": "Number of spec decoding drafts.",
+                     "spec_decode_num_draft_tokens": "Number of draft tokens.",
+                     "spec_decode_num_accepted_tokens": "Number of accepted tokens."}
         for key, doc in docs.items():
             metric(f"vllm:{key}_total", "counter", doc, [(labels, counters[key])])
         metric("vllm:request_success_total", "counter", "Count of successfully processed requests.",

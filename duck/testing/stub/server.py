@@ -28,7 +28,8 @@ Duck run; `--solutions DIR` plays the bundled games' solutions; `--conversation 
 replays saved conversations (duck.play.conversation; `--strict` refuses a request that
 differs from the recorded one); `--player` a scripted model that reads the board and plays
 (duck.testing.stub.player); `--latency default` (or `speed=20,kv_tokens=178000`:
-duck.testing.stub.latency) adds the latency model.
+duck.testing.stub.latency: the field's Flash-Next figures and the default profile's KV pool)
+adds the latency model.
 """
 
 from __future__ import annotations
@@ -86,7 +87,8 @@ class StubServer:
         self._full: dict[str, str] = {}  # conversation → previous prompt + its generated reply
         self.latency = latency
         self.engine = Engine(latency) if latency else None
-        self.metrics = Metrics(model_name, kv_tokens or (latency.kv_tokens if latency else None))
+        self.metrics = Metrics(model_name, kv_tokens or (latency.kv_tokens if latency else None),
+                               spec=(3, latency.step_tokens) if latency and latency.step_tokens > 1 else None)
         self.httpd = _HTTPServer((host, port), _handler(self))
         self.thread: threading.Thread | None = None
 
@@ -318,10 +320,11 @@ def _handler(server: StubServer) -> type[BaseHTTPRequestHandler]:
                 self.wfile.flush()
 
             # Without a latency model: a few large pieces at once. With one: pieces of
-            # `chunk_tokens` tokens, each sent when the model says it would be generated.
+            # `tokens_per_chunk` tokens (the stream interval, or an MTP step's tokens), each
+            # sent when the model says it would be generated.
             chars = sum(len(x) for x in (reasoning, content, *(tc["function"]["arguments"] for tc in tool_calls)))
             per_char = usage["completion_tokens"] / max(1, chars)
-            small = max(1, round(server.latency.chunk_tokens * CHARS_PER_TOKEN)) if stream is not None else 0
+            small = max(1, round(server.latency.tokens_per_chunk * CHARS_PER_TOKEN)) if stream is not None else 0
 
             def paced(text: str, size: int) -> Iterator[str]:
                 for piece in _pieces(text, small or size):
