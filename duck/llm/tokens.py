@@ -34,6 +34,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from duck.llm.vision import image_tokens as vision_tokens  # the image processor's own geometry
+
 log = logging.getLogger(__name__)
 
 KINDS = ("text", "code", "tool", "image", "message")
@@ -46,7 +48,6 @@ PRIOR = np.array([1 / 3.8, 1 / 2.4, 1 / 1.4, 1.0, 8.0])
 # few exact counts): 4,000 chars of text, 1,000 of code, 2,000 of tool output, one 640 px
 # board, one message.
 TYPICAL = np.array([4000.0, 1000.0, 2000.0, 402.0, 1.0])
-PATCH_PX = 32  # Qwen3.6/3.8 vision: 16 px patches merged 2x2 → one token per 32x32 px
 DEFAULT_IMAGE_PX = (256, 256)  # when an image's size cannot be read
 
 
@@ -61,12 +62,6 @@ def png_size(url: str) -> tuple[int, int] | None:
     if len(head) < 24 or head[:8] != b"\x89PNG\r\n\x1a\n":
         return None
     return struct.unpack(">II", head[16:24])
-
-
-def vision_tokens(width: int, height: int) -> int:
-    """Tokens of one image on Qwen3.6/3.8: one per 32x32 px after rounding to the grid, plus
-    the vision start and end marks (a 256 px board: 66; 640 px: 402)."""
-    return max(1, round(width / PATCH_PX)) * max(1, round(height / PATCH_PX)) + 2
 
 
 def image_tokens(part: dict[str, Any]) -> int:

@@ -27,7 +27,7 @@ image's hash after its pad, which is what prefix comparisons use.
 
 Tokens: the text by the stand-in tokenizer (duck.testing.stub.tokenizer: the field's chars per
 token by kind), each image as its size implies on Qwen3.6/3.8's vision encoder (one token per
-32x32 px plus the two marks: duck.llm.tokens.vision_tokens; 66 for a 256 px board).
+32x32 px plus the two marks: duck.llm.vision.image_tokens; 66 for a 256 px board).
 """
 
 from __future__ import annotations
