@@ -39,7 +39,7 @@ class Command:
 # `duck score` and the explorer's `duck play` never need. tests/test_cli.py checks that each
 # module registers these names with this help text.
 COMMANDS: dict[str, Command] = {
-    "simulate": Command("scheduler.cli", "replay recorded progress curves under a scheduling policy",
+    "simulate": Command("scheduler.cli", "replay progress curves under a scheduling policy and a server model",
                         ("runs", "baselines"), ("seeds", "games", "slots", "budget")),
     "replay": Command("duck.lab.replay", "replay Duck traces through the kernel (replay.json), or with "
                       "--through-agent through the whole agent loop (replay_loop.json)",
@@ -57,7 +57,8 @@ COMMANDS: dict[str, Command] = {
                            ("replies", "traces", "solutions", "conversation")),
     "rehearse": Command("duck.testing.rehearse.run", "rehearse a Kaggle run: the real notebook, a local gateway, "
                         "a stand-in vLLM", ("games",), ("budget_seconds", "max_actions")),
-    "doctor": Command("duck.lab.doctor", "check a GPU machine: driver, vLLM, duck serve, a smoke chat, three games",
+    "doctor": Command("duck.lab.doctor", "check a GPU machine: driver, vLLM, the plan, duck serve, a smoke chat, "
+                      "the plan's slots of games at once, against the field's operating points",
                       ("games", "lock", "config"), ("game_seconds", "max_actions")),
 }
 EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED = 2, 1, 130
@@ -293,8 +294,13 @@ def _check_inputs(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
                 raise BadInput(f"{label.get(dest, dest)} {value}: no such file or folder")
     for dest in c.positive:
         value = getattr(args, dest, None)
+        if isinstance(value, str):  # a comma list of numbers (`duck simulate --slots 8,10,12`)
+            try:
+                value = min(float(x) for x in value.split(",") if x.strip())
+            except ValueError:
+                continue  # not numbers: the command's own parsing says what is wrong
         if isinstance(value, (int, float)) and not isinstance(value, bool) and value <= 0:
-            raise BadInput(f"{label.get(dest, dest)} {value}: must be above 0")
+            raise BadInput(f"{label.get(dest, dest)} {getattr(args, dest)}: must be above 0")
     out = getattr(args, "out", None)
     if isinstance(out, str) and Path(out).exists() and not Path(out).is_dir():
         raise BadInput(f"--out {out} is a file, not a folder")

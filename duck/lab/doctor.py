@@ -237,8 +237,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--game-seconds", type=float, default=240.0, help="how long the games play (at once)")
     p.add_argument("--min-decode-tps", type=float, default=LIMITS["min_decode_tps"],
                    help="decode tokens/s in total at 10 streams (scaled as 169 · n^0.6 at another count)")
-    p.add_argument("--min-prefix-hit", type=float, default=LIMITS["min_prefix_hit"])
-    p.add_argument("--max-boot-s", type=float, default=LIMITS["max_boot_s"])
+    p.add_argument("--min-prefix-hit", type=float, default=LIMITS["min_prefix_hit"],
+                   help="the prefix-cache hit rate the play must reach (the field: 93%% of prompt tokens cached)")
+    p.add_argument("--max-boot-s", type=float, default=LIMITS["max_boot_s"],
+                   help="seconds from start to a ready server (Flash-Next on Kaggle: 530-615 s)")
     p.add_argument("--max-tool-failures", type=float, default=LIMITS["max_tool_failures"],
                    help="share of replies with no usable tool call (none, dropped, or empty `{}`)")
     p.add_argument("--sweep", action="store_true", help="the first-GPU sweep: slots x context x MTP on/off "

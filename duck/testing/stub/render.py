@@ -14,11 +14,15 @@ emulates the prefix cache on the real layout:
 * it is compiled as transformers' `apply_chat_template` does (a sandboxed jinja2
   environment with `trim_blocks`, `lstrip_blocks`, loop controls, `raise_exception`,
   `strftime_now` and a `tojson` that keeps non-ASCII and does not escape HTML);
-* the messages go through what vLLM 0.19 does before the template (entrypoints/chat_utils):
-  a content list becomes one string, image placeholders first (`string_content`); past
-  tool-call arguments are `json.loads`ed (a failure is the HTTP 400 vLLM answers:
-  `HistoryError`), and a past reply's reasoning is read from `reasoning` (0.19 ignores
-  `reasoning_content` on the way in) and handed to the template as `reasoning_content`;
+* the messages go through what the pinned vLLM (0.33) does before the template
+  (renderers/chat_utils): a content list stays a list of parts in its own order, a text part
+  as `{"type": "text", "text": ...}`, an image as `{"type": "image"}` (`ordered_content`;
+  vLLM 0.19 flattened it to one string with the image placeholders first, `string_content`,
+  which the approximation without a template still uses); past tool-call arguments are
+  `json.loads`ed (a failure is an HTTP 400 here: 0.19 answered so, 0.33 coerces them to `{}`
+  with a warning, and neither is what the agent should send), and a past reply's reasoning is
+  read from `reasoning` (or `reasoning_content`) and handed to the template as
+  `reasoning_content`;
 * the kwargs are the request's `chat_template_kwargs` with `add_generation_prompt=True`.
 
 Every image renders as the same `<|vision_start|><|image_pad|><|vision_end|>`; vLLM's prefix
@@ -129,9 +133,10 @@ class ChatTemplate:
                preserve_thinking: bool | None = None, thinking: bool = True,
                add_generation_prompt: bool = True) -> tuple[str, int]:
         """The prompt text and its image count; raises HistoryError where vLLM answers 400."""
-        msgs = vllm_messages(messages)
         if self.source is None:
-            return render_approx(msgs, tools, preserve_thinking, thinking, add_generation_prompt)
+            return render_approx(vllm_messages(messages, ordered=False), tools, preserve_thinking, thinking,
+                                 add_generation_prompt)
+        msgs = vllm_messages(messages)
         import jinja2
         kwargs: dict[str, Any] = {"enable_thinking": thinking}
         if preserve_thinking is not None:
@@ -144,16 +149,18 @@ class ChatTemplate:
         return text, text.count(IMAGE_PAD)
 
 
-def vllm_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The messages as vLLM 0.19 hands them to the template (see the module docstring)."""
+def vllm_messages(messages: list[dict[str, Any]], ordered: bool = True) -> list[dict[str, Any]]:
+    """The messages as the pinned vLLM hands them to the template (see the module docstring;
+    `ordered=False`: content lists flattened as vLLM 0.19 did)."""
     out = []
     for i, m in enumerate(messages):
         m = dict(m)
         if isinstance(m.get("content"), list):
-            m["content"] = string_content(m["content"])
+            m["content"] = (ordered_content if ordered else string_content)(m["content"])
         if m.get("role") == "assistant":
             reasoning = m.pop("reasoning", None)
-            m.pop("reasoning_content", None)  # (0.19 does not read it)
+            other = m.pop("reasoning_content", None)
+            reasoning = reasoning if isinstance(reasoning, str) else other
             if isinstance(reasoning, str):
                 m["reasoning_content"] = reasoning
             calls = []
@@ -169,6 +176,12 @@ def vllm_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 m["tool_calls"] = calls
         out.append(m)
     return out
+
+
+def ordered_content(parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A content list as vLLM 0.33 hands it to the template: the parts in their order."""
+    return [{"type": "image"} if p.get("type") in ("image_url", "image") else {"type": "text", "text": p.get("text", "")}
+            for p in parts if isinstance(p, dict) and p.get("type") in ("text", "image_url", "image")]
 
 
 def string_content(parts: list[dict[str, Any]]) -> str:
