@@ -170,7 +170,7 @@ def test_one_attack_through_duck_play(open_place, tmp_path, which):  # noqa: F81
     said = tool_messages(out)
     assert len(said) >= len(replies) + 1 and not any("ESCAPED" in m for m in said), said
     if which == "file-modes":
-        for folder in ("records", "conversations"):
+        for folder in (".", "records", "conversations"):
             assert stat.S_IMODE((out / folder).stat().st_mode) == 0o700, folder
         host = next(m for m in said if "host says" in m or "host hidden" in m)
         assert "host says" in host and "play" in host, host[:300]  # /proc is open here: the host's line is read

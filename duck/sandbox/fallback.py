@@ -3,7 +3,7 @@ the worker has a uid of its own (duck.sandbox.isolation.relies_on_file_modes), o
 modes keep the games and the run's records from it. Then `games_for_play`:
 
 * plays the games from a root-only copy (a 0700 folder of root's), never from the original;
-* closes the run's records and conversations folders (0700);
+* closes the run's folder (its run.json names the games' path) and its records and conversations folders (0700);
 * keeps the original folder's path out of this process's command line (which every process
   on the machine can read in /proc/<pid>/cmdline; the red team found the games there, issue
   30): the argv bytes are overwritten in place, as `ps` shows them, and processes forked
@@ -81,8 +81,9 @@ def open_to_others(path: Path) -> bool:
 
 
 def close_run_folders(records: Path) -> None:
-    """The run's records and conversations folders, 0700 (root's)."""
-    for folder in (records, records.parent / "conversations"):
+    """The run's folder (its run.json names the command and the games' path, its score.json
+    and logs what was played) and its records and conversations folders, 0700 (root's)."""
+    for folder in (records.parent, records, records.parent / "conversations"):
         folder.mkdir(parents=True, exist_ok=True)
         folder.chmod(0o700)
 
