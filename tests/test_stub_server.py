@@ -79,9 +79,9 @@ def test_render_drops_or_keeps_past_thinking_like_the_template():
     assert "R1" in kept and "<tool_response>\nT1\n</tool_response>" in kept
     assert "<parameter=code>\nx\n</parameter>" in kept
     assert kept.endswith("<|im_start|>assistant\n<think>\n")
-    # vLLM 0.19 reads a past reply's reasoning from `reasoning` only: `reasoning_content` alone is lost.
+    # vLLM 0.33 reads a past reply's reasoning from `reasoning` or `reasoning_content` (0.19 lost the latter).
     only_rc = [dict(m, reasoning_content=m.pop("reasoning")) if "reasoning" in m else m for m in map(dict, msgs)]
-    assert "R1" not in render(only_rc, preserve_thinking=True)[0]
+    assert render(only_rc, preserve_thinking=True)[0] == kept
 
 
 def test_render_is_the_real_template_and_refuses_what_vllm_refuses():
@@ -101,8 +101,9 @@ def test_render_is_the_real_template_and_refuses_what_vllm_refuses():
         old, _ = ChatTemplate(QWEN36_TEMPLATE).render(msgs, tools)
         assert old.startswith("<|im_start|>system\n# Tools\n\nYou have access to the following functions")
     assert '"description": "Run <code> & see"' in text  # tojson keeps <, & and non-ASCII as they are
-    # vLLM 0.19 flattens a content list for this template: image placeholders first, then the text
-    assert "<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>\né<|im_end|>" in text and images == 1
+    # vLLM 0.33 hands the template a content list's parts in their order (0.19 put the images first;
+    # tests/conformance checks the stub against 0.33's own rendering byte for byte)
+    assert "<|im_start|>user\né<|vision_start|><|image_pad|><|vision_end|><|im_end|>" in text and images == 1
     bad = {"role": "assistant", "content": "", "tool_calls": [{"id": "c", "type": "function",
                                                                "function": {"name": "python",
                                                                             "arguments": '{"code": "s = \''}}]}

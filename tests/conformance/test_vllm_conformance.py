@@ -457,9 +457,6 @@ def test_image_tokens_and_the_max_pixels_cap(standin):
     assert pads[4] == 64 and pads[10] == 400 and pads[20] <= 400
 
 
-@pytest.mark.xfail(strict=True, reason="the stub's renderer puts a user turn's image before its text with the "
-                   "Qwen3.8 template (vLLM 0.33 keeps the parts' order); issue 28 brings the Qwen3.8 rendering "
-                   "to duck.testing.stub.render: drop this marker then")
 def test_images_and_several_tool_results_render_as_our_stub_renders_them(standin):
     import numpy as np
     a = image_part(grid_png(np.zeros((64, 64), int)))
