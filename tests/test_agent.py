@@ -98,14 +98,8 @@ def _config(**agent):
 
 
 def _capture(replies, loop=False):
-    seen: list[dict] = []
-
-    def wrap(r):
-        def f(body):
-            seen.append(body)
-            return dict(r)
-        return f
-    return FixedModel([wrap(r) for r in replies], loop=loop), seen
+    model = FixedModel(replies, loop=loop)
+    return model, model.requests
 
 
 def _play(tmp_path, game, model, max_actions=60, kernel=FakeKernel, **agent):

@@ -42,21 +42,15 @@ def test_memory_keeps_attempts_tail_and_the_rule_asked_once():
 
 
 def _play(replies, tmp_path, *more):
-    seen: list[dict] = []
-
-    def wrap(r):
-        def f(body):
-            seen.append(body)
-            return dict(r)
-        return f
+    model = FixedModel(replies)
     source = GameSource.offline(BUNDLED)
     game_id = next(g.game_id for g in source.games() if g.game_id.startswith("zs01"))
     cfg = load_config(overrides=["model.retries=0", "model.name=stub", "agent.fallback=null",
                                  "agent.failures_before_fallback=1", *more])
-    with StubServer(FixedModel([wrap(r) for r in replies])) as url:
+    with StubServer(model) as url:
         policy = AgentPolicy(0, cfg, model_url=url)
         play_game(source, game_id, policy, max_actions=100, record_path=tmp_path / "r.jsonl")
-    return seen, policy
+    return model.requests, policy
 
 
 def _text(m) -> str:

@@ -16,15 +16,9 @@ MSGS = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
 
 
 def _capture(replies):
-    """A FixedModel whose replies also record the request bodies they answered."""
-    seen: list[dict] = []
-
-    def wrap(r):
-        def f(body):
-            seen.append(body)
-            return dict(r)
-        return f
-    return FixedModel([wrap(r) for r in replies]), seen
+    """A FixedModel and the request bodies it answered."""
+    model = FixedModel(replies)
+    return model, model.requests
 
 
 def _dead_url() -> str:

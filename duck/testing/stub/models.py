@@ -1,6 +1,7 @@
 """Scripted models for the stub server (`reply(request) -> dict`).
 
-* `FixedModel(replies)`: the given replies in order (then 410 Gone, or a loop). A reply is a
+* `FixedModel(replies)`: the given replies in order (then 410 Gone, or a loop; `requests` keeps
+  the request bodies it answered with a reply, for tests of what the model was sent). A reply is a
   dict: `content`, `reasoning`, `code` (one `python` call) or `tool_calls`
   ([{"name", "arguments"}]), `finish_reason`, and test knobs: `status` (answer with that
   HTTP error), `delay_s` (before the first byte), `stall_s` (mid-stream, after the
@@ -37,6 +38,7 @@ class FixedModel:
         self.loop = loop
         self.i = 0
         self.lock = threading.Lock()
+        self.requests: list[dict[str, Any]] = []  # every request body answered with a reply (not the 410s), in order
 
     def reply(self, request: dict[str, Any]) -> dict[str, Any]:
         with self.lock:
@@ -44,6 +46,7 @@ class FixedModel:
                 if not self.loop or not self.replies:
                     return {"status": 410, "error": "the scripted replies are used up"}
                 self.i = 0
+            self.requests.append(request)
             r = self.replies[self.i]
             self.i += 1
         return r(request) if callable(r) else dict(r)
