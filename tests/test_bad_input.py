@@ -231,8 +231,8 @@ CATALOG: list[tuple[str, str, int, tuple[str, ...]]] = [
     ("report --duck-summary malformed", "report {DONE} --duck-summary {B}/bad.json", 2, ("summary.json",)),
     # duck simulate (issue 29's module: checked here, in the CLI layer)
     ("simulate --runs missing", "simulate --runs {B}/nope.jsonl", 2, ("--runs", "no such file")),
-    ("simulate --runs malformed", "simulate --runs {B}/runs.jsonl", 2, ("malformed JSON", "runs.jsonl")),
-    ("simulate --runs a folder", "simulate --runs {B}/emptydir", 2, ("Is a directory",)),
+    ("simulate --runs malformed", "simulate --runs {B}/runs.jsonl --baselines {G}", 2, ("malformed JSON", "runs.jsonl")),
+    ("simulate --runs a folder", "simulate --runs {B}/emptydir --baselines {G}", 2, ("Is a directory",)),
     ("simulate --seeds 0", "simulate --runs {B}/afile --seeds 0", 2, ("--seeds", "above 0")),
     ("simulate --slots negative", "simulate --runs {B}/afile --slots -2", 2, ("--slots", "above 0")),
     ("simulate --scenario unknown", "simulate --runs {B}/afile --scenario x", 2, ("invalid choice",)),
