@@ -254,12 +254,11 @@ def render_approx(messages: list[dict[str, Any]], tools: list[dict] | None = Non
                   preserve_thinking: bool | None = None, thinking: bool = True,
                   add_generation_prompt: bool = True) -> tuple[str, int]:
     """The Qwen3.6 template's layout, approximately (tools listed, thinking kept or dropped
-    per `preserve_thinking`, tool results wrapped in `<tool_response>`)."""
-    last_query = len(messages) - 1
-    for i in range(len(messages) - 1, -1, -1):
-        if messages[i].get("role") == "user":
-            last_query = i
-            break
+    per `preserve_thinking`, tool results wrapped in `<tool_response>`). Like the real
+    templates it refuses a history with no user message ("No user query found")."""
+    last_query = next((i for i in range(len(messages) - 1, -1, -1) if messages[i].get("role") == "user"), None)
+    if last_query is None:
+        raise HistoryError("chat template error: No user query found in messages.")
     out, images = [], 0
     for i, m in enumerate(messages):
         role = m.get("role")
