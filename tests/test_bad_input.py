@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from conftest import BUNDLED
+from smalldisk import small_tmpfs
 from duck.game.actions import Action
 from duck.game.source import GameSource, Observation
 from duck.play.record import RecordWriter, read_record, read_records
@@ -353,25 +354,17 @@ def test_the_catalog_counts_the_issues_54_kinds():
 
 def test_a_full_disk_under_report_and_score_is_one_line(places, tmp_path):
     """A full disk where a command writes: one line, exit 1, what was there kept."""
-    import os
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(disk)],
-                                           capture_output=True).returncode != 0:
-        pytest.skip("needs root to mount a small tmpfs")
-    try:
-        shutil.copytree(places["DONE"], disk / "run")
-        (disk / "filler").write_bytes(b"\0" * (64 * 1024))  # whatever did not fit is still the disk full
-    except OSError:
-        pass
-    try:
+    with small_tmpfs(tmp_path / "disk", "64k") as disk:
+        try:
+            shutil.copytree(places["DONE"], disk / "run")
+            (disk / "filler").write_bytes(b"\0" * (64 * 1024))  # whatever did not fit is still the disk full
+        except OSError:
+            pass
         for argv in (f"report {disk / 'run'}", f"score {disk / 'run'}"):
             code, err, _ = run_case(argv, places)
             lines = err.strip().splitlines()
             assert code == 1 and len(lines) == 1 and "the disk is full" in lines[0], err
         assert (disk / "run" / "records").is_dir()
-    finally:
-        subprocess.run(["umount", "-l", str(disk)], capture_output=True)
 
 
 if __name__ == "__main__":  # the table of the catalog, for the issue's note

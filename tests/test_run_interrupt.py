@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from conftest import BUNDLED
+from smalldisk import small_tmpfs
 from duck.play.record import read_record, read_records
 
 pexpect = pytest.importorskip("pexpect")
@@ -192,15 +193,8 @@ def test_sigterm_stops_like_ctrl_c(games, reference, tmp_path):
 @pytest.fixture
 def small_disk(tmp_path):
     """A 400 KB tmpfs (root only): the first games fit, the long ones fill it."""
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=400k", "tmpfs", str(disk)],
-                                           capture_output=True).returncode != 0:
-        pytest.skip("needs root to mount a small tmpfs")
-    try:
+    with small_tmpfs(tmp_path / "disk", "400k") as disk:
         yield disk
-    finally:
-        subprocess.run(["umount", "-l", str(disk)], capture_output=True)
 
 
 def test_a_full_disk_stops_the_run_cleanly_and_resume_finishes_it(games, reference, small_disk):
