@@ -157,7 +157,7 @@ def make_policy(name: str, seed: int = 0, *, config: Config | None = None, model
 
         if cfg.agent.fallback is None:
             return agent()
-        probe = (lambda: probe_model((join_urls(model_url) or cfg.model.urls or [None])[0], 10.0)) \
+        probe = (lambda: probe_model((join_urls(model_url) or cfg.model.urls or [None])[0], 10.0, cfg.model)) \
             if probe_on_failure else None
         return FallbackPolicy(agent, lambda: make_policy(cfg.agent.fallback, seed, config=cfg), health,
                               on_fallback=on_fallback, probe=probe)
