@@ -19,7 +19,7 @@ import pytest
 
 from conftest import BUNDLED
 from duck.config import ConfigError, load_config
-from duck.llm import provider
+from duck.llm import probe, provider
 from duck.llm.client import ModelClient, ModelError
 from duck.play.record import read_records
 from duck.testing.stub.hosted import Hosted
@@ -83,11 +83,11 @@ def test_reasoning_comes_back_in_the_field_the_provider_sent_it_in():
     try:
         with StubServer(model, hosted=Hosted(api_key=KEY)) as url:
             c = ModelClient(url, cfg)
-            first = c.chat(MSGS, provider.PROBE_TOOL)
+            first = c.chat(MSGS, probe.PROBE_TOOL)
             msg = first.message()
             assert msg["reasoning"] == "first thought" and "reasoning_content" not in msg  # (it refuses that name)
             tool = {"role": "tool", "tool_call_id": first.tool_calls[0].id, "content": "1"}
-            assert c.chat(MSGS + [msg, tool], provider.PROBE_TOOL).content == "b"
+            assert c.chat(MSGS + [msg, tool], probe.PROBE_TOOL).content == "b"
             assert c.counter().tokenize is None  # no /tokenize at a provider: estimates, calibrated on usage
     finally:
         del os.environ["DUCK_TEST_KEY"]

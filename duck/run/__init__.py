@@ -94,7 +94,7 @@ def _model_status(cfg: Config) -> str | None:
         return None
     from duck.llm.client import list_models  # the model client: only when a model plays
     if cfg.plan.profile == "hosted":
-        from duck.llm.provider import ProviderError, check
+        from duck.llm.probe import ProviderError, check
         try:
             return check(cfg.model)
         except ProviderError as e:
