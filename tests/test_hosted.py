@@ -93,7 +93,12 @@ def test_reasoning_comes_back_in_the_field_the_provider_sent_it_in():
         del os.environ["DUCK_TEST_KEY"]
     sent = model.requests[1]
     assert sent["messages"][1]["reasoning"] == "first thought"
-    assert "top_k" not in sent and "chat_template_kwargs" not in sent
+    assert "top_k" not in sent and "chat_template_kwargs" not in sent and "reasoning_effort" not in sent
+    # reasoning_effort: the standard field, sent only when set; the efforts a provider takes
+    effort = load_config(overrides=["model.profile=hosted", "model.reasoning_effort=high"]).model
+    assert provider.fields(effort, hosted=True) == {"reasoning_effort": "high"}
+    with pytest.raises(ConfigError, match="the flash-next template accepts xhigh, medium, low"):
+        load_config(overrides=["model.reasoning_effort=high"])
 
 
 def test_openrouter_reasoning_details_are_kept_and_sent_back_untouched():
