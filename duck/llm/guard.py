@@ -35,8 +35,9 @@ class Guard:
 
     @staticmethod
     def begin(path: str | Path) -> None:
-        """A new command's ledger: empty (what earlier commands spent is in their records)."""
-        Path(path).write_bytes(b"")
+        """A new command's ledger: empty (what earlier commands spent is in their records), the
+        owner's only (the model's code runs under another uid where the host is root)."""
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600))
 
     def add(self, stats: dict[str, Any]) -> None:
         """One reply's usage (`Reply.stats()`); stops the run once a cap is reached."""
