@@ -136,7 +136,7 @@ class ModelClient:
             if attempt:
                 pause = self.backoff_s * 2 ** (attempt - 1) * (0.5 + self._rng.random())
                 if last is not None and last.retry_after is not None:  # the provider's own (429/503)
-                    pause = last.retry_after
+                    pause = min(last.retry_after, 120.0)  # (never an hour that Ctrl-C would wait out)
                 if deadline is not None:
                     pause = min(pause, max(0.0, deadline - time.monotonic()))
                 time.sleep(pause)
