@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
@@ -46,7 +47,7 @@ def _policy_spec(value: str) -> str:
 
 
 PolicySpec = Annotated[str, AfterValidator(_policy_spec)]
-ProfileName = Literal["flash-next", "qwen3.8-27b", "qwen3.6-27b"]  # duck.profiles.PROFILES
+ProfileName = Literal["flash-next", "qwen3.8-27b", "qwen3.6-27b", "hosted"]  # duck.profiles.PROFILES
 SchedulerName = Literal["fixed", "field", "ucb", "adaptive"]  # what scheduler.policy.make_policy knows
 # The default profile's plan: the defaults of the planned fields when a section is made on
 # its own (a test's KernelConfig()); in a Config, Config._resolve plans them for its profile.
@@ -166,7 +167,7 @@ class ModelConfig(Section):
     # `chat_template_kwargs.reasoning_effort` (Qwen3.8's template: xhigh, medium or low; any
     # other value raises in it). None: not sent, the template's default (xhigh), which the
     # field left on; an effort the profile's template does not know is a config error.
-    reasoning_effort: Literal["xhigh", "medium", "low"] | None = None
+    reasoning_effort: Literal["xhigh", "high", "medium", "low", "minimal"] | None = None
     max_output_tokens: PositiveInt = _PLAN.output_tokens  # Flash-Next: 12,288 (FIELD §3)
     # A reply cut at the output cap or the time limit keeps the last this many characters of
     # its thinking in the history (~1K tokens), marked as cut: two cut replies kept whole took a
@@ -178,6 +179,25 @@ class ModelConfig(Section):
     retries: NonNegativeInt = 3
     backoff_s: NonNegativeFloat = 1.0  # first retry pause; doubles each time, jittered
     serve: ServeConfig = ServeConfig()
+    # A server that wants a key (the `hosted` profile: a provider such as OpenRouter): the NAME
+    # of the environment variable holding it ("": the profile's, OPENAI_API_KEY for hosted; none
+    # for vLLM). The key is read when a client is made and is never written anywhere.
+    api_key_env: str = ""
+    # Extra HTTP headers on every request (OpenRouter's HTTP-Referer, X-Title). A value "$NAME"
+    # is read from that environment variable; a literal value for a header that carries a
+    # secret (Authorization, *key*, *token*) is a config error: name the variable instead.
+    headers: dict[str, str] = {}
+    # The spend guard (duck.llm.guard): model play stops like Ctrl-C, the reason in score.json,
+    # once one `duck play` command's requests have used this many tokens (prompt + completion)
+    # or cost this much (the provider's `usage.cost`, USD; a provider that reports none cannot
+    # be capped so). 0: no cap. `duck play --resume` then finishes the run (a new command).
+    max_total_tokens: NonNegativeInt = 0
+    max_cost: NonNegativeFloat = 0.0
+    # Past reasoning goes back to the server under: "auto", vLLM's `reasoning` and
+    # `reasoning_content` (the template reads the latter) or, on a hosted profile, the field(s)
+    # the provider sent it in (`reasoning`, `reasoning_content`, `reasoning_details`); one
+    # name; or "none" (a provider that refuses it back).
+    reasoning_field: Literal["auto", "reasoning", "reasoning_content", "reasoning_details", "none"] = "auto"
 
 
 class KernelConfig(Section):
@@ -430,8 +450,10 @@ class Config(Section):
         if m.reasoning_effort is not None and m.reasoning_effort not in prof.reasoning_efforts:
             raise ValueError(f"model.reasoning_effort {m.reasoning_effort!r}: the {m.profile} template accepts "
                              f"{', '.join(prof.reasoning_efforts) or 'no reasoning effort'}")
+        _check_provider_fields(m, prof.hosted)
         derived = []
-        for section, key, value in ((m, "name", p.served_name), (s, "model_path", p.checkpoint),
+        for section, key, value in ((m, "name", p.served_name), (m, "api_key_env", prof.api_key_env),
+                                    (s, "model_path", p.checkpoint),
                                     (s, "mtp_tokens", p.mtp_tokens), (s, "engram_offload", prof.engram_offload),
                                     (s, "linear_backend", prof.linear_backend),
                                     (s, "chat_template_family", prof.chat_template),
@@ -456,6 +478,30 @@ class Config(Section):
     def derived(self) -> tuple[str, ...]:
         """The dotted fields that came from the plan rather than from a file or override."""
         return self._derived
+
+
+VLLM_ONLY = ("top_k", "thinking", "preserve_thinking")  # sent in vLLM's own request fields
+_SECRET_HEADER = re.compile(r"authorization|key|token|secret|cookie", re.I)
+_VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _check_provider_fields(m: ModelConfig, hosted: bool) -> None:
+    """No key in a config (a variable's name only; the value is never echoed), and on a
+    hosted profile no vLLM-only field set (it sends standard OpenAI fields only)."""
+    if m.api_key_env and not _VARIABLE.fullmatch(m.api_key_env):
+        raise ValueError("model.api_key_env is the NAME of the environment variable holding the key "
+                         "(letters, digits, _), not the key itself")
+    for name, value in m.headers.items():
+        ref = value[1:] if value.startswith("$") else None
+        if ref is not None and not _VARIABLE.fullmatch(ref.strip("{}")):
+            raise ValueError(f"model.headers.{name}: ${{NAME}} must name an environment variable")
+        if ref is None and _SECRET_HEADER.search(name):
+            raise ValueError(f"model.headers.{name} looks like a secret: write \"$VARIABLE\" (read from the "
+                             "environment), never the value, in a config")
+    set_here = [k for k in VLLM_ONLY if getattr(m, k) != type(m).model_fields[k].default]  # (a dump sets all)
+    if hosted and set_here:
+        raise ValueError(f"model.{set_here[0]} is vLLM-only: the hosted profile sends standard OpenAI fields only "
+                         "(model.reasoning_effort, where the provider takes one)")
 
 
 def _dotted(cfg: Config, section: BaseModel, key: str) -> str:

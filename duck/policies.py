@@ -55,6 +55,7 @@ class UserPolicy:
     """
 
     name = ""  # the record's "policy"; "" names it after the file and class
+    yields_in_step = True  # acts through Session.step: the scheduler's slot yield points are there
 
     def __init__(self, seed: int = 0) -> None:
         self.seed = seed
@@ -80,7 +81,8 @@ class UserPolicy:
 
 def load_policy_file(spec: str) -> type:
     """The class `ClassName` of `path/to/file.py:ClassName`, loaded from the file (once per
-    process: the module is kept in sys.modules under a name made from its path). Raises
+    process: the module is kept in sys.modules under a name made from its path; its folder is
+    on sys.path, so that helpers beside it import). Raises
     PolicyError (one line) for a missing or broken file, a missing class, or one that is
     not a policy."""
     path, _, cls_name = spec.rpartition(":")
@@ -90,6 +92,8 @@ def load_policy_file(spec: str) -> type:
     mod_name = "duck_user_policy_" + "".join(c if c.isalnum() else "_" for c in str(file))
     module = sys.modules.get(mod_name)
     if module is None:
+        if str(file.parent) not in sys.path:  # its helpers (modules and folders beside it) import
+            sys.path.append(str(file.parent))
         loader = importlib.util.spec_from_file_location(mod_name, file)
         if loader is None or loader.loader is None:
             raise PolicyError(f"--policy {spec}: {path} cannot be imported as Python")
@@ -157,7 +161,7 @@ def make_policy(name: str, seed: int = 0, *, config: Config | None = None, model
 
         if cfg.agent.fallback is None:
             return agent()
-        probe = (lambda: probe_model((join_urls(model_url) or cfg.model.urls or [None])[0], 10.0)) \
+        probe = (lambda: probe_model((join_urls(model_url) or cfg.model.urls or [None])[0], 10.0, cfg.model)) \
             if probe_on_failure else None
         return FallbackPolicy(agent, lambda: make_policy(cfg.agent.fallback, seed, config=cfg), health,
                               on_fallback=on_fallback, probe=probe)

@@ -176,6 +176,10 @@ class Profile:
     # The reasoning efforts its template accepts (chat_template_kwargs.reasoning_effort; any
     # other raises in the template, FIELD §4); () where the template has no such switch.
     reasoning_efforts: tuple[str, ...] = ()
+    # A hosted OpenAI-compatible provider (DESIGN §1c): nothing served here, so no memory plan;
+    # `max_slots` is the provider's concurrency and `window` the context budget per game.
+    hosted: bool = False
+    api_key_env: str = ""  # the variable holding the key (model.api_key_env's default)
 
 
 PROFILES: dict[str, Profile] = {p.name: p for p in (
@@ -209,6 +213,14 @@ PROFILES: dict[str, Profile] = {p.name: p for p in (
         notes=("BF16 KV: FP8 KV corrupts Qwen3.6's output (vllm#26646)",
                "the Duck's Milestone-1 model, served at the Duck's 64K window"),
         architecture="Qwen3_5ForConditionalGeneration", chat_template="qwen3.6", linear_backend="cutlass"),
+    Profile(
+        name="hosted", served_name="qwen/qwen3.8-flash", checkpoint="", kaggle_model="", arch=FLASH_NEXT,
+        weights_gib=0.0, overhead_gib=0.0, kv_cache_dtype="auto", state_dtype="bfloat16", gpu_memory_utilization=0.9,
+        window=131072, output_tokens=12288, max_slots=4, quantization="the provider's",
+        notes=("a hosted OpenAI-compatible provider: standard fields only, no /tokenize, the key from "
+               "model.api_key_env; development without a GPU (FIELD §5: qwen3.8-flash, 66.9 on 5 games for $1.86)",
+               "slots: the provider's concurrency (scheduler.slots); context: agent.context_tokens"),
+        reasoning_efforts=("minimal", "low", "medium", "high", "xhigh"), hosted=True, api_key_env="OPENAI_API_KEY"),
 )}
 DEFAULT_PROFILE = "flash-next"
 
@@ -291,6 +303,8 @@ def plan(name: str = DEFAULT_PROFILE, *, model_path: str | None = None, gpu_mib:
     next request resumes there; each game between requests holds that page beside the one
     its running request writes. 1 is this plan's assumption; `duck doctor` reads the real pool."""
     p = get(name)
+    if p.hosted:
+        return _hosted_plan(p, window, context_tokens, output_tokens, slots, low_water, kernel_disk_mb)
     mtp = p.mtp_tokens if mtp_tokens is None else mtp_tokens
     arch, arch_from = arch_of(p, model_path)
     util = utilization or p.gpu_memory_utilization
@@ -348,3 +362,19 @@ def plan(name: str = DEFAULT_PROFILE, *, model_path: str | None = None, gpu_mib:
                 mtp_tokens=mtp, host=host, kernel_disk_mb=disk, problems=problems, architecture=p.architecture,
                 prefix_checkpoints=prefix_checkpoints, state_gib=round(n * state / GiB, 2),
                 engram_offload=p.engram_offload)
+
+
+def _hosted_plan(p: Profile, window: int | None, context_tokens: int | None, output_tokens: int | None,
+                 slots: int | None, low_water: float, kernel_disk_mb: int | None) -> Plan:
+    """A hosted profile's plan: no card, no KV pool; the provider's concurrency as the slots
+    and the profile's window as the context budget (both overridable like any plan's)."""
+    context = context_tokens or window or p.window
+    output = output_tokens or min(p.output_tokens, context // 4)
+    n = slots or p.max_slots
+    problems = [f"the output cap ({output}) leaves no room for a prompt in {context} tokens"] if output >= context else []
+    return Plan(profile=p.name, served_name=p.served_name, checkpoint="", arch_from="hosted", gpu_gib=0.0,
+                utilization=p.gpu_memory_utilization, usable_gib=0.0, weights_gib=0.0, overhead_gib=0.0,
+                kv_cache_dtype=p.kv_cache_dtype, kv_bytes_per_token=0, state_mib_per_slot=0.0, kv_pool_gib=0.0,
+                kv_tokens=0, window=window or context, context_tokens=context, output_tokens=output,
+                low_water=low_water, mean_tokens_per_slot=int(context * (1 + low_water) / 2), slots=n, slots_fit=n,
+                max_num_seqs=n + 1, mtp_tokens=0, host={}, kernel_disk_mb=kernel_disk_mb or 256, problems=problems)

@@ -20,10 +20,15 @@ The locks are committed beside this script; `--relock` resolves them again.
     python kaggle-dataset/build.py --no-vllm           # the small half (no vLLM/torch/CUDA)
     python kaggle-dataset/build.py --check-only        # re-run the offline-resolution check
     python kaggle-dataset/build.py --relock            # resolve both locks again
+    python kaggle-dataset/build.py --policy my_policy.py:Patrol [--policy-helpers mylib/]
+                                                       # your own policy packed in, played by the notebook
+    python kaggle-dataset/build.py --policy my_policy.py:Patrol --policy-only
+                                                       # only (re)pack it into an existing build
 
 The check installs each lock with `pip install --no-index --find-links OUT/wheels -r LOCK
 --dry-run --ignore-installed` for the Kaggle platform: it passes only when the folder alone
-resolves everything. It also verifies SHA256SUMS. Exit status 0 only when all holds.
+resolves everything. It also verifies SHA256SUMS and the packed policy's sha256 (what the
+notebook checks before it plays the policy: duck.kaggle.inputs). Exit status 0 only when all holds.
 See kaggle-dataset/README.md for publishing the folder and attaching the model weights.
 """
 
@@ -44,6 +49,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
+sys.path.insert(0, str(ROOT))  # the policy's packing is the notebook's own code (standard library only)
+from duck.kaggle.inputs import pack_policy, packed_policy  # noqa: E402
 PYTHON_VERSION = "3.12"  # the Kaggle image's Python (3.12.13 in mid-2026)
 GLIBC_MINOR = 35  # Ubuntu 22.04 under the Kaggle image: manylinux_2_35 and older wheels run
 LOCKS = {"duck": HERE / "duck.lock", "vllm": HERE / "vllm.lock"}
@@ -225,6 +232,9 @@ def copy_templates(out: Path) -> dict[str, str]:
 def check(out: Path, which: list[str]) -> bool:
     """The folder alone resolves each lock for the Kaggle platform; the sums hold."""
     ok = True
+    if (problem := packed_policy(out)[1]) is not None:
+        print(f"check: {problem}", file=sys.stderr)
+        ok = False
     sums = out / "SHA256SUMS"
     if sums.exists():
         for line in sums.read_text().splitlines():
@@ -268,6 +278,22 @@ def metadata(dataset_id: str) -> dict:
                            "its own venv from vllm.lock (the notebook does both)."}
 
 
+def repack_policy(out: Path, spec: str | None, helpers: str | None) -> int:
+    """`--policy-only`: the policy packed into an existing build (its marker updated), checked."""
+    marker = out / MARKER
+    if not spec or not marker.is_file():
+        raise SystemExit("--policy-only needs --policy FILE.py:Class and a build in --out (run the full build first)")
+    doc = json.loads(marker.read_text())
+    try:
+        doc["policy"] = pack_policy(spec, out, helpers)
+    except ValueError as e:
+        raise SystemExit(str(e)) from None
+    marker.write_text(json.dumps(doc, indent=2) + "\n")
+    problem = packed_policy(out)[1]
+    print(problem or f"packed {doc['policy']['spec']} into {out} ({len(doc['policy']['files'])} files, sha256 each)")
+    return 1 if problem else 0
+
+
 def git_commit() -> str | None:
     try:
         return subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True,
@@ -286,10 +312,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--check-only", action="store_true", help="only the offline-resolution check of --out")
     p.add_argument("--id", default=os.environ.get("DUCK_DATASET_ID", DEFAULT_ID),
                    help="Kaggle dataset id owner/slug for dataset-metadata.json")
+    p.add_argument("--policy", default=None, metavar="FILE.py:CLASS",
+                   help="pack your own policy (README, 'Your own policy'); the notebook plays it, its sha256 checked")
+    p.add_argument("--policy-helpers", default=None, metavar="DIR", help="a folder the policy imports, packed beside it")
+    p.add_argument("--policy-only", action="store_true", help="only (re)pack --policy into --out's existing build")
     a = p.parse_args(argv)
     which = ["duck"] if a.no_vllm else ["duck", "vllm"]
     out = Path(a.out)
 
+    if a.policy_only:
+        return repack_policy(out, a.policy, a.policy_helpers)
     if a.check_only:
         return 0 if check(out, which) else 1
     if a.relock or a.vllm or any(not LOCKS[w].exists() for w in which):
@@ -329,6 +361,10 @@ def main(argv: list[str] | None = None) -> int:
         if f.name not in keep:
             f.unlink()  # wheels of an older lock
     templates = copy_templates(out)
+    try:
+        policy = pack_policy(a.policy, out, a.policy_helpers) if a.policy else None
+    except ValueError as e:
+        raise SystemExit(str(e)) from None
     for w in which:
         shutil.copy(LOCKS[w], out / f"{w}.lock")
     for stale in {"duck", "vllm"} - set(which):
@@ -342,6 +378,7 @@ def main(argv: list[str] | None = None) -> int:
         "locks": {w: f"{w}.lock" for w in which}, "wheels": "wheels", "project_wheel": own.name,
         "chat_templates": templates,
         "chat_template": templates.get("qwen3.6"),  # (read by older notebooks)
+        "policy": policy,  # the user's policy the notebook plays (duck.kaggle.inputs.packed_policy), or null
         "built_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "git_commit": git_commit()}, indent=2) + "\n")
     size = sum(f.stat().st_size for f in wheels.iterdir())

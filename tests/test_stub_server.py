@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -165,3 +166,48 @@ def test_a_real_trace_gives_one_reply_per_recorded_response():
     n_calls = sum(len(r["tool_calls"]) for r in replies)
     assert n_calls == sum(len(t["calls"]) for t in turns)
     assert sum(len(r["reasoning"]) for r in replies) == sum(t["reasoning_chars"] for t in turns)
+
+
+def test_the_hosted_stub_answers_as_a_strict_provider(tmp_path):
+    """`duck stub-server --hosted`: a key, standard fields only, no /tokenize or /metrics, reasoning
+    under `reasoning` only, usage with cost, and a 429 with Retry-After on every 2nd request."""
+    import urllib.error
+    import urllib.request
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DUCK_")} | {"STUB_KEY": "k-123"}
+    proc = subprocess.Popen([sys.executable, "-m", "duck.cli", "stub-server", "--port", "0", "--hosted", "--player",
+                             "--api-key-env", "STUB_KEY", "--rate-limit", "2", "--retry-after", "3"],
+                            stdout=subprocess.PIPE, text=True, cwd=ROOT, env=env)
+
+    def post(route: str, body: dict, key: str | None = "k-123") -> tuple[int, dict, dict]:
+        req = urllib.request.Request(url + route, data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json",
+                                              **({"Authorization": f"Bearer {key}"} if key else {})})
+        try:
+            with urllib.request.urlopen(req, timeout=30) as r:
+                return r.status, json.loads(r.read()), dict(r.headers)
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read()), dict(e.headers)
+
+    try:
+        banner = json.loads(proc.stdout.readline())
+        url = banner["url"]
+        assert banner["hosted"] is True
+        chat = {"model": "m", "messages": [{"role": "user", "content": "look"}]}
+        assert post("/tokenize", {"messages": chat["messages"]})[0] == 404
+        assert post("/v1/chat/completions", chat, key=None)[0] == 401
+        status, doc, _ = post("/v1/chat/completions", dict(chat, top_k=20, chat_template_kwargs={}))
+        assert status == 400 and "Unrecognized request argument supplied: chat_template_kwargs, top_k" in doc["error"]["message"]
+        status, doc, _ = post("/v1/chat/completions", chat)
+        msg = doc["choices"][0]["message"]
+        assert status == 200 and msg["reasoning"] and "reasoning_content" not in msg
+        assert doc["usage"]["cost"] > 0 and doc["usage"]["total_tokens"] > 0
+        status, doc, headers = post("/v1/chat/completions", chat)  # the 2nd past the key check
+        assert status == 429 and headers["Retry-After"] == "3"
+        bad = [{"role": "user", "content": "u"}, {"role": "assistant", "content": "a", "reasoning_content": "r"}]
+        assert post("/v1/chat/completions", dict(chat, messages=bad))[0] == 400  # a field it does not read
+        with pytest.raises(urllib.error.HTTPError, match="404"):
+            urllib.request.urlopen(url + "/metrics", timeout=10)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)

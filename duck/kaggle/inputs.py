@@ -1,6 +1,8 @@
 """What Kaggle gives the notebook: the mode (competition rerun or interactive), the
 attached inputs found under `/kaggle/input` (the competition data, our wheel dataset, the
-model weights), and vLLM installed offline from the wheel dataset.
+model weights), vLLM installed offline from the wheel dataset, and the user's own policy
+packed into that dataset (`kaggle-dataset/build.py --policy FILE.py:Class`: the file, a
+folder of helpers, and each file's sha256, verified before anything plays).
 
 Kaggle mounts inputs at depths that have changed over time (a Kaggle Model sits 6 levels
 down), so each is found by what it holds rather than by a fixed path; an explicit path
@@ -9,15 +11,17 @@ down), so each is found by what it holds rather than by a fixed path; an explici
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 log = logging.getLogger("duck.kaggle.run")  # the notebook shows this logger's INFO lines
 
@@ -28,6 +32,40 @@ DATASET_MARKER = "duck-dataset.json"
 
 def is_rerun(env: dict[str, str] | None = None) -> bool:
     return bool((os.environ if env is None else env).get(RERUN_ENV))
+
+
+def env_config(env: dict[str, str]) -> tuple[Any, list[str]]:
+    """The config from the environment's `DUCK_` variables, and one line per variable that
+    does not validate: it is dropped (and reported) instead of costing the submission.
+    Variables are taken in as long as they validate together, again and again (one may only
+    fit beside another: an interactive budget below the default margin with a smaller margin)."""
+    from duck.config import ConfigError, load_config
+
+    def validates(e: dict[str, str]) -> bool:
+        try:
+            load_config(env=e)
+            return True
+        except ConfigError:
+            return False
+    if validates(env):
+        return load_config(env=env), []
+    keep: dict[str, str] = {}
+    left = {k: v for k, v in env.items() if k.startswith("DUCK_")}
+    taken = True
+    while taken:
+        taken = False
+        for k in list(left):
+            if validates({**keep, k: left[k]}):
+                keep[k] = left.pop(k)
+                taken = True
+    errors = []
+    for k, v in left.items():
+        try:
+            load_config(env={**keep, k: v})
+        except ConfigError as e:
+            errors.append(f"{k} ignored: {e}")
+            print(f"duck.kaggle.run: {k} ignored: {e}", file=sys.stderr)
+    return load_config(env=keep), errors
 
 
 # ---------------------------------------------------------------------------------------
@@ -165,3 +203,80 @@ def install_vllm(dataset_dir: Path, env_dir: Path, timeout_s: float = 1800.0) ->
                    check=True, timeout=timeout_s)
     log.info("vLLM installed into %s in %.0f s", env_dir, time.monotonic() - t)
     return exe if exe.exists() else None
+
+
+# ---------------------------------------------------------------------------------------
+# The user's policy, packed into the dataset
+
+POLICY_DIR = "policy"  # the dataset's folder for it
+
+
+def file_sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def pack_policy(spec: str, dataset_dir: Path, helpers: str | Path | None = None) -> dict:
+    """Copy `FILE.py` of `FILE.py:Class` (and the `helpers` folder, beside it) into
+    `dataset_dir/policy/`; returns duck-dataset.json's `policy` entry: the spec the notebook
+    plays and each file's sha256. Raises ValueError (one line) for a spec it cannot pack."""
+    file, _, cls = spec.rpartition(":")
+    if not file.endswith(".py") or not cls.isidentifier():
+        raise ValueError(f"--policy {spec}: give FILE.py:ClassName (the class the notebook plays)")
+    src = Path(file)
+    if not src.is_file():
+        raise ValueError(f"--policy {spec}: no such file {file}")
+    if helpers is not None and not Path(helpers).is_dir():
+        raise ValueError(f"--policy-helpers {helpers}: no such folder")
+    dst = dataset_dir / POLICY_DIR
+    shutil.rmtree(dst, ignore_errors=True)
+    dst.mkdir(parents=True)
+    shutil.copy(src, dst / src.name)
+    if helpers is not None:
+        shutil.copytree(helpers, dst / Path(helpers).resolve().name,
+                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    files = {str(f.relative_to(dataset_dir)): file_sha256(f) for f in sorted(dst.rglob("*")) if f.is_file()}
+    return {"spec": f"{POLICY_DIR}/{src.name}:{cls}", "files": files}
+
+
+def packed_policy(dataset_dir: Path) -> tuple[str | None, str | None]:
+    """The dataset's packed policy as an absolute `FILE.py:Class`, and a problem: a file missing
+    or changed since it was packed (its sha256 differs), which keeps it from playing. (None, None)
+    when nothing is packed."""
+    try:
+        entry = json.loads((dataset_dir / DATASET_MARKER).read_text()).get("policy")
+    except (OSError, ValueError):
+        return None, None
+    if not isinstance(entry, dict) or not entry.get("spec"):
+        return None, None
+    for rel, digest in (entry.get("files") or {}).items():
+        f = dataset_dir / rel
+        if not f.is_file():
+            return None, f"the packed policy file {rel} is missing from the dataset"
+        if file_sha256(f) != digest:
+            return None, (f"the packed policy file {rel} changed since it was packed (sha256 {file_sha256(f)[:12]}, "
+                          f"packed {str(digest)[:12]}): rebuild the dataset with kaggle-dataset/build.py --policy")
+    file, _, cls = str(entry["spec"]).rpartition(":")
+    return f"{dataset_dir / file}:{cls}", None
+
+
+def notebook_policy(chosen: str | None, dataset_dir: Path | None) -> tuple[str | None, str | None]:
+    """What the notebook plays: `chosen` (play.policy, when set), else the dataset's packed
+    policy, else None (the model agent while its server is up, the explorer otherwise); and a
+    problem (one line) when the policy asked for cannot play, the default then plays. A file
+    policy is loaded here, before anything plays (a relative path is the dataset's)."""
+    packed, problem = packed_policy(dataset_dir) if dataset_dir is not None else (None, None)
+    spec = chosen or packed
+    if spec is None or ":" not in spec:
+        return spec, problem
+    file, _, cls = spec.rpartition(":")
+    path = Path(file)
+    if not path.is_absolute() and dataset_dir is not None and (dataset_dir / path).is_file():
+        path = dataset_dir / path
+    if problem and dataset_dir is not None and path.resolve().is_relative_to((dataset_dir / POLICY_DIR).resolve()):
+        return None, problem  # the packed file changed: not played
+    from duck.policies import PolicyError, load_policy_file
+    try:
+        load_policy_file(f"{path.resolve()}:{cls}")
+    except PolicyError as e:
+        return None, str(e)
+    return f"{path.resolve()}:{cls}", problem

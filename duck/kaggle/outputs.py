@@ -1,11 +1,13 @@
 """What the notebook leaves under `kaggle.working_dir`, besides the records and the logs:
 the shape of `duck/summary.json` (each step's timing and outcome, the paths found, the
-model server's story, the games and their results, the scorecard, every error), and the
-placeholder `submission.parquet` of an interactive run.
+model server's story, the games and their results, the scorecard, every error), the
+placeholder `submission.parquet` of an interactive run, and `duck/run.log`.
 """
 
 from __future__ import annotations
 
+import logging
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,3 +55,21 @@ def write_placeholder_submission(path: Path) -> Path:
         import pandas as pd
         pd.DataFrame(row).to_parquet(path, index=False)
     return path
+
+
+def log_to_file(path: Path, shown: str) -> None:
+    """Every log line to `path` (run.log); to the notebook's output, the `shown` logger's
+    lines (our steps) and any warning. Once per process."""
+    root = logging.getLogger()
+    if not any(getattr(h, "_duck_kaggle", False) for h in root.handlers):
+        fmt = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+        fh = logging.FileHandler(path)
+        sh = logging.StreamHandler(sys.stdout)  # the notebook's output: our steps, and trouble
+        sh.addFilter(lambda r: r.name == shown or r.levelno >= logging.WARNING)
+        for h in (fh, sh):
+            h.setFormatter(fmt)
+            h._duck_kaggle = True  # type: ignore[attr-defined]
+            root.addHandler(h)
+        root.setLevel(logging.INFO)
+        logging.getLogger("arc_agi").setLevel(logging.WARNING)
+        logging.getLogger("httpx").setLevel(logging.WARNING)

@@ -17,12 +17,15 @@ other run (Save & Run All, a draft session) is interactive: it plays the public 
 offline from the competition's `environment_files/` and writes a placeholder
 `submission.parquet`, which Kaggle requires for the notebook to be submittable.
 
-The boot order: the server starts first, since it takes ~9 minutes to be ready (Flash-Next,
-FIELD §4), and that time goes to work that costs no action: waiting for the gateway,
-listing the games, opening the scorecard and making every game (duck.kaggle.prepare), so
-that the notebook is never idle and every game's first request leaves the moment the
-server answers. A serving plan that does not fit the card (duck.profiles) starts nothing:
+The boot order: the server starts first (~9 minutes to be ready on Flash-Next, FIELD §4),
+and that time goes to what costs no action: the gateway's list, the scorecard, every game
+made ahead (duck.kaggle.prepare). A serving plan that does not fit the card starts nothing:
 the explorer plays. (`prepare_model()` is start_model() + wait_model(), as before.)
+
+The policy: `play.policy` when set (`DUCK_PLAY__POLICY`: a name or `FILE.py:Class`), else
+the one packed into the wheel dataset (`kaggle-dataset/build.py --policy`, its sha256
+verified first: duck.kaggle.inputs), else the model agent. A policy other than the model
+agent starts no server; a user's plays inside the fallback and the runner's time limits.
 
 Nothing here may stop the notebook: every step catches what goes wrong, logs it, keeps it
 in `summary.json` and degrades. No model server (it did not come up, died, or stopped
@@ -36,11 +39,10 @@ only), `duck/records/<game>.jsonl`, `duck/conversations/<game>.jsonl.gz` (every 
 each game the model played: the only way to study a rerun; duck.play.conversation),
 `duck/score.json` (interactive), `duck/summary.json`, `duck/run.log`, `duck/vllm.log`.
 
-The steps are here; what they rely on is in modules of their own: `duck.kaggle.inputs`
-(the mode, finding the inputs, vLLM's offline install), `duck.llm.health` (the model-down
-flag, the health probe, the fallback policy), `duck.kaggle.play` (the gateway wait, the
-scheduler's runner and the fallback pool), `duck.kaggle.outputs` (summary.json's shape, the
-placeholder submission) and `duck.kaggle.notebook` (notebook.ipynb from notebook.py).
+The steps are here; what they rely on: `duck.kaggle.inputs` (the mode, the config, the inputs,
+vLLM's offline install, the packed policy), `duck.llm.health` (the model-down flag, the probe),
+`duck.kaggle.play` (the gateway wait, the runner, the pool), `duck.kaggle.outputs` (summary.json,
+run.log, the placeholder submission), `duck.kaggle.notebook` (notebook.ipynb from notebook.py).
 """
 
 from __future__ import annotations
@@ -48,7 +50,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import sys
 import threading
 import time
 import traceback
@@ -57,16 +58,17 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Iterator
 
-from duck.config import Config, ConfigError, load_config
+from duck.config import Config
 from duck.game.source import GameSource
-from duck.kaggle.inputs import check_driver, check_python, find_competition_dir, find_dataset_dir, find_model_dir, install_vllm, is_rerun
-from duck.kaggle.outputs import Step, Summary, write_placeholder_submission
+from duck.kaggle.inputs import (check_driver, check_python, env_config, find_competition_dir, find_dataset_dir,
+                                find_model_dir, install_vllm, is_rerun, notebook_policy)
+from duck.kaggle.outputs import Step, Summary, log_to_file, write_placeholder_submission
 from duck.kaggle.prepare import PreparedSource
 from duck.kaggle.play import run_pool, run_scheduler, scheduler_runner, wait_for_gateway
 from duck.llm.health import ModelHealth, probe_model
 from duck.llm.serve import VLLMServer
 from duck.play.scoring import write_score
-from duck.policies import make_policy
+from duck.policies import FallbackPolicy, make_policy
 from duck.sandbox.fallback import games_for_play
 
 
@@ -81,7 +83,9 @@ class KaggleRun:
         self.env = dict(os.environ if env is None else env)
         self.t0 = time.time() if started_at is None else started_at
         self.config_errors: list[str] = []
-        self.cfg = config or self._load_config()
+        if config is None:  # (a variable that does not validate is dropped and reported, not fatal)
+            config, self.config_errors = env_config(self.env)
+        self.cfg = config
         k = self.cfg.kaggle
         self.rerun = is_rerun(self.env)
         self.budget_s = k.budget_s if self.rerun else k.interactive_budget_s
@@ -89,7 +93,7 @@ class KaggleRun:
         self.working = Path(k.working_dir)
         self.out = self.working / "duck"
         self.out.mkdir(parents=True, exist_ok=True)
-        self._log_to_file()
+        log_to_file(self.out / "run.log", log.name)
         self.summary = Summary("rerun" if self.rerun else "interactive", self.t0, self.budget_s, self.deadline)
         self.summary.errors += self.config_errors
         self.health = ModelHealth(self.out / "model_down")
@@ -109,36 +113,17 @@ class KaggleRun:
             self.model_dir = find_model_dir(k.input_dir, self.cfg.model.name, k.model_dir)
             self.summary.paths = {"competition": _s(self.competition_dir), "dataset": _s(self.dataset_dir),
                                   "model": _s(self.model_dir), "working": str(self.working)}
+        self.policy: str | None = None  # (play.policy, the packed one, or None: the model agent)
+        with self.step("policy"):
+            self.policy, problem = notebook_policy(
+                self.cfg.play.policy if "policy" in self.cfg.play.model_fields_set else None, self.dataset_dir)
+            self.summary.model["policy"] = self.policy or "llm (the explorer while no model answers)"
+            if problem:  # a user's policy that cannot play (changed since packed, broken): the default plays
+                raise ValueError(f"{problem}: the default plays (the model agent, or the explorer)")
         log.info("mode %s, budget %.0f s (games end %.0f s from the start), paths %s", self.summary.mode,
                  self.budget_s, self.deadline - self.t0, self.summary.paths)
 
     # -- bookkeeping ------------------------------------------------------------------
-
-    def _load_config(self) -> Config:
-        """The config from the environment; a variable that does not validate is dropped
-        (and reported) instead of costing the submission. Variables are taken in as long as
-        they validate together, again and again (one may only fit beside another: an
-        interactive budget below the default margin with a smaller margin)."""
-        try:
-            return load_config(env=self.env)
-        except ConfigError:
-            pass
-        keep: dict[str, str] = {}
-        left = {k: v for k, v in self.env.items() if k.startswith("DUCK_")}
-        taken = True
-        while taken:
-            taken = False
-            for k in list(left):
-                if _validates({**keep, k: left[k]}):
-                    keep[k] = left.pop(k)
-                    taken = True
-        for k, v in left.items():
-            try:
-                load_config(env={**keep, k: v})
-            except ConfigError as e:
-                self.config_errors.append(f"{k} ignored: {e}")
-                print(f"duck.kaggle.run: {k} ignored: {e}", file=sys.stderr)
-        return load_config(env=keep)
 
     def left(self) -> float:
         """Seconds until the games must have ended."""
@@ -159,21 +144,6 @@ class KaggleRun:
             s.seconds = round(time.monotonic() - t, 1)
             self._write_summary()
 
-    def _log_to_file(self) -> None:
-        root = logging.getLogger()
-        if not any(getattr(h, "_duck_kaggle", False) for h in root.handlers):
-            fmt = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
-            fh = logging.FileHandler(self.out / "run.log")
-            sh = logging.StreamHandler(sys.stdout)  # the notebook's output: our steps, and trouble
-            sh.addFilter(lambda r: r.name == log.name or r.levelno >= logging.WARNING)
-            for h in (fh, sh):
-                h.setFormatter(fmt)
-                h._duck_kaggle = True  # type: ignore[attr-defined]
-                root.addHandler(h)
-            root.setLevel(logging.INFO)
-            logging.getLogger("arc_agi").setLevel(logging.WARNING)
-            logging.getLogger("httpx").setLevel(logging.WARNING)
-
     def _write_summary(self) -> None:
         try:
             doc = asdict(self.summary)
@@ -191,21 +161,18 @@ class KaggleRun:
         """Install vLLM from the dataset and start `duck serve` without waiting for it; True
         when it was started (wait_model() then waits for it to answer)."""
         m = self.summary.model
-        if not self.cfg.kaggle.use_model:
-            m["status"] = "off (kaggle.use_model=false)"
+        if not self.cfg.kaggle.use_model or self.policy not in (None, "llm"):
+            m["status"] = "off (kaggle.use_model=false)" if not self.cfg.kaggle.use_model else \
+                f"off (play.policy {self.policy} needs no model)"
             return False
         if self.model_dir is None:
-            m["status"] = f"no weights for {self.cfg.model.name} under {self.cfg.kaggle.input_dir}: the explorer plays"
-            log.warning(m["status"])
-            return False
+            return self._not_started(f"no weights for {self.cfg.model.name} under {self.cfg.kaggle.input_dir}")
         self.cfg.model.serve.model_path = m["model_path"] = str(self.model_dir)
         plan = self.cfg.plan
         m["plan"] = {"profile": plan.profile, "slots": plan.slots, "context_tokens": plan.context_tokens,
                      "kv_tokens": plan.kv_tokens, "problems": plan.problems}
         if plan.problems:  # a server that cannot hold its games: nothing starts
-            m["status"] = f"not started (the {plan.profile} plan does not fit: {'; '.join(plan.problems)}): the explorer plays"
-            log.warning(m["status"])
-            return False
+            return self._not_started(f"not started (the {plan.profile} plan does not fit: {'; '.join(plan.problems)})")
         lock = self.dataset_dir / "vllm.lock" if self.dataset_dir is not None else None
         if lock is not None and lock.is_file():
             with self.step("gpu_driver") as s:
@@ -213,9 +180,7 @@ class KaggleRun:
                 log.info("GPU driver: %s", m["driver"])
                 if not ok:  # a server that can never come up: play with the explorer at once
                     s.ok = False
-                    m["status"] = f"not started ({m['driver']}): the explorer plays"
-                    log.warning(m["status"])
-                    return False
+                    return self._not_started(f"not started ({m['driver']})")
             family = self.cfg.model.serve.chat_template_family
             template = self.dataset_dir / family / "chat_template.jinja"
             if template.is_file():  # the copy served when the model's template lacks preserve_thinking
@@ -223,9 +188,7 @@ class KaggleRun:
         if self.dataset_dir is not None:
             ok, m["python"] = check_python(self.dataset_dir)
             if not ok:  # vLLM's wheels would not install: the explorer plays
-                m["status"] = f"not started ({m['python']}): the explorer plays"
-                log.warning(m["status"])
-                return False
+                return self._not_started(f"not started ({m['python']})")
         with self.step("install_vllm"):
             if self.dataset_dir is not None:
                 exe = install_vllm(self.dataset_dir, Path(self.cfg.kaggle.vllm_env_dir))
@@ -237,6 +200,11 @@ class KaggleRun:
             m["started_at_s"] = round(time.time() - self.t0, 1)
             return True
         return False  # (the step caught an error)
+
+    def _not_started(self, why: str) -> bool:
+        self.summary.model["status"] = f"{why}: the explorer plays"
+        log.warning(self.summary.model["status"])
+        return False
 
     def wait_model(self) -> bool:
         """Wait for the started server to answer; True when it does (the monitor then runs)."""
@@ -345,12 +313,19 @@ class KaggleRun:
         return self.game_ids
 
     def policy_for(self, game_id: str) -> Any:
-        """The policy a game starts with: model-driven while the server is up, else the explorer."""
-        seed = self.cfg.play.seed
-        if self.model_url is None:
-            return make_policy("explorer", seed, config=self.cfg)
-        # The agent inside its fallback (agent.fallback: the explorer), watching the health flag.
-        return make_policy("llm", seed, config=self.cfg, model_url=self.model_url, health=self.health)
+        """The policy a game starts with: play.policy (or the packed one) when set, else the model
+        agent while the server is up, else the explorer; the agent and a user's policy play inside
+        the fallback (agent.fallback takes the game over from where it stands when they fail)."""
+        seed, spec, cfg = self.cfg.play.seed, self.policy, self.cfg
+        if spec in (None, "llm"):
+            return make_policy("llm", seed, config=cfg, model_url=self.model_url, health=self.health) \
+                if self.model_url is not None else make_policy("explorer", seed, config=cfg)
+        mine = make_policy(spec, seed, config=cfg)
+        if ":" not in spec or cfg.agent.fallback is None:
+            return mine
+        wrapped = FallbackPolicy(lambda: mine, lambda: make_policy(cfg.agent.fallback, seed, config=cfg))
+        wrapped.name, wrapped.yields_in_step = mine.name, getattr(mine, "yields_in_step", False)
+        return wrapped
 
     def play(self) -> dict[str, dict[str, Any]]:
         """Every listed game through the scheduler's runner, ending by the deadline."""
@@ -416,14 +391,6 @@ class KaggleRun:
         played = sum(1 for r in self.summary.results.values() if r.get("actions", 0) > 0)
         log.info("done: %d/%d games played, %.0f s of %.0f s, errors: %s", played, len(self.game_ids),
                  self.summary.ended_at - self.t0, self.budget_s, self.summary.errors or "none")
-
-
-def _validates(env: dict[str, str]) -> bool:
-    try:
-        load_config(env=env)
-        return True
-    except ConfigError:
-        return False
 
 
 def _s(p: Path | None) -> str | None:

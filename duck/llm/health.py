@@ -39,11 +39,13 @@ class ModelHealth:
         self.flag.unlink(missing_ok=True)
 
 
-def probe_model(model_url: str | None, timeout_s: float) -> bool:
-    """A one-token chat (a wedged server still answers /v1/models, not this): True when it answers."""
+def probe_model(model_url: str | None, timeout_s: float, config: ModelConfig | None = None) -> bool:
+    """A one-token chat (a wedged server still answers /v1/models, not this): True when it
+    answers. `config`: the run's model settings (a hosted provider's name, key and fields);
+    None, the served model's defaults under the name the server lists."""
     try:
-        name = list_models(model_url)[0]
-        smoke_chat(model_url, ModelConfig(name=name), timeout_s=timeout_s, max_tokens=1, retries=0)
+        cfg = config if config is not None else ModelConfig(name=list_models(model_url)[0])
+        smoke_chat(model_url, cfg, timeout_s=timeout_s, max_tokens=1, retries=0)
         return True
     except Exception as e:  # any failure, of the server or of the network, means "not answering"
         log.info("model probe failed: %s", e)

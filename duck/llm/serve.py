@@ -308,6 +308,10 @@ def start_servers(model: ModelConfig, gpus: list[str] | None, log_dir: str | Pat
 
 def _main(args: argparse.Namespace) -> int:
     cfg = load_config(args.config or [], args.set or [])
+    if cfg.plan.profile == "hosted":
+        print("duck serve: the hosted profile is served by its provider: nothing to start here "
+              "(duck play --model-url URL --set model.profile=hosted)", file=sys.stderr)
+        return 2
     if args.executable:
         cfg.model.serve.executable = args.executable
     if args.port:

@@ -34,6 +34,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from duck.llm.reply import details_text
 from duck.llm.vision import image_tokens as vision_tokens  # the image processor's own geometry
 
 log = logging.getLogger(__name__)
@@ -85,7 +86,8 @@ def features(message: dict[str, Any]) -> np.ndarray:
         tool += chars
     else:
         text += chars
-    text += len(message.get("reasoning_content") or message.get("reasoning") or "")
+    text += len(message.get("reasoning_content") or message.get("reasoning")
+                or details_text(message.get("reasoning_details") or []))
     for call in message.get("tool_calls") or []:
         code += len((call.get("function") or {}).get("arguments") or "")
     return np.array([text, code, tool, images, 1.0])

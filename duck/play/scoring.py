@@ -181,6 +181,8 @@ def score_doc(run_dir: str | Path) -> dict:
         doc["games_expected"] = len(expected)
     if isinstance(info.get("status"), str):
         doc["run_status"] = info["status"]
+    if info.get("stopped_by"):
+        doc["stopped_by"] = str(info["stopped_by"])  # what stopped the run: Ctrl-C, the spend guard's reason
     return doc
 
 

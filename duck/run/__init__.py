@@ -87,10 +87,18 @@ def _check_policy(cfg: Config) -> Config:
 
 
 def _model_status(cfg: Config) -> str | None:
-    """None when `--policy llm` has a model server that answers; else why not (one line)."""
+    """None when `--policy llm` has a model server that answers; else why not (one line). A
+    hosted provider gets one probe request (duck.llm.provider.check): one that answers but
+    cannot serve the agent (its key, a field, tool calls, images) is a RunError."""
     if cfg.play.policy != "llm":
         return None
     from duck.llm.client import list_models  # the model client: only when a model plays
+    if cfg.plan.profile == "hosted":
+        from duck.llm.probe import ProviderError, check
+        try:
+            return check(cfg.model)
+        except ProviderError as e:
+            raise RunError(f"{e}; nothing played") from None
     if not cfg.model.urls:
         return "--policy llm needs a model server: --model-url URL (or model.urls)"
     problems = []
@@ -173,6 +181,7 @@ def play_folder(games_dir: str | Path | None, out: str | Path, cfg: Config | Non
               "disk_full" if any(e.get("end_reason") == "disk_full" for e in ends) else "complete")
     info["status"] = entry["status"] = status
     info["ended"] = entry["ended"] = now()
+    info["stopped_by"] = entry["stopped_by"] = reason  # (score.json shows it: Ctrl-C, the spend guard)
     for e in ends:
         if e.get("kind") == "end":
             log.info("%s: levels %s, actions %s, %s%s", e["game"], e.get("levels"), e.get("actions"),
@@ -280,6 +289,12 @@ def _play(games_dir: Path, out: Path, cfg: Config, ids: list[str], *, interactiv
             if unreachable:
                 view.notice(f"{unreachable}: {cfg.agent.fallback} plays every game (play.model_fallback)")
             stack.callback(view.close)
+        guard = _guard(out, cfg, stop)
+        if guard is not None:  # (games played here install theirs: none is left behind for the next run)
+            stack.callback(_uninstall_guard)
+        if guard is not None and view is not None:
+            stack.callback(lambda: guard.reason() and view.notice(f"{guard.reason()}: stopping: every game ends "
+                                                                    "at its next action"))
         if pool is not None:
             ends = _play_pool(pool, pool_queue, stop, view, play_dir, out, cfg, ids, health_flag)
         else:
@@ -294,8 +309,23 @@ def _play(games_dir: Path, out: Path, cfg: Config, ids: list[str], *, interactiv
             game_runs.use_here(None, None)
         if any(e.get("end_reason") == "disk_full" for e in ends) and view is not None:
             view.notice("the disk is full: the run stopped; records keep every line written")
-        reason = interrupts.reason if interrupts is not None else None
+        reason = (interrupts.reason if interrupts is not None else None) or (guard and guard.reason())
     return ends, reason
+
+
+def _guard(out: Path, cfg: Config, stop: Any) -> Any:
+    """A model run's spend guard (duck.llm.guard): a fresh ledger for this command, which each
+    game's process opens (duck.run.games.play_one); None when no model plays."""
+    if cfg.play.policy != "llm":
+        return None
+    from duck.llm.guard import LEDGER, Guard
+    Guard.begin(out / LEDGER)
+    return Guard(out / LEDGER, stop=stop)
+
+
+def _uninstall_guard() -> None:
+    from duck.llm.guard import install
+    install(None)
 
 
 def _guarded(game_id: str, fn: Any, *args: Any) -> dict:

@@ -122,6 +122,10 @@ def play_one(games_dir: str, game_id: str, cfg: Config, out: str, health_flag: s
     if health_flag:  # a model plays: its client comes with it
         from duck.llm.health import ModelHealth
         health = ModelHealth(Path(health_flag))
+    if p.policy == "llm":  # the command's spend guard: every client of this process counts into it
+        from duck.llm import guard
+        guard.install(guard.Guard(Path(out) / guard.LEDGER, max_tokens=cfg.model.max_total_tokens,
+                                  max_cost=cfg.model.max_cost, stop=_stop))
     policy = make_policy(p.policy, p.seed, config=cfg, health=health, on_fallback=tracker.on_fallback,
                          probe_on_failure=health is not None)
     tracker.send("start", policy=policy.name, levels_total=len(tracker.baselines))

@@ -63,7 +63,9 @@ def _after_handover(record: Any) -> int:
 
 
 def check_run(rep: Report, paths: dict[str, Path], run: dict[str, Any], listed: list[str],
-              gateway: "Gateway | None", model_url: str) -> None:
+              gateway: "Gateway | None", model_url: str, policy: str | None = None) -> None:
+    """Every check of a rehearsal once the notebook has run (the module docstring). `policy`:
+    the record name of the user's policy the notebook was given (duck rehearse --policy)."""
     working = paths["working"]
     rep.check("notebook_ran", run["error"] is None, run["error"] or f"{run['seconds']} s")
     rep.check("notebook_in_sync", NOTEBOOK.read_text() == notebook_json(REPO / "notebook.py"),
@@ -73,10 +75,26 @@ def check_run(rep: Report, paths: dict[str, Path], run: dict[str, Any], listed: 
     rep.facts["summary"] = {k: summary.get(k) for k in ("mode", "runner", "model", "scorecard", "errors")}
     rep.facts["steps"] = {s["name"]: (s["seconds"], s["ok"]) for s in summary.get("steps", [])}
     rep.check("mode", summary.get("mode") == rep.mode, summary.get("mode"))
-
-    # Every listed game played: a record with actions, or its failure recorded.
     records = _records(working)
     expected_broken = {g for g in listed if g.startswith(("zx01", "zr01"))} if rep.fault == "game-raises" else set()
+    missing = _check_games(rep, working, listed, records, summary, expected_broken)
+    _check_card(rep, gateway, summary, listed, expected_broken)
+    # Inside the budget: the whole notebook (kernel start included), and its own clock.
+    own = (summary.get("ended_at") or 0) - (summary.get("started_at") or 0)
+    rep.check("inside_budget", run["seconds"] <= rep.budget_s and 0 < own <= rep.budget_s,
+              {"notebook_s": run["seconds"], "own_clock_s": round(own, 1), "budget_s": rep.budget_s})
+    _check_outputs(rep, working, summary_path.exists(), len(records), len(listed))
+    _check_model(rep, summary.get("model") or {}, model_url, missing, policy)
+    if policy is not None:  # every game played by the user's policy, which nothing refused
+        names = {g: r.header.get("policy") for g, r in records.items() if not isinstance(r, Exception)}
+        rep.check("user_policy_played", bool(names) and set(names.values()) == {policy}
+                  and not any(e.startswith("policy") for e in summary.get("errors") or []),
+                  {"expected": policy, "records": names, "errors": summary.get("errors")})
+
+
+def _check_games(rep: Report, working: Path, listed: list[str], records: dict[str, Any], summary: dict[str, Any],
+                 expected_broken: set[str]) -> list[str]:
+    """Every listed game played: a record with actions, or its failure recorded. Returns the missing."""
     played, missing, errored = [], [], {}
     for g in listed:
         r = records.get(g)
@@ -107,40 +125,40 @@ def check_run(rep: Report, paths: dict[str, Path], run: dict[str, Any], listed: 
         rep.check("broken_games_recorded", len(expected_broken) == 2 and all(seen.values()), seen)
         rep.check("other_games_unharmed", all(g in played for g in listed if g not in expected_broken),
                   played)
+    return missing
 
-    # The scorecard: closed by the notebook, and the gateway agrees (403 while open).
+
+def _check_card(rep: Report, gateway: "Gateway | None", summary: dict[str, Any], listed: list[str],
+                expected_broken: set[str]) -> None:
+    """The scorecard: closed by the notebook, and the gateway agrees (403 while open)."""
     card = (summary.get("scorecard") or {}).get("card_id")
     closed = (summary.get("scorecard") or {}).get("closed") is True
-    if gateway is not None:
-        status = http_get(f"{gateway.url}/api/scorecard/{card}")[0] if card else 0
-        doc = gateway.closed_card() or {}
-        envs = {}
-        for e in doc.get("environments") or []:
-            for r in e.get("runs") or [e]:
-                envs[r.get("id") or e.get("id")] = {"actions": r.get("actions"), "levels": r.get("levels_completed")}
-        rep.facts["gateway_scorecard"] = {"closed": bool(doc), "card_id": doc.get("card_id"),
-                                          "after_close_status": status, "environments": envs}
-        # Open, the gateway answers 403 for the card; closed, it has dropped it (404) and
-        # its close hook (the one Kaggle's gateway writes the submission from) has fired.
-        rep.check("scorecard_closed", closed and doc.get("card_id") == card and status == 404,
-                  {"notebook": closed, "gateway_close_hook": doc.get("card_id"), "card": card,
-                   "gateway_status_after": status})
-        on_card = [g for g in listed if g not in expected_broken and (envs.get(g) or {}).get("actions")]
-        rep.check("gateway_saw_every_game", set(on_card) == set(listed) - expected_broken,
-                  {"with_actions": on_card})
-    else:
+    if gateway is None:
         rep.check("scorecard_closed", closed, {"card": card})
+        return
+    status = http_get(f"{gateway.url}/api/scorecard/{card}")[0] if card else 0
+    doc = gateway.closed_card() or {}
+    envs = {}
+    for e in doc.get("environments") or []:
+        for r in e.get("runs") or [e]:
+            envs[r.get("id") or e.get("id")] = {"actions": r.get("actions"), "levels": r.get("levels_completed")}
+    rep.facts["gateway_scorecard"] = {"closed": bool(doc), "card_id": doc.get("card_id"),
+                                      "after_close_status": status, "environments": envs}
+    # Open, the gateway answers 403 for the card; closed, it has dropped it (404) and
+    # its close hook (the one Kaggle's gateway writes the submission from) has fired.
+    rep.check("scorecard_closed", closed and doc.get("card_id") == card and status == 404,
+              {"notebook": closed, "gateway_close_hook": doc.get("card_id"), "card": card,
+               "gateway_status_after": status})
+    on_card = [g for g in listed if g not in expected_broken and (envs.get(g) or {}).get("actions")]
+    rep.check("gateway_saw_every_game", set(on_card) == set(listed) - expected_broken, {"with_actions": on_card})
 
-    # Inside the budget: the whole notebook (kernel start included), and its own clock.
-    own = (summary.get("ended_at") or 0) - (summary.get("started_at") or 0)
-    rep.check("inside_budget", run["seconds"] <= rep.budget_s and 0 < own <= rep.budget_s,
-              {"notebook_s": run["seconds"], "own_clock_s": round(own, 1), "budget_s": rep.budget_s})
 
-    # Outputs where Kaggle expects them.
+def _check_outputs(rep: Report, working: Path, summary_written: bool, records: int, listed: int) -> None:
+    """Outputs where Kaggle expects them."""
     sub = working / "submission.parquet"
-    outputs = {"summary.json": summary_path.exists(), "run.log": (working / "duck" / "run.log").exists(),
-               "records": len(records),  # and the model's conversations (informative: a fault may have none)
-               "conversations": len(list((working / "duck" / "conversations").glob("*.jsonl*")))}
+    outputs: dict[str, Any] = {"summary.json": summary_written, "run.log": (working / "duck" / "run.log").exists(),
+                               "records": records,  # and the model's conversations (informative: a fault may have none)
+                               "conversations": len(list((working / "duck" / "conversations").glob("*.jsonl*")))}
     if rep.mode == "interactive":
         cols = None
         if sub.exists():
@@ -152,14 +170,16 @@ def check_run(rep: Report, paths: dict[str, Path], run: dict[str, Any], listed: 
     else:
         outputs["submission.parquet (the gateway writes it; we must not)"] = sub.exists()
         ok = not sub.exists()
-    ok = ok and outputs["summary.json"] and outputs["run.log"] and outputs["records"] >= len(listed)
-    rep.check("outputs_in_place", ok, outputs)
+    rep.check("outputs_in_place", ok and summary_written and outputs["run.log"] and records >= listed, outputs)
 
-    # vLLM torn down, and each fault's own effect.
-    model = summary.get("model") or {}
+
+def _check_model(rep: Report, model: dict[str, Any], model_url: str, missing: list[str], policy: str | None) -> None:
+    """vLLM torn down, and each fault's own effect (a user's policy starts none)."""
     rep.check("model_server_stopped", not port_open(model_url), model.get("status"))
     fallbacks = sum(len(v["fallbacks"]) for v in rep.facts["games"].values())
-    if rep.fault in ("model-dies", "model-hangs"):
+    if policy is not None:
+        rep.check("no_model_started", str(model.get("status", "")).startswith("off (play.policy"), model.get("status"))
+    elif rep.fault in ("model-dies", "model-hangs"):
         down = model.get("down") or []
         rep.check("model_marked_down", bool(down), down)
         after = {g: v["actions_after_handover"] for g, v in rep.facts["games"].items()}

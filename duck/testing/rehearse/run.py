@@ -16,6 +16,10 @@ fresh kernel. Nothing in our code is faked; what stands in for Kaggle is:
 * the weights: a folder with a `config.json` and an empty `.safetensors`, laid out like a
   Kaggle Model, for the notebook's search to find.
 
+`--policy FILE.py:Class` rehearses your own policy: packed into the wheel dataset as
+`kaggle-dataset/build.py --policy` packs it (sha256 and all), played by the notebook in every
+game, with no model server started.
+
 Fault variants (`--fault`): `model-dies` (the stand-in exits mid-run), `model-hangs` (it
 stops answering), `no-model` (it never comes up), `game-raises` (one game cannot be
 created, another raises mid-play), `gateway-slow` (the gateway comes up late and answers
@@ -49,6 +53,7 @@ from typing import Any
 
 from duck.game.gateway import free_port
 from duck.game.source import GameSource
+from duck.kaggle.inputs import DATASET_MARKER, pack_policy
 from duck.paths import BUNDLED_GAMES
 from duck.testing.rehearse.checks import Report, check_run, check_waited
 from duck.testing.rehearse.faults import FAULTS, SlowProxy, variants
@@ -84,8 +89,11 @@ def execute_notebook(nb_path: Path, env: dict[str, str], cwd: Path, timeout_s: f
 
 
 def rehearse(games: str | Path, budget_s: float, *, mode: str = "rerun", fault: str = "none",
-             out: str | Path | None = None, notebook: Path = NOTEBOOK, max_actions: int = MAX_ACTIONS) -> Report:
-    """One rehearsal; the report says which checks held."""
+             out: str | Path | None = None, notebook: Path = NOTEBOOK, max_actions: int = MAX_ACTIONS,
+             policy: str | None = None, helpers: str | None = None) -> Report:
+    """One rehearsal; the report says which checks held. `policy` (`FILE.py:Class`, with a
+    folder of `helpers`): packed into the wheel dataset as kaggle-dataset/build.py packs it;
+    the notebook must play every game with it."""
     games = Path(games).resolve()
     rep = Report(mode, fault, budget_s)
     work = Path(out) if out else Path(tempfile.mkdtemp(prefix=f"duck-rehearse-{mode}-{fault}-"))
@@ -93,6 +101,7 @@ def rehearse(games: str | Path, budget_s: float, *, mode: str = "rerun", fault: 
         shutil.rmtree(work)
     work.mkdir(parents=True)
     paths = layout(work, games, mode, fault)
+    name = pack(paths["dataset"], policy, helpers) if policy else None
     model_port = free_port()
     model_url = f"http://127.0.0.1:{model_port}"
     rep.facts["work"] = str(work)
@@ -109,7 +118,7 @@ def rehearse(games: str | Path, budget_s: float, *, mode: str = "rerun", fault: 
                 url = proxy.url if proxy else gw.url
                 env = notebook_env(paths, budget_s, mode, fault, url, model_port, len(listed), max_actions)
                 run = execute_notebook(notebook, env, work, budget_s + 60)
-                check_run(rep, paths, run, listed, gw, model_url)
+                check_run(rep, paths, run, listed, gw, model_url, name)
                 if proxy:
                     check_waited(rep, paths, proxy)
             finally:
@@ -119,10 +128,23 @@ def rehearse(games: str | Path, budget_s: float, *, mode: str = "rerun", fault: 
         listed = GameSource.offline(paths["competition"] / "environment_files").game_ids()
         env = notebook_env(paths, budget_s, mode, fault, "http://127.0.0.1:9", model_port, len(listed), max_actions)
         run = execute_notebook(notebook, env, work, budget_s + 60)
-        check_run(rep, paths, run, listed, None, model_url)
+        check_run(rep, paths, run, listed, None, model_url, name)
     rep.facts["wall_s"] = round(time.monotonic() - t0, 1)
     (work / "rehearsal.json").write_text(json.dumps(_doc(rep), indent=1, default=str))
     return rep
+
+
+def pack(dataset: Path, policy: str, helpers: str | None) -> str:
+    """The user's policy into the rehearsal's wheel dataset (duck.kaggle.inputs.pack_policy, as
+    the build does); returns the name its records will carry."""
+    from duck.policies import load_policy_file
+    file, _, cls_name = policy.rpartition(":")
+    cls = load_policy_file(f"{Path(file).resolve()}:{cls_name}")  # (PolicyError: one line, before anything runs)
+    marker = dataset / DATASET_MARKER
+    doc = json.loads(marker.read_text())
+    doc["policy"] = pack_policy(policy, dataset, helpers)
+    marker.write_text(json.dumps(doc))
+    return getattr(cls, "name", "") or f"{Path(file).stem}:{cls_name}"
 
 
 def _doc(rep: Report) -> dict[str, Any]:
@@ -135,7 +157,7 @@ def _main(args: argparse.Namespace) -> int:
     for mode, fault in variants(args.fault, args.mode):
         out = Path(args.out, f"{mode}-{fault}") if args.out else None
         rep = rehearse(args.games, args.budget_seconds, mode=mode, fault=fault, out=out,
-                       max_actions=args.max_actions)
+                       max_actions=args.max_actions, policy=args.policy, helpers=args.policy_helpers)
         results.append(rep)
         doc = _doc(rep)
         if not args.verbose:
@@ -157,4 +179,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default=None, help="keep the rehearsal folders here (default: a temp folder)")
     p.add_argument("--max-actions", type=int, default=MAX_ACTIONS, help="per game (play.max_actions)")
     p.add_argument("--verbose-report", dest="verbose", action="store_true", help="print every fact, not just the checks")
+    p.add_argument("--policy", default=None, metavar="FILE.py:CLASS",
+                   help="your own policy, packed into the wheel dataset as kaggle-dataset/build.py --policy packs it: "
+                        "the notebook must play every game with it")
+    p.add_argument("--policy-helpers", default=None, metavar="DIR", help="a folder the policy imports, packed beside it")
     p.set_defaults(func=_main)

@@ -22,6 +22,9 @@ prompt (uncached) and generated tokens; without one it answers at once. `GET /me
 Prometheus text with vLLM 0.19's metric names (duck.testing.stub.metrics: prefix-cache
 queries and hits, tokens, KV-cache capacity).
 
+`--hosted` answers as a strict hosted provider would (duck.testing.stub.hosted: a key,
+standard fields only, no `/tokenize`, 429s with Retry-After, usage with cost).
+
 `duck stub-server --port P --replies FILE` serves fixed replies (a JSON list of
 `{"content", "reasoning", "code"}` or `tool_calls`); `--traces DIR --game G --pass N` replays a
 Duck run; `--solutions DIR` plays the bundled games' solutions; `--conversation FILE...`
@@ -37,19 +40,20 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import threading
-import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
+from duck.testing.stub.handler import Handler
+from duck.testing.stub.hosted import Hosted
 from duck.testing.stub.latency import Engine, LatencyModel
 from duck.testing.stub.metrics import Metrics
 from duck.testing.stub.models import ConversationModel, FixedModel, SolutionModel, TraceModel
 from duck.testing.stub.player import PlayerModel
-from duck.testing.stub.render import (CHARS_PER_TOKEN, ChatTemplate, HistoryError, approx_tokens, common_prefix,
-                                      default_template, image_hashes, image_token_list, keyed, prompt_tokens,
-                                      suffix_tokens)
+from duck.testing.stub.render import (ChatTemplate, HistoryError, approx_tokens, common_prefix, default_template,
+                                      image_hashes, image_token_list, keyed, prompt_tokens, suffix_tokens)
 from duck.testing.stub.tokenizer import token_ids
 from duck.testing.stub.traces import load_trace
 
@@ -65,6 +69,7 @@ class _HTTPServer(ThreadingHTTPServer):
     # first requests at once (vLLM's uvicorn listens with a backlog of 2048).
     request_queue_size = 2048
     daemon_threads = True
+    stub: "StubServer"  # what the handler serves (duck.testing.stub.handler)
 
 
 class StubServer:
@@ -73,8 +78,10 @@ class StubServer:
     def __init__(self, model: Any, port: int = 0, host: str = "127.0.0.1",
                  model_name: str = "stub", template: ChatTemplate | str | Path | None = None,
                  max_model_len: int | None = None, keep_prompts: bool = False,
-                 latency: LatencyModel | None = None, kv_tokens: int | None = None) -> None:
+                 latency: LatencyModel | None = None, kv_tokens: int | None = None,
+                 hosted: Hosted | None = None) -> None:
         self.model = model
+        self.hosted = hosted  # answer as a strict hosted provider (duck.testing.stub.hosted)
         self.model_name = model_name
         self.template = template if isinstance(template, ChatTemplate) else (
             ChatTemplate(template) if template else default_template())
@@ -89,7 +96,8 @@ class StubServer:
         self.engine = Engine(latency) if latency else None
         self.metrics = Metrics(model_name, kv_tokens or (latency.kv_tokens if latency else None),
                                spec=(3, latency.step_tokens) if latency and latency.step_tokens > 1 else None)
-        self.httpd = _HTTPServer((host, port), _handler(self))
+        self.httpd = _HTTPServer((host, port), Handler)
+        self.httpd.stub = self
         self.thread: threading.Thread | None = None
 
     @property
@@ -185,185 +193,6 @@ class StubServer:
                 "prompt_tokens_max": max((r["prompt_tokens"] for r in self.requests), default=0)}
 
 
-def _handler(server: StubServer) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-        # Headers and body leave in two writes: with Nagle on, the second waits for the
-        # client's delayed ACK (~40 ms a small answer, e.g. each /tokenize count).
-        disable_nagle_algorithm = True
-
-        def log_message(self, fmt: str, *args: Any) -> None:
-            log.debug("stub: " + fmt, *args)
-
-        def _json(self, status: int, obj: Any) -> None:
-            data = json.dumps(obj).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def do_GET(self) -> None:
-            if self.path.rstrip("/") in ("/v1/models", "/models"):
-                self._json(200, {"object": "list", "data": [{"id": server.model_name, "object": "model",
-                                                             "owned_by": "duck-stub"}]})
-            elif self.path.rstrip("/") in ("/health", "/v1/health"):
-                self._json(200, {"status": "ok"})
-            elif self.path.rstrip("/") == "/metrics":
-                data = server.metrics.text(server.engine.snapshot() if server.engine else None).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-            else:
-                self._json(404, {"error": {"message": f"no route {self.path}"}})
-
-        def do_POST(self) -> None:
-            route = self.path.rstrip("/")
-            if route not in ("/v1/chat/completions", "/chat/completions", "/tokenize"):
-                self._json(404, {"error": {"message": f"no route {self.path}"}})
-                return
-            try:
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
-            except ValueError as e:
-                self._json(400, {"error": {"message": f"bad JSON: {e}"}})
-                return
-            if route == "/tokenize":
-                try:
-                    self._json(200, server.tokenize(body))
-                except HistoryError as e:
-                    self._json(400, {"error": {"message": str(e), "type": "BadRequestError", "code": 400}})
-                return
-            try:
-                prompt = server.check(body)
-            except HistoryError as e:  # what vLLM 0.19 answers before any generation
-                self._json(400, {"error": {"message": str(e), "type": "BadRequestError", "param": None,
-                                           "code": 400}})
-                return
-            r = server.model.reply(dict(body, _session=self.headers.get("X-Duck-Session") or "default"))
-            if r.get("delay_s"):
-                time.sleep(r["delay_s"])
-            if r.get("status"):
-                self._json(r["status"], {"error": {"message": r.get("error", "scripted error"),
-                                                   "type": "stub", "code": r["status"]}})
-                return
-            conversation = self.headers.get("X-Duck-Session") or "default"
-            prompt_tokens, cached = server.account(conversation, body, prompt)
-            calls = r.get("tool_calls") or ([{"name": "python", "arguments": json.dumps({"code": r["code"]})}]
-                                            if r.get("code") is not None else [])
-            content, reasoning = r.get("content") or "", r.get("reasoning") or ""
-            completion = r.get("completion_tokens") or approx_tokens(
-                content + reasoning + "".join(c["arguments"] for c in calls))
-            usage = {"prompt_tokens": prompt_tokens, "completion_tokens": completion,
-                     "total_tokens": prompt_tokens + completion,
-                     "prompt_tokens_details": {"cached_tokens": cached}}
-            finish = r.get("finish_reason") or ("tool_calls" if calls else "stop")
-            if r.get("prompt_tokens") is not None:  # a replayed reply: the recorded server's counts
-                prompt_tokens, cached = r["prompt_tokens"], r.get("cached_tokens") or 0
-                usage.update(prompt_tokens=prompt_tokens, total_tokens=prompt_tokens + completion,
-                             prompt_tokens_details={"cached_tokens": cached})
-            tool_calls = [{"index": k, "id": c.get("id") or f"call_{abs(hash((content, k, time.time_ns()))) % 10**10}",
-                           "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
-                          for k, c in enumerate(calls)]
-            server.generated(conversation, body, {"role": "assistant", "content": content, "reasoning": reasoning,
-                                                  "tool_calls": tool_calls})
-            server.metrics.prompt(prompt_tokens, cached)
-            # Counted before the answer leaves: a client reading /metrics right after its reply
-            # must see it (counting after the send raced with that read).
-            server.metrics.generated(completion, finish)
-            with server.metrics.lock:
-                server.metrics.in_flight += 1
-            try:
-                if server.engine is None:
-                    self._answer(body, content, reasoning, tool_calls, finish, usage, r, None)
-                else:
-                    with server.engine.request(prompt_tokens, cached, completion) as stream:
-                        self._answer(body, content, reasoning, tool_calls, finish, usage, r, stream)
-            finally:
-                with server.metrics.lock:
-                    server.metrics.in_flight -= 1
-
-        def _answer(self, body, content, reasoning, tool_calls, finish, usage, r, stream) -> None:
-            """`r`: the scripted reply, whose test knobs `stall_s` (mid-stream) and `stall_end_s`
-            (before the end) delay the stream; `stream`: the latency model's pacing, or None."""
-            if body.get("stream"):
-                self._stream(body, content, reasoning, tool_calls, finish, usage, stream,
-                             r.get("stall_s"), r.get("stall_end_s"))
-                return
-            if stream is not None:
-                stream.prefill()
-                stream.decode(usage["completion_tokens"])
-            msg = {"role": "assistant", "content": content or None, "reasoning": reasoning or None,
-                   "reasoning_content": reasoning or None, "tool_calls": tool_calls}
-            self._json(200, {"id": "chatcmpl-stub", "object": "chat.completion", "created": int(time.time()),
-                             "model": server.model_name, "usage": usage,
-                             "choices": [{"index": 0, "message": msg, "finish_reason": finish}]})
-
-        def _stream(self, body, content, reasoning, tool_calls, finish, usage, stream, stall_s=None,
-                    stall_end_s=None) -> None:
-            self.send_response(200)
-            self.send_header("Content-Type", "text/event-stream")
-            self.send_header("Cache-Control", "no-cache")
-            self.send_header("Connection", "close")
-            self.end_headers()
-            self.close_connection = True
-            base = {"id": "chatcmpl-stub", "object": "chat.completion.chunk", "created": int(time.time()),
-                    "model": server.model_name}
-
-            def send(delta: dict | None, finish_reason: str | None = None, usage_: dict | None = None) -> None:
-                chunk = dict(base, choices=[] if delta is None else
-                             [{"index": 0, "delta": delta, "finish_reason": finish_reason}])
-                if usage_ is not None:
-                    chunk["usage"] = usage_
-                self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
-                self.wfile.flush()
-
-            # Without a latency model: a few large pieces at once. With one: pieces of
-            # `tokens_per_chunk` tokens (the stream interval, or an MTP step's tokens), each
-            # sent when the model says it would be generated.
-            chars = sum(len(x) for x in (reasoning, content, *(tc["function"]["arguments"] for tc in tool_calls)))
-            per_char = usage["completion_tokens"] / max(1, chars)
-            small = max(1, round(server.latency.tokens_per_chunk * CHARS_PER_TOKEN)) if stream is not None else 0
-
-            def paced(text: str, size: int) -> Iterator[str]:
-                for piece in _pieces(text, small or size):
-                    if stream is not None:
-                        stream.decode(len(piece) * per_char)
-                    yield piece
-
-            try:
-                if stream is not None:
-                    stream.prefill()  # the first chunk leaves with the first token (vLLM's too)
-                send({"role": "assistant", "content": ""})
-                for piece in paced(reasoning, 400):
-                    send({"reasoning": piece, "reasoning_content": piece})
-                if stall_s:
-                    time.sleep(stall_s)
-                for piece in paced(content, 200):
-                    send({"content": piece})
-                for tc in tool_calls:
-                    send({"tool_calls": [{"index": tc["index"], "id": tc["id"], "type": "function",
-                                          "function": {"name": tc["function"]["name"], "arguments": ""}}]})
-                    for piece in paced(tc["function"]["arguments"], 300):
-                        send({"tool_calls": [{"index": tc["index"], "function": {"arguments": piece}}]})
-                if stall_end_s:  # everything sent but the end: the client's time limit cuts the reply
-                    time.sleep(stall_end_s)
-                send({}, finish)
-                if (body.get("stream_options") or {}).get("include_usage"):
-                    send(None, usage_=usage)
-                self.wfile.write(b"data: [DONE]\n\n")
-                self.wfile.flush()
-            except (BrokenPipeError, ConnectionResetError):
-                pass  # the client gave up (a time-out test): nothing to do
-
-    return Handler
-
-
-def _pieces(text: str, size: int) -> list[str]:
-    return [text[i:i + size] for i in range(0, len(text), size)]
-
-
 # ---------------------------------------------------------------------------------------
 # Command line
 
@@ -387,9 +216,18 @@ def _main(args: argparse.Namespace) -> int:
         latency = LatencyModel.parse(args.latency) if args.latency else None
     except (TypeError, ValueError) as e:
         raise SystemExit(f"duck stub-server: --latency: {e}") from e
+    hosted = None
+    if args.hosted:
+        key = os.environ.get(args.api_key_env) if args.api_key_env else None
+        if args.api_key_env and not key:
+            raise SystemExit(f"--api-key-env {args.api_key_env}: that variable is not set")
+        try:
+            hosted = Hosted.parse(key, args.rate_limit, args.retry_after, args.without or [], args.refuse_field or [])
+        except ValueError as e:
+            raise SystemExit(str(e)) from e
     server = StubServer(model, port=args.port, host=args.host, model_name=args.model_name, latency=latency,
-                        kv_tokens=args.kv_tokens)
-    print(json.dumps({"url": server.url, "replies": len(model.replies),
+                        kv_tokens=args.kv_tokens, hosted=hosted)
+    print(json.dumps({"url": server.url, "replies": len(model.replies), "hosted": hosted is not None,
                       "latency": latency.describe() if latency else None}), flush=True)
     try:
         server.httpd.serve_forever()
@@ -429,4 +267,16 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="answer as a loaded vLLM would: 'default' or settings like 'speed=10,kv_tokens=178000' "
                         "(duck.testing.stub.latency)")
     p.add_argument("--kv-tokens", type=int, default=None, help="KV-cache capacity /metrics reports (tokens)")
+    h = p.add_argument_group("--hosted: answer as a strict hosted provider (duck.testing.stub.hosted)")
+    h.add_argument("--hosted", action="store_true", help="standard OpenAI fields only (400 otherwise), no /tokenize, "
+                   "reasoning under `reasoning`, usage with cost")
+    h.add_argument("--api-key-env", default=None, metavar="NAME",
+                   help="with --hosted: accept only the key this variable holds (401 otherwise)")
+    h.add_argument("--rate-limit", type=int, default=0, metavar="N",
+                   help="with --hosted: every Nth chat request answers 429 with Retry-After")
+    h.add_argument("--retry-after", type=float, default=1.0, metavar="S", help="the 429's Retry-After (seconds)")
+    h.add_argument("--without", nargs="*", metavar="tools|images",
+                   help="with --hosted: a model without tool calls (answers text) or without images (404)")
+    h.add_argument("--refuse-field", nargs="*", metavar="FIELD",
+                   help="with --hosted: standard fields this provider refuses too (e.g. seed)")
     p.set_defaults(func=_main)
