@@ -34,7 +34,7 @@ def ab_document(out: Path, plan: dict[str, Any], *, n_boot: int = 10000, n_perm:
 
 
 def write_outputs(out: Path, doc: dict[str, Any]) -> None:
-    (out / "ab.json").write_text(json.dumps(doc, indent=1))
+    (out / "ab.json").write_text(json.dumps(doc, indent=1) + "\n")  # what `duck ab` prints
     (out / "report.html").write_text(ab_html(doc, title=out.name), encoding="utf-8")
 
 
