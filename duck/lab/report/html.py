@@ -71,6 +71,8 @@ def _game_html(report: Report, v: GameView, frames: bool, conversations: bool = 
         line += f" · {fmt_int(v.model.get('calls'))} model calls, {fmt_int(v.model.get('total_tokens'))} tokens"
     if v.conversation is not None:
         line += f" · <a href=\"#{_anchor(v.game_id)}-conversation\">conversation</a>"
+    if report.player:
+        line += f" · <a class=player href=\"player.html#game={esc(v.game_id)}\">step through every action</a>"
     h.append(f"<p>{line}</p>")
     head, rows = report.level_rows(v)
     h.append("<h3>Levels</h3>" + (table(head, rows) if rows else "<p class=muted>no level played</p>"))
@@ -184,6 +186,7 @@ class Report:
     views: list[GameView]
     duck_summary: dict[str, Any] | None
     info: dict[str, Any] | None = None  # run.json (duck.run.info), None for a folder without one
+    player: bool = False  # a player.html beside report.html: each game links to its place in it
 
     def header(self) -> list[list[str]]:
         """The run's header rows (duck.lab.report.runinfo), from run.json."""
