@@ -87,7 +87,8 @@ def after_play(out: Any, doc: dict, *, as_json: bool, verbose: bool, interrupted
     if terminal:
         print("next: " + " · ".join(next_commands(out, doc)))
         levels = sum(v["levels"] for v in doc["games"].values())
-        print(f"score {doc['score']:.3f}% (mean over {len(doc['games'])} games; {levels} levels completed"
+        print(f"score {doc['score']:.3f}% (mean over {len(doc['games'])} games; {levels} level"
+              f"{'' if levels == 1 else 's'} completed"
               f"{'; partial' if doc.get('partial') else ''}) → {out}")
     return interrupted_code if code == -1 else code
 

@@ -97,7 +97,7 @@ def stats_from_paths(a: str, b: str | None, *, a_passes: str | None = None, b_pa
         sa, sb = pair_by_order(sa), pair_by_order(sb)
     pairs, unpaired = pair_up(sa, sb)
     if not pairs:  # "no difference, p = 1" from nothing would read as a result
-        raise SystemExit(f"duck ab-stats: error: no (game, pass) pairs in common between {a} "
+        raise SystemExit(f"no (game, pass) pairs in common between {a} "
                          f"({unpaired['a']} runs) and {b} ({unpaired['b']} runs); pick matching passes "
                          "(--a-passes/--b-passes) or --pair-by order")
     doc = compare(sa, sb, n_boot=n_boot, n_perm=n_perm, seed=seed)
