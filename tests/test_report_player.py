@@ -89,6 +89,12 @@ def test_jumps_to_level_starts_game_over_and_the_win(run):
         assert levels[0] == {"label": "level 1 start", "s": 0, "kind": "level"}
         assert [m["s"] for m in levels[1:]] == [s for s in range(1, len(g["lv"]))
                                                 if g["lv"][s] > g["lv"][s - 1] and g["st"][s] != "W"]
+    report = (run / "report.html").read_text()  # each level of the report links to its start in the player
+    for g in games.values():
+        assert f'href="player.html#game={g["id"]}"' in report
+        for m in g["marks"]:
+            if m["kind"] == "level":
+                assert f'href="player.html#game={g["id"]}&amp;step={m["s"]}"' in report
     zs = games["zs01"]
     assert zs["marks"][-1] == {"label": "win", "s": len(zs["a"]) - 1, "kind": "win"} and zs["st"][-1] == "W"
     overs = [m["s"] for m in games["zb01"]["marks"] if m["kind"] == "over"]  # the move budget runs out

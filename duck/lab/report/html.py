@@ -18,6 +18,12 @@ from duck.lab.report.views import GameView
 from duck.play.scoring import overall
 
 
+def _play_link(report: "Report", v: GameView, step: int) -> str:
+    if not report.player:
+        return ""
+    return f" · <a href=\"player.html#game={esc(v.game_id)}&amp;step={step}\">play it</a>"
+
+
 def _anchor(game_id: str) -> str:
     return "game-" + "".join(c if c.isalnum() else "-" for c in game_id)
 
@@ -85,7 +91,7 @@ def _game_html(report: Report, v: GameView, frames: bool, conversations: bool = 
             last = "before the winning action" if lev.completed else "at the end of play"
             h.append(
                 f"<div class=lvl><div>level {lev.number} ({'completed' if lev.completed else 'unfinished'}, "
-                f"actions {lev.start_i}–{lev.end_i})</div>"
+                f"actions {lev.start_i}–{lev.end_i}){_play_link(report, v, lev.start_i)}</div>"
                 f"<img class=frame data-level={lev.number} data-kind=first alt=\"level {lev.number} first frame\" "
                 f"title=\"first frame (after action {lev.start_i})\" "
                 f"src=\"{png_data_uri(grid_png(lev.first_grid, 3))}\">"
