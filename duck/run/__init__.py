@@ -21,7 +21,10 @@ command line, so the kernel's own uid can read none of them.
 score.json marked partial (`run_status` "interrupted"); the second kills it at once. A full
 disk stops the run the same way (`run_status` "disk_full"). `resume=True` plays, with the
 run's own config from run.json, only the games the folder lacks or whose record ended short
-(duck.play.scoring.record_finished); the finished records are not touched.
+(duck.play.scoring.record_finished); the finished records are not touched, and a user policy
+file that changed since is refused (duck.run.provenance: run.json keeps its sha256 and a
+copy). The games are played by duck.run.pool (shared with `duck ab`); what the command says
+at the end is duck.run.summary.
 """
 
 from __future__ import annotations
