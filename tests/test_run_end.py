@@ -84,6 +84,18 @@ def test_a_policy_that_fails_every_game_is_exit_1(tmp_path):
     assert r.stderr.count("Traceback (most recent call last)") == 1 and "and 2 more" in r.stderr
 
 
+def test_a_policy_that_cannot_be_made_is_exit_1_with_its_traceback(tmp_path):
+    """It fails before any record is written (the game has no record at all), on every game."""
+    (tmp_path / "bad.py").write_text("from duck.policies import UserPolicy\n\nclass Bad(UserPolicy):\n"
+                                     "    def __init__(self, seed=0):\n        raise ValueError('bad option')\n")
+    for workers in ("1", "2"):
+        r = duck("play", "--games", str(BUNDLED), "--policy", f"{tmp_path / 'bad.py'}:Bad", "--workers", workers,
+                 "--out", str(tmp_path / f"run{workers}"))
+        assert r.returncode == 1, r.stderr
+        assert "every game ended in an error (ValueError: bad option)" in r.stderr.strip().splitlines()[-1]
+        assert "raise ValueError('bad option')" in r.stderr
+
+
 def test_the_policy_file_is_kept_hashed_and_makes_the_run_dirty_and_resume_refuses_a_change(tmp_path):
     policy = tmp_path / "up.py"
     policy.write_text(POLICY)

@@ -214,6 +214,9 @@ def _finish(out: Path, info: dict, entry: dict, ends: list[dict], reason: str | 
         doc["not_written"] = f"score.json could not be written: {e.strerror or e}"
     doc["stopped_by"] = reason
     doc["fallback"] = sorted({e["game"] for e in ends if e.get("fallback")})
+    doc["played"] = sum(e.get("kind") == "end" for e in ends)
+    doc["errors"] = [{"game": e["game"], "error": e.get("error"), "traceback": e.get("traceback")}
+                     for e in ends if e.get("kind") == "end" and e.get("end_reason") == "error"]
     return doc
 
 

@@ -17,6 +17,7 @@ import logging
 import multiprocessing
 import queue as queue_mod
 import threading
+import traceback
 from concurrent.futures import CancelledError, Future, ProcessPoolExecutor
 from contextlib import ExitStack
 from typing import Any, Callable
@@ -29,10 +30,11 @@ Job = tuple[str, tuple]  # (label, arguments of the play function)
 
 
 def error_end(label: str, e: BaseException) -> dict:
-    """A job's end message for a crash outside the game (a worker that died, a disk full)."""
+    """A job's end message for a crash outside the game (a policy that cannot be made, a
+    worker that died, a disk full), with its traceback (called inside the `except`)."""
     reason = "disk_full" if isinstance(e, OSError) and game_runs.is_disk_full(e) else "error"
     return {"kind": "end", "game": label, "end_reason": reason, "error": f"{type(e).__name__}: {e}",
-            "levels": 0, "actions": 0, "score": 0.0}
+            "levels": 0, "actions": 0, "score": 0.0, "traceback": traceback.format_exc(limit=8)}
 
 
 class Runner:

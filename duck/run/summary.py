@@ -52,18 +52,21 @@ def next_commands(out: Any, doc: dict) -> list[str]:
         ([f"{duck} play --resume --out {out}"] if doc.get("partial") else [])
 
 
-def tracebacks(out: Path, games: list[str]) -> list[tuple[str, str]]:
-    """(game, traceback) of each game whose record keeps one (a policy that raised)."""
+def tracebacks(out: Path, errors: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """(game, traceback) of each errored game that has one: from its end message (a policy
+    that could not be made: no record), else from its record (a policy that raised)."""
     found = []
-    for g in games:
-        try:
-            rec = read_record(Path(out) / "records" / f"{g}.jsonl")
-        except (OSError, ValueError):
-            continue
-        for e in rec.events:
-            if e.get("kind") == "error" and isinstance(e.get("data"), str) and "Traceback" in e["data"]:
-                found.append((g, e["data"].rstrip()))
-                break
+    for e in errors:
+        text = e.get("traceback")
+        if not text:
+            try:
+                rec = read_record(Path(out) / "records" / f"{e['game']}.jsonl")
+            except (OSError, ValueError):
+                continue
+            text = next((x["data"] for x in rec.events if x.get("kind") == "error" and isinstance(x.get("data"), str)
+                         and "Traceback" in x["data"]), None)
+        if text:
+            found.append((e["game"], text.rstrip()))
     return found
 
 
@@ -75,14 +78,14 @@ def after_play(out: Any, doc: dict, *, as_json: bool, verbose: bool, interrupted
     warn_problems(doc)
     if doc.get("resumed") == []:
         say(f"nothing to resume: every game of {out} has finished (score.json recomputed)")
-    errored = [g for g, v in doc["games"].items() if v.get("error")]
-    shown = tracebacks(Path(out), errored)
+    errors = doc.get("errors") or []
+    shown = tracebacks(Path(out), errors)
     for game, text in shown if verbose else shown[:1]:
         more = "" if verbose or len(shown) == 1 else f" (and {len(shown) - 1} more: duck -v play shows them all)"
         say(f"{game}: the policy raised{more}:\n{text}")
     code = _ending(out, doc)
-    if code == 0 and doc["games"] and len(errored) == len(doc["games"]):
-        say(f"error: every game ended in an error ({doc['games'][errored[0]]['error']}); nothing was measured")
+    if code == 0 and errors and len(errors) == doc.get("played"):
+        say(f"error: every game ended in an error ({errors[0]['error']}); nothing was measured")
         code = EXIT_FAILED
     if terminal:
         print("next: " + " · ".join(next_commands(out, doc)))
