@@ -41,7 +41,7 @@ Assumptions (what makes these numbers mean what they say)
 4. Adaptive passes (`duck ab --max-passes`) add passes to games whose difference is within
    noise; the decision looks at the data, so the p-value is only approximately exact.
 5. Calibration (`python -m duck.bench calibration`: random A/A splits of the Duck's 10 passes
-   of the 25 public games, 1000 splits, alpha 0.05; see experiments/LOG.md, 2026-12-05):
+   of the 25 public games, 1000 splits, alpha 0.05; see experiments/LOG.md, 2026-12-02, issue 39):
    rejected under A/A (false positives; ±1.4% each): over games (the decision) 6.8% with 3
    passes per arm, 4.1% with 5, 5.0% adaptive 3..5 (seeds 1 and 2: 5.0/5.7%, 4.5/4.5%,
    5.5/5.3%: 5.8%, 4.4%, 5.3% pooled over 3000 splits); over pairs 5.8%, 3.4%, 6.3%. Power
@@ -196,13 +196,13 @@ def within_noise(d: np.ndarray) -> bool:
     return abs(float(d.mean())) < t975(len(d) - 1) * sd / math.sqrt(len(d))
 
 
-NULLS = {
-    "p_value": "games: each game's mean difference B − A is as likely to be +x as −x "
+NULLS = {  # what each test assumes when it says "no difference", one sentence each (ab.json, the page)
+    "p_value": "each game's mean difference B − A is as likely to be +x as −x "
                "(B no better and no worse than A on games like these)",
-    "ci95": "games: where the mean over games of B − A would fall for another draw of games like these "
+    "ci95": "where the mean over games of B − A would fall for another draw of games like these "
             "(whole games resampled)",
-    "p_value_pairs": "pairs (sharp null): B changes nothing in any run of these games, so every pair's "
-                     "difference is as likely + as −",
+    "p_value_pairs": "B changes nothing in any run of these games, so every pair's difference is as likely "
+                     "+ as −",
 }
 
 
