@@ -270,3 +270,20 @@ def test_ab_stats_says_its_error_once(tmp_path: Path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("duck ab-stats: error: no (game, pass) pairs in common")
     assert err[0].count("error:") == 1
+
+
+def test_an_arms_own_policy_file_is_kept_and_a_changed_one_refused(tmp_path: Path, capsys):
+    policy = write(tmp_path / "mine.py", "from duck.policies import Action, UserPolicy\n\nclass Up(UserPolicy):\n"
+                                         "    def choose_action(self, obs):\n        return Action(1)\n")
+    cfg = write(tmp_path / "mine.toml", f'[play]\npolicy = "{policy}:Up"\nmax_actions = 10\n')
+    args = ["ab", "--a", str(EXPERIMENTS / "random.toml"), "--b", str(cfg), "--max-actions", "10", "--games",
+            str(GAMES), "--passes", "1", "--only", "zb01", "--out", str(tmp_path / "o"), "--boot", "200"]
+    assert main(args) == 0
+    plan = json.loads((tmp_path / "o" / "plan.json").read_text())
+    import hashlib
+    assert plan["b"]["policy_files"] == [{"path": str(policy), "sha256": hashlib.sha256(policy.read_bytes()).hexdigest()}]
+    assert (tmp_path / "o" / "b" / "policy" / "mine.py").read_bytes() == policy.read_bytes()
+    capsys.readouterr()
+    policy.write_text(policy.read_text().replace("Action(1)", "Action(2)"))
+    assert main(args) == 2
+    assert "the policy file of arm b changed since the experiment started" in capsys.readouterr().err

@@ -90,9 +90,8 @@ def _plan(args: argparse.Namespace, configs: dict[str, Config], games: list[str]
     def arm(name: str) -> dict[str, Any]:
         files, sets, cfg = getattr(args, name), _overrides(args, name), configs[name]
         label = " + ".join(Path(f).stem for f in files) + (f" [{', '.join(sets)}]" if sets else "")
-        files_of_policy = [{k: f[k] for k in ("path", "sha256")} for f in _policy_files(cfg)]
         return {"files": files, "overrides": sets, "label": label, "config": cfg.model_dump(mode="json"),
-                "policy_files": files_of_policy}
+                "policy_files": _policy_files(cfg)}
     return {"a": arm("a"), "b": arm("b"), "games_dir": str(args.games), "games": games, "passes": args.passes,
             "max_passes": max(args.passes, args.max_passes or args.passes), "shard": args.shard}
 
