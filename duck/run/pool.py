@@ -22,7 +22,7 @@ from concurrent.futures import CancelledError, Future, ProcessPoolExecutor
 from contextlib import ExitStack
 from typing import Any, Callable
 
-from duck.run import games as game_runs
+import duck.run.games as game_runs
 from duck.run.interrupt import Interrupts
 from duck.run.progress import RunView
 

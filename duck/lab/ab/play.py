@@ -18,7 +18,7 @@ from duck.play.record import read_record
 from duck.play.scoring import record_finished
 from duck.play.session import play_game
 from duck.policies import make_policy
-from duck.run import games as game_runs
+import duck.run.games as game_runs
 from duck.run.games import Tracker
 from duck.run.pool import Runner
 from duck.seeds import stable_hash
