@@ -11,13 +11,14 @@ demo: setup
 # The test command (CI runs exactly this from a clean clone): the lint, then the suite.
 test:
 	bash scripts/setup.sh --test
-	.venv/bin/ruff check .
+	bash scripts/lint.sh
 	.venv/bin/python -m pytest -q
 
-# The lint alone (rules: pyproject.toml, [tool.ruff]).
+# The lint alone (rules: pyproject.toml, [tool.ruff]), of the files git tracks: your own
+# untracked files are yours (scripts/lint.sh).
 .PHONY: lint
 lint:
-	.venv/bin/ruff check .
+	bash scripts/lint.sh
 
 # The Kaggle notebook: notebook.ipynb is generated from notebook.py, its single source
 # (tests/test_notebook.py fails when the two disagree).

@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -89,8 +90,10 @@ def _play(args: argparse.Namespace) -> int:
                                       ("--no-conversations", args.no_conversations)) if v]
         if given:
             raise BadInput(f"--resume plays with the run's own config (its run.json): drop {', '.join(given)}")
+        if args.out is None:
+            raise BadInput("--resume needs --out RUN: the run folder to finish")
         try:
-            doc = play_folder(None, args.out, resume=True, workers=args.workers,
+            doc = play_folder(None, args.out, resume=True, workers=args.workers, policy_changed_ok=args.policy_changed_ok,
                               model_urls=_urls(args.model_url), interactive=True, command=["duck", *sys.argv[1:]])
         except RunError as e:
             raise BadInput(str(e)) from None
@@ -108,6 +111,10 @@ def _play(args: argparse.Namespace) -> int:
     cfg = with_values(cfg, values)
     if args.games is not None and not Path(args.games).is_dir():
         raise BadInput(f"--games {args.games}: " + ("not a folder" if Path(args.games).exists() else "no such folder"))
+    if args.policy_changed_ok:
+        raise BadInput("--policy-changed-ok goes with --resume")
+    if args.out is None:
+        args.out = _default_out(cfg.play.policy)
     try:
         doc = play_folder(args.games or cfg.play.games_dir, args.out, cfg, games=args.only,
                           overwrite=args.overwrite, interactive=True, command=["duck", *sys.argv[1:]])
@@ -128,58 +135,25 @@ def _urls(value: str | None) -> list[str]:
 
 
 def _after_play(args: argparse.Namespace, doc: dict, interrupted_code: int) -> int:
-    """The summary on stdout (JSON), the run's ending in one line on stderr when it did not
-    end by itself, and the exit status: 0, 130 (interrupted), 1 (disk full)."""
-    out = args.out
-    summary: dict[str, Any] = {
-        "score": round(doc["score"], 4), "toolkit_score": doc.get("toolkit_score"),
-        "games": {g: {"levels": v["levels"], "actions": v["actions"], "score": round(v["score"], 3),
-                      **({"error": v["error"]} if "error" in v else {})} for g, v in doc["games"].items()}}
-    for key in ("partial", "run_status", "missing", "unfinished", "score_missing_as_0", "fallback"):
-        if doc.get(key) not in (None, [], False) or key == "partial":
-            summary[key] = doc.get(key, False)
-    summary["about"] = ("score: the mean over games of the official ARC-AGI-3 score in percent (a level "
-                        "scores (human baseline actions / actions)^2, capped at 115%; levels weighted 1, 2, 3, ...); "
-                        "levels: levels completed; actions: actions sent, RESETs included")
-    summary["next"] = [f"duck report {out}", f"duck score {out}"] + \
-        ([f"duck play --resume --out {out}"] if doc.get("partial") else [])
-    print(json.dumps(summary, indent=1))
-    _warn_problems(doc)
-    if doc.get("resumed") == []:
-        print(f"duck play: nothing to resume: every game of {out} has finished (score.json recomputed)", file=sys.stderr)
-    status = doc.get("run_status")
-    played = len(doc["games"])
-    short = len(doc.get("unfinished") or [])
-    missing = len(doc.get("missing") or [])
-    where = f"score.json marked partial (score {doc['score']:.3f} over the {played} game(s) recorded)"
-    if doc.get("not_written"):
-        where = doc["not_written"]
-    if doc.get("fallback"):
-        print(f"duck play: the model became unreachable: the explorer finished {len(doc['fallback'])} game(s) "
-              f"({', '.join(doc['fallback'][:5])}{', ...' if len(doc['fallback']) > 5 else ''})", file=sys.stderr)
-    if status == "interrupted":
-        print(f"duck play: interrupted ({doc.get('stopped_by') or 'Ctrl-C'}): {played - short} game(s) finished, "
-              f"{short} stopped mid-game, {missing} not started; {where}; finish with: duck play --resume --out {out}",
-              file=sys.stderr)
-        return interrupted_code if doc.get("stopped_by") != "SIGTERM" else 128 + 15
-    if status == "disk_full":
-        print(f"duck play: error: the disk is full: the run stopped ({played - short} game(s) finished, {short} cut, "
-              f"{missing} not started; records keep every line written); {where}; free space, then: "
-              f"duck play --resume --out {out}", file=sys.stderr)
-        return EXIT_FAILED
-    return 0
+    from duck.run.summary import after_play
+    return after_play(args.out, doc, as_json=args.json, verbose=args.verbose, interrupted_code=interrupted_code)
 
 
-def _warn_problems(doc: dict) -> None:
-    """One line each on stderr: records with skipped lines, scores the toolkit disagrees with."""
-    for game, problems in (doc.get("record_problems") or {}).items():
-        print(f"duck: warning: record of {game}: {len(problems)} line(s) skipped ({problems[0]})", file=sys.stderr)
-    if doc.get("disagrees"):
-        print(f"duck: warning: the toolkit's scorecard disagrees on {', '.join(doc['disagrees'])}", file=sys.stderr)
+def _default_out(policy: str) -> str:
+    """`runs/<date>-<time>-<policy>` (a user policy: its class), a new folder each run."""
+    name = policy.rpartition(":")[2] or policy
+    base = time.strftime("runs/%Y%m%d-%H%M%S-") + "".join(c if c.isalnum() or c in "-_" else "-" for c in name)
+    out, n = base, 1
+    while Path(out).exists():
+        n += 1
+        out = f"{base}-{n}"
+    return out
 
 
 def _score(args: argparse.Namespace) -> int:
     from duck.play.scoring import write_score
+    from duck.run.info import duck_command
+    from duck.run.summary import warn_problems
     run = Path(args.run_dir)
     if not run.is_dir():
         raise BadInput(f"{run}: " + ("not a folder" if run.exists() else "no such folder"))
@@ -187,13 +161,13 @@ def _score(args: argparse.Namespace) -> int:
         raise BadInput(f"{run} has no records/ folder")
     doc = write_score(run)
     print(json.dumps(doc, indent=1))
-    _warn_problems(doc)
+    warn_problems(doc)
     if doc.get("missing") or doc.get("unfinished"):
         missing, short = doc.get("missing") or [], doc.get("unfinished") or []
         parts = ([f"{len(missing)} of {doc.get('games_expected')} games missing ({_names(missing)})"] if missing else []) \
             + ([f"{len(short)} unfinished ({_names(short)})"] if short else [])
         print(f"duck: warning: partial run: {'; '.join(parts)}; the score is over the {len(doc['games'])} recorded; "
-              f"finish with: duck play --resume --out {run}", file=sys.stderr)
+              f"finish with: {duck_command()} play --resume --out {run}", file=sys.stderr)
     elif not (run / "run.json").is_file():
         print(f"duck: warning: {run} has no run.json: which games it meant to play is unknown "
               "(only the recorded ones are scored)", file=sys.stderr)
@@ -232,12 +206,16 @@ def _add_play(sub: Any) -> None:
                       help="config overrides after the files, e.g. play.max_actions=200")
     play.add_argument("--only", nargs="*", default=None, metavar="GAME",
                       help="game ids (or 4-letter prefixes) to play")
-    play.add_argument("--out", default="runs/play", help="run folder (records/, score.json, run.json; "
-                      "default runs/play)")
+    play.add_argument("--out", default=None, help="run folder (records/, score.json, run.json; default: a new "
+                      "runs/<date>-<time>-<policy>)")
     play.add_argument("--overwrite", action="store_true", help="replace the records of --out")
     play.add_argument("--resume", action="store_true",
                       help="finish the run in --out: play, with its own config (run.json), only the games it lacks "
                            "or that ended short (Ctrl-C, a full disk, a kill); --workers and --model-url may change")
+    play.add_argument("--policy-changed-ok", action="store_true",
+                      help="with --resume: play on although the run's policy file changed (recorded in run.json)")
+    play.add_argument("--json", action="store_true",
+                      help="print the summary as JSON on stdout on a terminal too (it always is in a pipe)")
     play.add_argument("--no-conversations", action="store_true",
                       help="write no conversation files (RUN/conversations/; default: play.conversations)")
     play.set_defaults(func=_play)
@@ -348,6 +326,7 @@ def main(argv: list[str] | None = None) -> int:
     cmd = f"duck {args.command}"
     try:
         _check_inputs(parser, args)
+        args.argv = argv  # what a command prints to be run again (duck ab's resume line)
         return args.func(args)
     except KeyboardInterrupt:
         print(f"{cmd}: interrupted", file=sys.stderr)

@@ -52,10 +52,13 @@ class UserPolicy:
     when they say so. `self.seed` is the run's seed, `self.rng` a `random.Random` seeded per
     game, `self.game_id` the game's id and `self.step_count` the actions sent so far.
     `start(obs)` is called once per game before the first action (default: nothing).
+    Set `self.reason` (a short text) in `choose_action` to keep why you chose the action: the
+    record keeps it with the action (`info.why`) and the report's player shows it.
     """
 
     name = ""  # the record's "policy"; "" names it after the file and class
     yields_in_step = True  # acts through Session.step: the scheduler's slot yield points are there
+    reason: str | None = None  # why the next action (set in choose_action; kept in the record)
 
     def __init__(self, seed: int = 0) -> None:
         self.seed = seed
@@ -72,10 +75,12 @@ class UserPolicy:
         self.rng = random.Random(game_seed(self.seed, self.game_id))
         self.step_count = 0
         self.start(session.obs)
+        self.reason = None
         while (action := self.choose_action(session.obs)) is not None:
             if not isinstance(action, Action):
                 raise TypeError(f"choose_action returned {action!r}, not an Action (or None to stop)")
-            session.step(action)
+            why, self.reason = self.reason, None
+            session.step(action, info={"why": str(why)[:500]} if why else None)
             self.step_count = session.game.actions
 
 

@@ -217,3 +217,73 @@ def test_ab_on_public_games(public: Path, configs, tmp_path: Path):
     doc = json.loads((out / "ab.json").read_text())
     assert doc["n_games"] == 2 and doc["n_pairs"] == 4
     assert (out / "report.html").exists()
+
+
+def test_the_page_decides_over_games_and_says_what_each_number_tests():
+    """The issue's experiment in miniature: 2 games better, 3 worse, each repeating its
+    difference on all 3 passes, 20 tied. The pair-level test says p < 0.05; the page's verdict
+    comes from the test over games (no banner), and the pair-level p is a labelled second line."""
+    from duck.lab.report.ab import ab_html
+    from duck.lab.stats import compare
+    per_game = {"g50t": -3.57, "w1": -0.4, "w2": -0.3, "b1": 0.2, "b2": 0.1}
+    a = {f"t{k}": {p: 1.0 for p in range(3)} for k in range(20)} | {g: {p: 5.0 for p in range(3)} for g in per_game}
+    b = {f"t{k}": {p: 1.0 for p in range(3)} for k in range(20)} | \
+        {g: {p: 5.0 + d for p in range(3)} for g, d in per_game.items()}
+    doc = compare(a, b, n_boot=500)
+    assert doc["p_value_pairs"] < 0.05 <= doc["p_value"]
+    html = ab_html(doc)
+    verdict = html.split("<p class=", 1)[1].split("</p>", 1)[0].split(">", 1)[0]
+    assert verdict.startswith("muted id=verdict") and "class=bad id=verdict" not in html  # no red banner
+    assert "no significant difference over games: p = 0.312, sign-flip over games (5 of 25 games differ)" in html
+    tests = html.split("<section id=tests>", 1)[1].split("</section>", 1)[0]
+    for label in ("p-value, games (the decision)", "95% interval", "p-value, pairs (secondary)"):
+        assert label in tests
+    assert "as likely to be +x as −x" in tests and "B changes nothing in any run of these games" in tests
+    assert "duck/lab/stats.py" in html and "duck/stats.py" not in html  # where the assumptions are
+    rows = {r.split("</td>")[0].split(">")[-1]: r for r in html.split("<section id=per-game>", 1)[1].split("<tr>")[2:]}
+    assert "<td>tied</td>" in rows["t0"] and "<td>no</td>" in rows["g50t"]  # a tied game is "tied", not "no"
+    # a game-level verdict does make the banner
+    strong = compare({f"g{k}": {0: 0.0} for k in range(8)}, {f"g{k}": {0: 1.0} for k in range(8)}, n_boot=200)
+    assert strong["significant"] and "class=good id=verdict><b>B differs from A (better)" in ab_html(strong)
+
+
+def test_set_takes_several_values_max_actions_sets_both_and_stdout_is_ab_json(tmp_path: Path, capsys):
+    out = tmp_path / "o"
+    random = str(EXPERIMENTS / "random.toml")
+    assert main(["ab", "--a", random, "--b", random, "--set-a", "play.seed=3", "model.temperature=0.5",
+                 "--set-b", "play.seed=3", "--set-b", "model.temperature=0.7", "--max-actions", "20",
+                 "--games", str(GAMES), "--passes", "1", "--only", "zb01", "--out", str(out), "--boot", "200"]) == 0
+    printed = capsys.readouterr()
+    assert printed.out == (out / "ab.json").read_text()  # stdout is ab.json, byte for byte
+    doc = json.loads(printed.out)
+    assert doc["config_diff"] == [{"field": "model.temperature", "a": 0.5, "b": 0.7}]
+    assert {k for k in doc if k.startswith("pair_")} == {"pair_wins", "pair_losses", "pair_ties"}
+    for arm in ("a", "b"):
+        assert read_record(record_path(out, arm, 0, "zb01-00000001")).end["actions"] == 20
+    assert printed.err.strip().splitlines()[-1].startswith("duck ab: no significant difference over games")
+
+
+def test_ab_stats_says_its_error_once(tmp_path: Path, capsys):
+    rows = [{"game_id": "x-1", "pass": p, "final_score": 0.0} for p in range(3)]
+    f = write(tmp_path / "runs.jsonl", "\n".join(json.dumps(r) for r in rows) + "\n")
+    assert main(["ab-stats", str(f), str(f), "--a-passes", "0", "--b-passes", "2"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("duck ab-stats: error: no (game, pass) pairs in common")
+    assert err[0].count("error:") == 1
+
+
+def test_an_arms_own_policy_file_is_kept_and_a_changed_one_refused(tmp_path: Path, capsys):
+    policy = write(tmp_path / "mine.py", "from duck.policies import Action, UserPolicy\n\nclass Up(UserPolicy):\n"
+                                         "    def choose_action(self, obs):\n        return Action(1)\n")
+    cfg = write(tmp_path / "mine.toml", f'[play]\npolicy = "{policy}:Up"\nmax_actions = 10\n')
+    args = ["ab", "--a", str(EXPERIMENTS / "random.toml"), "--b", str(cfg), "--max-actions", "10", "--games",
+            str(GAMES), "--passes", "1", "--only", "zb01", "--out", str(tmp_path / "o"), "--boot", "200"]
+    assert main(args) == 0
+    plan = json.loads((tmp_path / "o" / "plan.json").read_text())
+    import hashlib
+    assert plan["b"]["policy_files"] == [{"path": str(policy), "sha256": hashlib.sha256(policy.read_bytes()).hexdigest()}]
+    assert (tmp_path / "o" / "b" / "policy" / "mine.py").read_bytes() == policy.read_bytes()
+    capsys.readouterr()
+    policy.write_text(policy.read_text().replace("Action(1)", "Action(2)"))
+    assert main(args) == 2
+    assert "the policy file of arm b changed since the experiment started" in capsys.readouterr().err

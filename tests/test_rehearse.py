@@ -27,10 +27,10 @@ faults = pytest.mark.skipif(not os.environ.get("DUCK_REHEARSAL_FAULTS"),
 
 @pytest.mark.slow
 def test_rehearsal_of_a_rerun_passes_from_the_command_line(tmp_path):
-    out = tmp_path / "reh"
+    out = tmp_path / "reh"  # given relative to where duck runs (it failed 3 checks so: issue 39)
     p = subprocess.run([sys.executable, "-m", "duck.cli", "rehearse", "--games", str(BUNDLED),
-                        "--budget-seconds", "45", "--max-actions", "150", "--out", str(out)],
-                       capture_output=True, text=True, timeout=240, cwd=ROOT)
+                        "--budget-seconds", "45", "--max-actions", "150", "--out", "reh"],
+                       capture_output=True, text=True, timeout=240, cwd=tmp_path)
     assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-4000:]
     doc = json.loads((out / "rerun-none" / "rehearsal.json").read_text())
     assert doc["ok"] and doc["checks"]["every_game_played"]["ok"] and doc["checks"]["scorecard_closed"]["ok"]
@@ -42,6 +42,20 @@ def test_rehearsal_of_a_rerun_passes_from_the_command_line(tmp_path):
     assert doc["checks"]["outputs_in_place"]["detail"]["conversations"] == 3
     convs = read_conversations(next(out.rglob("duck/conversations")).parent)
     assert len(convs) == 3 and all(c.end and c.requests and c.path.suffix == ".gz" for c in convs.values())
+
+
+def test_without_the_test_tools_rehearse_says_how_to_get_them(tmp_path):
+    """After `make demo` (no test extras) nbclient is missing: one line, before anything runs."""
+    shadow = tmp_path / "shadow"
+    shadow.mkdir()
+    (shadow / "nbclient.py").write_text("raise ImportError(\"No module named 'nbclient'\", name='nbclient')\n")
+    env = dict(os.environ, PYTHONPATH=str(shadow))
+    p = subprocess.run([sys.executable, "-m", "duck.cli", "rehearse", "--games", str(BUNDLED), "--out",
+                        str(tmp_path / "reh")], capture_output=True, text=True, timeout=120, cwd=ROOT, env=env)
+    assert p.returncode == 2 and p.stdout == "" and not (tmp_path / "reh").exists()
+    assert p.stderr.strip().splitlines() == [
+        "duck rehearse: error: duck rehearse runs the notebook with nbclient and ipykernel, which come with the "
+        "test tools (nbclient is not installed): bash scripts/setup.sh --test"]
 
 
 @pytest.mark.slow

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -37,8 +38,28 @@ def test_exact_sign_flip_p_value():
     a = {g: {0: 0.0} for g in "xyz"}
     b = {g: {0: 1.0} for g in "xyz"}
     doc = compare(a, b)
-    assert doc["p_value"] == pytest.approx(2 / 8)
-    assert "exact" in doc["method"]["p_value"]
+    assert doc["p_value"] == doc["p_value_pairs"] == pytest.approx(2 / 8)
+    assert "exact" in doc["method"]["p_value"] and "over games" in doc["method"]["p_value"]
+
+
+def test_games_are_the_unit_a_repeated_difference_counts_once():
+    """The issue's case: 25 games, 3 passes, a near-deterministic policy: 2 games better and 3
+    worse, each repeating its difference on every pass, 20 tied. Over pairs the 15 differing
+    pairs look like 15 coin flips; over games there are 5 observations, and no 5 observations
+    can reach 5% (the smallest two-sided p is 2/2^5)."""
+    per_game = {"g50t": -3.57, "w1": -0.4, "w2": -0.3, "b1": 0.2, "b2": 0.1}
+    a = {f"t{k}": {p: 1.0 for p in range(3)} for k in range(20)} | {g: {p: 5.0 for p in range(3)} for g in per_game}
+    b = {f"t{k}": {p: 1.0 for p in range(3)} for k in range(20)} | \
+        {g: {p: 5.0 + d for p in range(3)} for g, d in per_game.items()}
+    doc = compare(a, b)
+    assert doc["p_value_pairs"] < 0.05 and doc["significant_pairs"]  # the old verdict: "worse"
+    d = list(per_game.values())  # over games: the 32 sign patterns of the 5 game means, enumerated here
+    extreme = sum(abs(sum(s * x for s, x in zip(signs, d))) >= abs(sum(d)) - 1e-9
+                  for signs in itertools.product((1, -1), repeat=5))
+    assert doc["p_value"] == pytest.approx(extreme / 32) == pytest.approx(0.3125) and not doc["significant"]
+    assert doc["n_games_differing"] == 5 and (doc["wins"], doc["losses"], doc["ties"]) == (2, 3, 20)
+    assert doc["unit"] == "game" and set(doc["nulls"]) == {"p_value", "ci95", "p_value_pairs"}
+    assert all(isinstance(v, str) and len(v) > 40 for v in doc["nulls"].values())
 
 
 def test_monte_carlo_agrees_with_exact():
@@ -118,4 +139,5 @@ def test_calibration_bench_on_the_traces(capsys):
     doc = json.loads(capsys.readouterr().out)
     for name, d in doc["designs"].items():
         assert name.startswith("A/A")
-        assert d["rejection_rate"] <= 0.15  # ~0.05; 60 splits leave room for chance
+        assert d["rejection_rate"] <= 0.15 and d["rejection_rate_pairs"] <= 0.15  # ~0.05; 60 splits: room for chance
+    assert set(doc["designs"]) == {"A/A fixed-3", "A/A fixed-5", "A/A adaptive 3..5"}

@@ -78,4 +78,10 @@ def test_a_policy_that_breaks_is_its_games_error(tmp_path):
     assert "RuntimeError: my bug" in errors["zc01"]
     assert "not an Action" in errors["zb01"] and doc["games"]["zb01-00000001"]["actions"] == 2
     assert errors["zs01"] == "" and doc["games"]["zs01-00000001"]["actions"] == 4  # None: the policy is done
-    assert "Traceback" not in r.stderr
+    # the first traceback (zb01's) is on stderr, the others one `-v` away
+    assert r.stderr.count("Traceback (most recent call last)") == 1 and "not an Action" in r.stderr
+    assert "and 1 more: duck -v play shows them all" in r.stderr
+    v = subprocess.run([DUCK, "-v", "play", "--games", str(BUNDLED), "--policy", str(tmp_path / "bad.py") + ":Bad",
+                        "--out", str(tmp_path / "v"), "--max-actions", "20"], capture_output=True, text=True, timeout=300)
+    assert v.returncode == 0 and v.stderr.count("Traceback (most recent call last)") == 2
+    assert "raise RuntimeError('my bug')" in v.stderr

@@ -3,14 +3,16 @@
 The Duck played every public game in several passes (../shared/duck-traces/runs.jsonl). Split
 each game's passes at random into two disjoint halves, call one A and the other B, pair them
 pass by pass, and run the A/B statistics. Both halves come from the same agent, so a sound
-test rejects "no difference" at the 5% level in at most ~5% of the splits. Designs checked:
+test rejects "no difference" at the 5% level in at most ~5% of the splits. Each design reports
+the decision test (`rejection_rate`: the sign-flip over games, `p_value`) and the secondary
+pair-level one (`rejection_rate_pairs`: `p_value_pairs`, the sharp null). Designs checked:
 
 * `fixed-k`: k passes per arm for every game (k = 3, the issue's done-when run, and 5 = half
   of 10 passes);
 * `adaptive`: 3 passes per arm, then one more pass per round for the games still within
   noise, up to 5 (what `duck ab --max-passes 5` does);
-* `power`: the fixed-5 design with +delta added to every score of B, to show what size of
-  change 25 games × 5 passes can see.
+* `power`: the fixed-3 and fixed-5 designs with +delta added to every score of B, to show
+  what size of change 25 games × 3 and × 5 passes can see.
 
 Prints one JSON document (rejection rates at alpha, and how often the bootstrap interval
 excludes 0); `--plot PNG` also draws the p-value histograms (uniform under the null).
@@ -54,7 +56,7 @@ def split(scores: dict[str, list[float]], k: int, rng: np.random.Generator,
 
 def run_design(scores, *, k: int, reps: int, rng, alpha: float, n_perm: int, n_boot: int,
                adaptive_max: int = 0, shift: float = 0.0) -> dict:
-    pvals, ci_excl, passes = [], 0, []
+    pvals, ppairs, ci_excl, passes = [], [], 0, []
     for _ in range(reps):
         a, b, rest_a, rest_b = split(scores, k, rng, shift)
         if adaptive_max:
@@ -69,12 +71,14 @@ def run_design(scores, *, k: int, reps: int, rng, alpha: float, n_perm: int, n_b
         doc = compare(a, b, n_boot=n_boot, n_perm=n_perm, seed=int(rng.integers(1 << 31)),
                       games_detail=False)
         pvals.append(doc["p_value"])
+        ppairs.append(doc["p_value_pairs"])
         lo, hi = doc["ci95"]
         ci_excl += not (lo <= 0.0 <= hi)
         passes.append(doc["n_pairs"] / max(1, doc["n_games"]))
     p = np.array(pvals)
     return {"k": k, "adaptive_max": adaptive_max or None, "shift": shift, "reps": reps,
             "rejection_rate": float(np.mean(p < alpha)),
+            "rejection_rate_pairs": float(np.mean(np.array(ppairs) < alpha)),
             "ci95_excludes_0_rate": ci_excl / reps,
             "mean_pairs_per_game": float(np.mean(passes)),
             "p_quantiles": {q: float(np.quantile(p, float(q))) for q in ("0.05", "0.25", "0.5", "0.75")},
@@ -126,11 +130,13 @@ def main(argv: list[str] | None = None) -> int:
     if half > 3:
         results[f"A/A adaptive 3..{half}"] = run_design(scores, k=3, adaptive_max=half, **common)
     for s in args.shifts:
-        results[f"power +{s:g} fixed-{half}"] = run_design(scores, k=half, shift=s, **common)
+        for k in sorted({min(3, half), half}):
+            results[f"power +{s:g} fixed-{k}"] = run_design(scores, k=k, shift=s, **common)
     if args.plot:
         plot({n: r for n, r in results.items() if n.startswith("A/A")}, args.plot, args.alpha)
     doc = {"runs": str(args.runs), "games": len(scores), "passes_per_game": n_pass,
-           "alpha": args.alpha, "seconds": round(time.time() - t0, 1),
+           "alpha": args.alpha, "decision": "p_value: sign-flip over games (rejection_rate); "
+           "p_value_pairs: over pairs, the sharp null (rejection_rate_pairs)", "seconds": round(time.time() - t0, 1),
            "designs": {n: {k: v for k, v in r.items() if k != "_p"} for n, r in results.items()}}
     print(json.dumps(doc, indent=1))
     return 0

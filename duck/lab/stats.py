@@ -4,56 +4,55 @@ The data are scores (percent, as duck.play.scoring) of two arms, A (the baseline
 variant), keyed by game and pass. A pass of arm A and the same pass of arm B form a *pair*:
 same game, same seed, run interleaved under the same conditions. Everything is B − A.
 
-Statistics
-----------
-* `delta`: the mean over games of each game's mean paired difference. Every game weighs the
-  same, whatever its number of passes, like the official score (a mean over games).
-* `ci95`: percentile bootstrap over games (resampling whole games with replacement, each with
-  its mean paired difference): where `delta` would fall for another draw of games like these.
-  The percentiles are widened for small samples (Hesterberg's "expanded percentile": tail
-  areas of a t-interval's width), as a plain percentile interval over 25 heavy-tailed
-  per-game differences misses 0 in ~10% of A/A splits of the Duck's traces; expanded, it
-  misses 0 in 8.7% (3 passes per arm) and 5.8% (5 passes) of them. The p-value is the
-  calibrated one: decide by it, read the interval as the likely size of the change.
-* `p_value`: two-sided paired sign-flip permutation test of `delta` = 0. Under the null every
-  pair's difference is equally likely to have either sign; the statistic is recomputed with
-  the signs of the pairs flipped at random (all 2^m patterns when at most 16 pairs differ,
-  else `n_perm` random patterns, p = (1 + hits) / (1 + n_perm)). Pairs with a zero
-  difference carry no information and are left out of the enumeration.
+Games are the unit
+------------------
+A competitor asks whether B will do better on the hidden games, games like these but not
+these. The passes of one game are not independent evidence about that: a near-deterministic
+policy repeats the same difference on every pass (one changed game would count as three coin
+flips). So every decision is made on one number per game, its mean paired difference d_g:
+
+* `delta`: the mean of d_g over games. Every game weighs the same, whatever its number of
+  passes, like the official score (a mean over games).
+* `p_value` (the decision): two-sided sign-flip test over games. Null: each game's mean
+  difference is as likely to be +x as −x (B no better and no worse than A on games like
+  these). The mean is recomputed with the games' signs flipped at random (all 2^m patterns
+  when at most 16 games differ, else `n_perm` random ones, p = (1 + hits) / (1 + n_perm));
+  tied games (d_g = 0) carry no information. `significant` and the page's banner follow it.
+* `ci95`: percentile bootstrap over games (whole games resampled with replacement): where
+  `delta` would fall for another draw of games like these. The percentiles are widened for
+  small samples (Hesterberg's "expanded percentile": tail areas of a t-interval's width).
+* `p_value_pairs` (secondary, labelled so on the page): the sign-flip over pairs. Null, the
+  sharp one: B changes nothing in any run of these very games, so each pair's difference is
+  as likely + as −. It says whether B did anything here, not whether it helps elsewhere, and
+  it counts a game's repeated difference once per pass.
 * per game: the mean difference, its t-interval over passes (none with a single pass), and
   wins/losses/ties of B over A per pair; overall wins/losses/ties count games.
 
 Assumptions (what makes these numbers mean what they say)
 -------------------------------------------------------------
-1. Exchangeability within a pair (the null the p-value tests): when B is no different from A,
-   the two runs of a pair are two draws from the same distribution, so the sign of their
-   difference is a fair coin, independently across pairs. This needs the two runs of a pair to
-   share conditions (same seed, same game, interleaved in time, same server load) and nothing
-   to couple one pair to another (no state carried between games or passes). The test is then
-   exact whatever the score distribution (skewed, zero-inflated, heavy-tailed: all true here).
-   It tests the *sharp* null "the change does nothing on these games"; it says nothing about
-   games not played.
-2. Games as a sample (the interval): `ci95` treats the played games as drawn from a population
-   of games like the hidden ones, so it widens with the spread of per-game effects. With few
-   games (< ~10) a percentile bootstrap is too narrow (it cannot see tails it has not sampled);
-   trust the p-value then, and read the interval as descriptive.
-3. Independence of passes: passes of one game are independent draws (fresh process, seed =
-   pass). A deterministic policy with a deterministic game gives identical pairs (difference
-   0) when A and B behave alike, which is exactly what the test needs.
+1. Games as a sample: the played games stand for a population of games like the hidden ones,
+   independently of one another; under the null each d_g is symmetric about 0. The test is
+   then exact whatever the (skewed, zero-inflated, heavy-tailed) shape of the scores.
+2. Pairs share conditions (same seed, same game, interleaved in time, same server load) and
+   nothing couples one game to another (no state carried between games or passes).
+3. Resolution: with m games that differ, the smallest two-sided p is 2/2^m: fewer than 6
+   differing games can never reach 5% (2/32 = 0.0625), whatever the effect. That is the
+   honest answer: five games are five observations.
 4. Adaptive passes (`duck ab --max-passes`) add passes to games whose difference is within
-   noise. The decision looks at the data, so the p-value is only approximately exact under
-   such a design; the A/A calibration (`python -m duck.bench calibration`) measures the
-   rejection rate of both the fixed and the adaptive design on the Duck's traces. Measured
-   (1000 random splits of the 10 passes, alpha 0.05): fixed 3 passes 5.7%, fixed 5 passes
-   3.5%, adaptive 3..5 passes 6.3% (each ±1.4% at 95%); power of 25 games x 5 passes is 18%
-   for a uniform +0.3 and 91% for +1.0 score points.
-5. Multiple comparisons: the per-game intervals are 95% each; among 25 games about one will
-   exclude 0 by chance. Judge a change by the overall `delta`, `ci95` and `p_value`.
-6. Time: the Duck's passes 0-4 score higher than its passes 5-9 (1.95 vs 1.36, p = 0.03;
-   5-9 ran in later waves), so runs made at different times are not exchangeable. That is
-   why `duck ab` interleaves A and B; never compare an arm with an old run.
-7. Resolution: with m pairs that differ, the smallest two-sided p is 2/2^m; 5 games x 3
-   passes where only a few pairs differ cannot reach 5% whatever the effect.
+   noise; the decision looks at the data, so the p-value is only approximately exact.
+5. Calibration (`python -m duck.bench calibration`: random A/A splits of the Duck's 10 passes
+   of the 25 public games, 1000 splits, alpha 0.05; see experiments/LOG.md, 2026-12-02, issue 39):
+   rejected under A/A (false positives; ±1.4% each): over games (the decision) 6.8% with 3
+   passes per arm, 4.1% with 5, 5.0% adaptive 3..5 (seeds 1 and 2: 5.0/5.7%, 4.5/4.5%,
+   5.5/5.3%: 5.8%, 4.4%, 5.3% pooled over 3000 splits); over pairs 5.8%, 3.4%, 6.3%. Power
+   of 25 games, a uniform +0.3 points: 17% (3 passes), 28% (5 passes); +1.0: 77%, 88% (over
+   pairs: 13%, 18%; 75%, 90%). The bootstrap interval misses 0 in 8.8% (3 passes) and 5.9%
+   (5 passes) of A/A splits: decide by `p_value`, read `ci95` as the size.
+6. Multiple comparisons: the per-game intervals are 95% each; among 25 games about one will
+   exclude 0 by chance. Judge a change by `delta`, `ci95` and `p_value`.
+7. Time: the Duck's passes 0-4 score higher than its passes 5-9 (1.95 vs 1.36; 5-9 ran in
+   later waves), so runs made at different times are not exchangeable. That is why `duck ab`
+   interleaves A and B; never compare an arm with an old run.
 """
 
 from __future__ import annotations
@@ -99,7 +98,9 @@ def pair_up(a: Scores, b: Scores) -> tuple[dict[str, list[tuple[Any, float, floa
 
 def sign_flip_pvalue(diffs: list[np.ndarray], *, n_perm: int = 20000,
                      rng: np.random.Generator | None = None) -> tuple[float, str]:
-    """Two-sided p-value of mean-over-games(mean-over-pairs(d)) = 0 by flipping pair signs.
+    """Two-sided p-value of mean-over-groups(mean-within-group(d)) = 0 by flipping the sign of
+    each element: one group per game holding its pairs' differences (the pair-level test), or
+    one single-element group per game holding its mean difference (the game-level test).
 
     Returns (p, method) with method "exact" or "monte-carlo"."""
     groups = [np.asarray(d, dtype=float) for d in diffs if len(d)]
@@ -195,6 +196,20 @@ def within_noise(d: np.ndarray) -> bool:
     return abs(float(d.mean())) < t975(len(d) - 1) * sd / math.sqrt(len(d))
 
 
+NULLS = {  # what each test assumes when it says "no difference", one sentence each (ab.json, the page)
+    "p_value": "each game's mean difference B − A is as likely to be +x as −x "
+               "(B no better and no worse than A on games like these)",
+    "ci95": "where the mean over games of B − A would fall for another draw of games like these "
+            "(whole games resampled)",
+    "p_value_pairs": "B changes nothing in any run of these games, so every pair's difference is as likely "
+                     "+ as −",
+}
+
+
+def _method(kind: str, how: str, n_perm: int) -> str:
+    return f"two-sided sign-flip permutation over {kind} ({how}" + (f", {n_perm} flips" if how != "exact" else "") + ")"
+
+
 def compare(a: Scores, b: Scores, *, n_boot: int = 10000, n_perm: int = 20000, seed: int = 0,
             games_detail: bool = True) -> dict[str, Any]:
     """The ab.json document for scores of arm A and arm B (see the module docstring)."""
@@ -202,18 +217,22 @@ def compare(a: Scores, b: Scores, *, n_boot: int = 10000, n_perm: int = 20000, s
     pairs, unpaired = pair_up(a, b)
     games = {g: game_summary(p) for g, p in pairs.items()}
     deltas = np.array([s["delta"] for s in games.values()])
-    p, method = sign_flip_pvalue([np.array([q[2] - q[1] for q in p]) for p in pairs.values()],
-                                 n_perm=n_perm, rng=rng)
+    p, how = sign_flip_pvalue([np.array([d]) for d in deltas], n_perm=n_perm, rng=rng)
+    p_pairs, how_pairs = sign_flip_pvalue([np.array([q[2] - q[1] for q in ps]) for ps in pairs.values()],
+                                          n_perm=n_perm, rng=rng)
     lo, hi = bootstrap_ci(deltas, n_boot=n_boot, rng=rng)
     n_games = len(games)
     doc: dict[str, Any] = {
         "delta": float(deltas.mean()) if n_games else 0.0,
         "ci95": [lo, hi],
         "p_value": float(p),
+        "p_value_pairs": float(p_pairs),
+        "unit": "game",
         "passes": max((s["passes"] for s in games.values()), default=0),
         "a_mean": float(np.mean([s["a_mean"] for s in games.values()])) if n_games else 0.0,
         "b_mean": float(np.mean([s["b_mean"] for s in games.values()])) if n_games else 0.0,
         "n_games": n_games,
+        "n_games_differing": int(np.sum(np.abs(deltas) > 1e-12)),
         "n_pairs": int(sum(s["passes"] for s in games.values())),
         "wins": int(np.sum(deltas > 1e-12)),
         "losses": int(np.sum(deltas < -1e-12)),
@@ -223,10 +242,12 @@ def compare(a: Scores, b: Scores, *, n_boot: int = 10000, n_perm: int = 20000, s
         "pair_ties": int(sum(s["ties"] for s in games.values())),
         "unpaired": unpaired,
         "significant": bool(p < 0.05),
+        "significant_pairs": bool(p_pairs < 0.05),
+        "nulls": dict(NULLS),
         "method": {"delta": "B - A, mean over games of the mean paired difference",
                    "ci95": f"expanded percentile bootstrap over games, {n_boot} resamples",
-                   "p_value": f"two-sided paired sign-flip permutation ({method}"
-                              + (f", {n_perm} flips" if method != "exact" else "") + ")",
+                   "p_value": _method("games", how, n_perm),
+                   "p_value_pairs": _method("pairs", how_pairs, n_perm),
                    "seed": seed},
     }
     if games_detail:

@@ -11,8 +11,10 @@ Lines (one JSON object each, `"type"` first):
   and the initial board (`grid`).
 * `action`: `i` (actions so far, RESETs included), `action` ([id] or [6, x, y]),
   `frames` (animation length), `hash` (of the final grid), `grid` (compact final grid, only
-  when it differs from the previous line's), `levels`, `state`, `t` (seconds since start),
-  and optional `info` (anything the policy wants kept, e.g. the model turn).
+  when it differs from the previous line's), `anim` (the animation's frames before the final
+  one, `pack_grids`, only when there are some), `levels`, `state`, `t` (seconds since
+  start), and optional `info` (anything the policy wants kept, e.g. the model turn, the
+  explorer's or a user policy's reason).
 * `event`: something worth keeping that is not an action (an error, a refused action, a
   model-server failure, notes at a level's end): `kind`, `message`, optional `data`.
 * `end`: `reason`, `levels`, `actions`, `state`, `t`.
@@ -57,6 +59,20 @@ def unpack_grid(text: str) -> np.ndarray:
     shape, data = text.split(":", 1)
     h, w = (int(v) for v in shape.split("x"))
     return np.frombuffer(zlib.decompress(base64.b64decode(data)), dtype=np.int8).reshape(h, w)
+
+
+def pack_grids(grids: list[np.ndarray]) -> str:
+    """Several boards of one shape in one zlib stream (an animation: consecutive frames share
+    most cells, so each one after the first costs a few dozen bytes)."""
+    raw = np.ascontiguousarray(np.stack(grids), dtype=np.int8)
+    n, h, w = raw.shape
+    return f"{n}x{h}x{w}:" + base64.b64encode(zlib.compress(raw.tobytes(), 6)).decode()
+
+
+def unpack_grids(text: str) -> np.ndarray:
+    shape, data = text.split(":", 1)
+    n, h, w = (int(v) for v in shape.split("x"))
+    return np.frombuffer(zlib.decompress(base64.b64decode(data)), dtype=np.int8).reshape(n, h, w)
 
 
 # name -> a function whose result every header keeps under that name (registered by the
@@ -119,6 +135,8 @@ class RecordWriter:
                                 "frames": len(obs.frames), "hash": h}
         if h != self._last_hash:
             line["grid"] = pack_grid(obs.grid)
+        if len(obs.frames) > 1 and len({np.shape(f) for f in obs.frames}) == 1:
+            line["anim"] = pack_grids(list(obs.frames[:-1]))
         line |= {"levels": obs.levels_completed, "state": obs.state, "t": self.elapsed()}
         if info:
             line["info"] = info

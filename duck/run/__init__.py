@@ -21,19 +21,18 @@ command line, so the kernel's own uid can read none of them.
 score.json marked partial (`run_status` "interrupted"); the second kills it at once. A full
 disk stops the run the same way (`run_status` "disk_full"). `resume=True` plays, with the
 run's own config from run.json, only the games the folder lacks or whose record ended short
-(duck.play.scoring.record_finished); the finished records are not touched.
+(duck.play.scoring.record_finished); the finished records are not touched, and a user policy
+file that changed since is refused (duck.run.provenance: run.json keeps its sha256 and a
+copy). The games are played by duck.run.pool (shared with `duck ab`); what the command says
+at the end is duck.run.summary.
 """
 
 from __future__ import annotations
 
 import logging
-import multiprocessing
 import os
-import queue as queue_mod
 import sys
 import tempfile
-import threading
-from concurrent.futures import CancelledError, ProcessPoolExecutor
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -42,9 +41,9 @@ from duck.config import POLICIES, Config, load_config, with_values
 from duck.game.source import GameError, GameSource
 from duck.play.record import read_record
 from duck.play.scoring import record_finished, score_doc, write_score
-from duck.run import games as game_runs
-from duck.run.info import config_of, new_info, now, read_info, write_info
-from duck.run.interrupt import Interrupts
+from duck.run import games as game_runs, provenance
+from duck.run.info import ROOT, config_of, duck_command, new_info, now, read_info, write_info
+from duck.run.pool import Runner
 from duck.run.progress import RunView
 from duck.sandbox.fallback import games_for_play
 
@@ -116,14 +115,16 @@ def play_folder(games_dir: str | Path | None, out: str | Path, cfg: Config | Non
                 workers: int | None = None, options: dict[str, Any] | None = None,
                 games: list[str] | None = None, overwrite: bool = False, resume: bool = False,
                 model_urls: list[str] | None = None, interactive: bool = False,
-                command: list[str] | None = None) -> dict:
+                command: list[str] | None = None, policy_changed_ok: bool = False) -> dict:
     """Play each game of `games_dir` (or those `games` names: ids or 4-letter prefixes) once
     with the config's `play` section (default: `load_config()`), whose fields the keyword
     arguments replace (`options`: the explorer's); returns (and writes) the score.json document.
 
     `resume`: the run folder's own games dir, games and config (run.json); only `workers` and
-    `model_urls` may differ. `interactive`: live progress, Ctrl-C and signal handling (see
-    the module's docstring). `command`: what run.json records as the command (default argv)."""
+    `model_urls` may differ, and a user policy file must be unchanged (`policy_changed_ok`:
+    play on with the changed file; duck.run.provenance). `interactive`: live progress, Ctrl-C
+    and signal handling (see the module's docstring). `command`: what run.json records as the
+    command (default argv)."""
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise RunError(f"--out {out} is a file, not a folder")
@@ -135,7 +136,7 @@ def play_folder(games_dir: str | Path | None, out: str | Path, cfg: Config | Non
     if model_urls:
         values["model.urls"] = list(model_urls)
     if resume:
-        info, cfg, games_dir, ids = _resume_plan(out, values)
+        info, cfg, games_dir, ids = _resume_plan(out, values, policy_changed_ok)
     else:
         cfg = with_values(cfg or load_config(), values)
         if games_dir is None:
@@ -151,32 +152,59 @@ def play_folder(games_dir: str | Path | None, out: str | Path, cfg: Config | Non
     if unreachable and cfg.agent.fallback is None:
         raise RunError(f"{unreachable}; play.model_fallback is set but agent.fallback is null")
     _writable_out(out)
+    info, entry, todo = _begin(out, cfg, info, ids, games_dir, command)
+    if not todo:
+        info["status"] = entry["status"] = "complete"
+        entry["ended"] = now()
+        write_info(out, info)
+        return write_score(out) | {"resumed": []}
+    ends, reason = _play(games_dir, out, cfg, todo, interactive=interactive, unreachable=unreachable)
+    doc = _finish(out, info, entry, ends, reason)
+    if resume:
+        doc["resumed"] = todo
+    return doc
+
+
+def _begin(out: Path, cfg: Config, info: dict | None, ids: list[str], games_dir: Path,
+           command: list[str] | None) -> tuple[dict, dict, list[str]]:
+    """run.json at the start (a new one, or the resume's entry added) and the games to play.
+    A fresh run removes the folder's old records only now: it has its games and a folder it
+    can write."""
     todo = ids if info is None else [g for g in ids if not _finished(out, g)]
     if info is None:
-        for f in (out / "records").glob("*.jsonl"):  # only now: the new run has its games and a folder it can write
+        for f in (out / "records").glob("*.jsonl"):
             f.unlink()
         for f in (out / "conversations").glob("*.jsonl*"):  # (play_game replaces those it plays)
             f.unlink()
         info = new_info(cfg, command=command, out=out, games_dir=games_dir, games=ids)
+        try:
+            info["policy_files"] = provenance.record(cfg, out, ROOT)
+        except OSError as e:
+            raise RunError(f"--out {out}: the policy file cannot be copied there: {e.strerror or e}") from None
+        info["git"] = provenance.mark_dirty(info["git"], info["policy_files"])
         entry = info
     else:
         for g in todo:  # a record that ended short is played again from its start
             (out / "records" / f"{g}.jsonl").unlink(missing_ok=True)
         entry = {"command": list(command if command is not None else sys.argv), "started": now(), "ended": None,
                  "status": "running", "games": todo}
+        changed = info.pop("_changed", [])
+        if changed:  # --policy-changed-ok: the rest is played by another version of the file
+            entry["policy_files_changed"] = changed
+            if info.get("git"):
+                info["git"]["dirty"] = True
+                info["git"].setdefault("dirty_because", []).append("a policy file changed before a --resume")
         info["resumes"].append(entry)
         info["status"] = "running"
     try:
         write_info(out, info)
     except OSError as e:
         raise RunError(f"--out {out}: run.json cannot be written: {e.strerror or e}") from None
-    if not todo:
-        info["status"] = entry["status"] = "complete"
-        entry["ended"] = now()
-        write_info(out, info)
-        return write_score(out) | {"resumed": []}
+    return info, entry, todo
 
-    ends, reason = _play(games_dir, out, cfg, todo, interactive=interactive, unreachable=unreachable)
+
+def _finish(out: Path, info: dict, entry: dict, ends: list[dict], reason: str | None) -> dict:
+    """run.json and score.json at the end; the score.json document with the run's ending."""
     status = ("interrupted" if reason else
               "disk_full" if any(e.get("end_reason") == "disk_full" for e in ends) else "complete")
     info["status"] = entry["status"] = status
@@ -194,9 +222,10 @@ def play_folder(games_dir: str | Path | None, out: str | Path, cfg: Config | Non
         doc["run_status"] = status
         doc["not_written"] = f"score.json could not be written: {e.strerror or e}"
     doc["stopped_by"] = reason
-    if resume:
-        doc["resumed"] = todo
     doc["fallback"] = sorted({e["game"] for e in ends if e.get("fallback")})
+    doc["played"] = sum(e.get("kind") == "end" for e in ends)
+    doc["errors"] = [{"game": e["game"], "error": e.get("error"), "traceback": e.get("traceback")}
+                     for e in ends if e.get("kind") == "end" and e.get("end_reason") == "error"]
     return doc
 
 
@@ -216,7 +245,7 @@ def _fresh_plan(games_dir: Path, out: Path, games: list[str] | None, overwrite: 
     return ids
 
 
-def _resume_plan(out: Path, values: dict[str, Any]) -> tuple[dict, Config, str, list[str]]:
+def _resume_plan(out: Path, values: dict[str, Any], policy_changed_ok: bool) -> tuple[dict, Config, str, list[str]]:
     if not out.is_dir():
         raise RunError(f"--resume: no run folder at {out}")
     try:
@@ -234,6 +263,11 @@ def _resume_plan(out: Path, values: dict[str, Any]) -> tuple[dict, Config, str, 
     if not Path(games_dir).is_dir():
         raise RunError(f"--resume: the run's games folder {games_dir} is gone")
     info.setdefault("resumes", [])
+    try:
+        changed = provenance.check_unchanged(info, out, policy_changed_ok)
+    except ValueError as e:
+        raise RunError(str(e)) from None
+    info["_changed"] = changed
     return info, cfg, games_dir, [str(g) for g in info["games"]]
 
 
@@ -247,8 +281,18 @@ def _finished(out: Path, game_id: str) -> bool:
 def _play(games_dir: Path, out: Path, cfg: Config, ids: list[str], *, interactive: bool,
           unreachable: str | None) -> tuple[list[dict], str | None]:
     """Play `ids`; returns their end messages and what stopped the run (None: nothing)."""
-    parallel = cfg.play.workers > 1 and len(ids) > 1
-    stop: Any = multiprocessing.Event() if parallel else threading.Event()
+    workers = min(cfg.play.workers, len(ids))
+    view = None
+    if interactive:
+        title = (f"{len(ids)} games · policy {cfg.play.policy} · {cfg.play.workers} worker(s) · "
+                 f"{cfg.play.max_actions} actions each → {out}")
+        view = RunView(ids, title=title)
+        if unreachable:
+            view.notice(f"{unreachable}: {cfg.agent.fallback} plays every game (play.model_fallback)")
+
+    def kill_line() -> str:
+        return (f"duck play: killed at once (second Ctrl-C); records keep every line written; "
+                f"finish with: {duck_command()} play --resume --out {out}")
     with ExitStack() as stack:
         health_flag = None
         if cfg.play.policy == "llm" and cfg.agent.fallback is not None:
@@ -258,58 +302,18 @@ def _play(games_dir: Path, out: Path, cfg: Config, ids: list[str], *, interactiv
             health_flag = str(Path(tmp) / "model_down")
             if unreachable:
                 Path(health_flag).write_text(unreachable)
-        view = None
-        if interactive:
-            title = (f"{len(ids)} games · policy {cfg.play.policy} · {cfg.play.workers} worker(s) · "
-                     f"{cfg.play.max_actions} actions each → {out}")
-            view = RunView(ids, title=title)
         play_dir = stack.enter_context(games_for_play(games_dir, out / "records", cfg.kernel.layers_off))
-        pool = None
-        pool_queue: Any = None
-        if parallel:
-            pool_queue = multiprocessing.Queue()
-            pool = stack.enter_context(ProcessPoolExecutor(max_workers=min(cfg.play.workers, len(ids)),
-                                                           initializer=game_runs.init_worker,
-                                                           initargs=(stop, pool_queue)))
-        interrupts = None
-        if interactive:
-            def on_stop(why: str) -> None:
-                view.notice(f"{why}: stopping: every game ends at its next action, queued games do not start "
-                            "(Ctrl-C again kills at once)")
-
-            def kill() -> None:
-                for p in list(getattr(pool, "_processes", {}).values()) if pool else []:
-                    p.kill()
-
-            def on_kill() -> None:
-                view.kill_line(f"duck play: killed at once (second Ctrl-C); records keep every line written; "
-                               f"finish with: duck play --resume --out {out}")
-            interrupts = stack.enter_context(Interrupts(stop, on_stop=on_stop, kill=kill, on_kill=on_kill))
-        if view is not None:
-            if unreachable:
-                view.notice(f"{unreachable}: {cfg.agent.fallback} plays every game (play.model_fallback)")
-            stack.callback(view.close)
-        guard = _guard(out, cfg, stop)
+        runner = stack.enter_context(Runner(view, workers=workers, interactive=interactive, kill_line=kill_line))
+        guard = _guard(out, cfg, runner.stop)
         if guard is not None:  # (games played here install theirs: none is left behind for the next run)
             stack.callback(_uninstall_guard)
-        if guard is not None and view is not None:
-            stack.callback(lambda: guard.reason() and view.notice(f"{guard.reason()}: stopping: every game ends "
-                                                                    "at its next action"))
-        if pool is not None:
-            ends = _play_pool(pool, pool_queue, stop, view, play_dir, out, cfg, ids, health_flag)
-        else:
             if view is not None:
-                view.start()
-            game_runs.use_here(stop, view.handle if view else None)
-            ends = []
-            for g in ids:
-                ends.append(_guarded(g, game_runs.play_one, str(play_dir), g, cfg, str(out), health_flag))
-                if view is not None:
-                    view.handle(ends[-1])
-            game_runs.use_here(None, None)
+                stack.callback(lambda: guard.reason() and view.notice(f"{guard.reason()}: stopping: every game "
+                                                                        "ends at its next action"))
+        ends = runner.run(game_runs.play_one, [(g, (str(play_dir), g, cfg, str(out), health_flag)) for g in ids])
         if any(e.get("end_reason") == "disk_full" for e in ends) and view is not None:
             view.notice("the disk is full: the run stopped; records keep every line written")
-        reason = (interrupts.reason if interrupts is not None else None) or (guard and guard.reason())
+        reason = runner.reason or (guard and guard.reason())
     return ends, reason
 
 
@@ -327,56 +331,3 @@ def _uninstall_guard() -> None:
     from duck.llm.guard import install
     install(None)
 
-
-def _guarded(game_id: str, fn: Any, *args: Any) -> dict:
-    """One game's end message, whatever happened to it (a crash is that game's error)."""
-    try:
-        return fn(*args)
-    except OSError as e:
-        return {"kind": "end", "game": game_id, "end_reason": "disk_full" if game_runs.is_disk_full(e) else "error",
-                "error": f"{type(e).__name__}: {e}", "levels": 0, "actions": 0, "score": 0.0}
-    except Exception as e:
-        return {"kind": "end", "game": game_id, "end_reason": "error", "error": f"{type(e).__name__}: {e}",
-                "levels": 0, "actions": 0, "score": 0.0}
-
-
-def _play_pool(pool: ProcessPoolExecutor, q: Any, stop: Any, view: RunView | None, play_dir: Path, out: Path,
-               cfg: Config, ids: list[str], health_flag: str | None) -> list[dict]:
-    futures = {pool.submit(game_runs.play_one, str(play_dir), g, cfg, str(out), health_flag): g for g in ids}
-    if view is not None:
-        view.start()  # after the workers forked: no display thread is copied into them
-    ends: dict[str, dict] = {}
-    pending, cancelled = set(futures), False
-
-    def drain(timeout: float) -> None:
-        try:
-            msg = q.get(timeout=timeout)
-            while True:
-                if view is not None:
-                    view.handle(msg)
-                elif isinstance(msg, logging.LogRecord):
-                    logging.getLogger(msg.name).handle(msg)
-                msg = q.get_nowait()
-        except queue_mod.Empty:
-            pass
-
-    while pending:
-        drain(0.1)
-        if stop.is_set() and not cancelled:
-            cancelled = True
-            for f in pending:
-                f.cancel()  # the queued games never start (those already handed over return "skipped")
-        for f in [f for f in pending if f.done()]:
-            pending.discard(f)
-            g = futures[f]
-            try:
-                ends[g] = f.result()
-            except CancelledError:
-                ends[g] = {"kind": "skipped", "game": g}
-            except Exception as e:  # a worker that died (killed, out of memory): that game's error
-                ends[g] = {"kind": "end", "game": g, "end_reason": "error", "error": f"{type(e).__name__}: {e}",
-                           "levels": 0, "actions": 0, "score": 0.0}
-            if view is not None:
-                view.handle(ends[g])
-    drain(0.0)
-    return [ends[g] for g in ids]

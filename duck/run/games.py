@@ -72,6 +72,16 @@ def use_here(stop: Any, sink: Callable[[dict], None]) -> None:
     _stop, _sink = stop, sink
 
 
+def stop_event() -> Any:
+    """The run's stop event in this process (None outside a run)."""
+    return _stop
+
+
+def sink() -> Callable[[dict], None] | None:
+    """Where this process's games send their messages (None: nowhere)."""
+    return _sink
+
+
 def is_disk_full(e: BaseException | str | None) -> bool:
     if isinstance(e, OSError):
         return e.errno in DISK_FULL

@@ -121,3 +121,22 @@ def config_of(info: dict) -> Config:
         return Config.model_validate(doc)
     except ValidationError as e:
         raise ValueError(f"run.json's config no longer validates: {one_line(e)}") from None
+
+
+def duck_command() -> str:
+    """How to run duck again, as the user did: `duck` when that is the command found on PATH,
+    else the path they typed (`.venv/bin/duck`, as the README says), made relative to the
+    current folder when it lies below it; `.venv/bin/duck` when duck was not started by its
+    script (tests, `python -m`)."""
+    argv0 = sys.argv[0] if sys.argv else ""
+    if Path(argv0).name != "duck":
+        return ".venv/bin/duck"
+    if not Path(argv0).is_absolute():
+        return argv0  # as typed: `.venv/bin/duck`, `./duck`
+    on_path = shutil.which("duck")
+    if on_path and Path(on_path).resolve() == Path(argv0).resolve():
+        return "duck"
+    try:
+        return str(Path(argv0).relative_to(Path.cwd()))
+    except ValueError:
+        return argv0

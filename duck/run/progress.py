@@ -18,7 +18,7 @@ import logging
 import sys
 import threading
 from dataclasses import dataclass
-from typing import Any, TextIO
+from typing import Any, Callable, TextIO
 
 UNREACHABLE = "model unreachable"  # what the line says when the fallback took over
 
@@ -44,13 +44,16 @@ class Row:
 class RunView:
     """The run's display. `handle(message)` takes a game's messages (duck.run.games) and log
     records; `notice(text)` a run-wide line (said once); `close()` ends the live table and
-    prints the summary."""
+    prints the summary. `prog` starts every line (`duck play`, `duck ab`); `group(row name)`
+    names a row's group (`duck ab`: the arm), whose mean scores the header line shows apart;
+    `add(names)` adds rows (the adaptive rounds of `duck ab`)."""
 
     def __init__(self, games: list[str], *, title: str, stream: TextIO | None = None,
-                 live: bool | None = None) -> None:
+                 live: bool | None = None, prog: str = "duck play",
+                 group: Callable[[str], str] | None = None) -> None:
         self.stream = stream or sys.stderr
         self.live_mode = self.stream.isatty() if live is None else live
-        self.title = title
+        self.title, self.prog, self.group = title, prog, group
         self.rows = {g: Row(g) for g in games}
         self.notices: list[str] = []
         self.ended = 0
@@ -60,6 +63,11 @@ class RunView:
         self._fallback_said = False
         self._started = False
         self._pending: list[str] = []  # notices given before start(): said right after the title
+
+    def add(self, names: list[str]) -> None:
+        with self._lock:
+            for n in names:
+                self.rows.setdefault(n, Row(n))
 
     # --- lifecycle ------------------------------------------------------------------------
 
@@ -72,7 +80,7 @@ class RunView:
                               transient=True, redirect_stdout=False, redirect_stderr=False)
             self._live.start()
         else:
-            self._say(f"duck play: {self.title}")
+            self._say(f"{self.prog}: {self.title}")
         self._started = True
         for text in self._pending:
             self._print_notice(text)
@@ -83,7 +91,7 @@ class RunView:
             self._live = None
             self._console.print(self._table(final=True))
         else:
-            self._say(f"duck play: {self._totals(final=True)}")
+            self._say(f"{self.prog}: {self._totals(final=True)}")
 
     def kill_line(self, text: str) -> None:
         """The second Ctrl-C: no redraw, no summary, one line, the cursor back."""
@@ -120,7 +128,7 @@ class RunView:
             self._fallback_said = True
             self.notice(f"{row.game}: {msg.get('message')} (said once; each game's line shows it)")
         if kind == "end" and not self.live_mode:
-            self._say(f"duck play: [{self.ended}/{len(self.rows)}] {self._row_text(row)}")
+            self._say(f"{self.prog}: [{self.ended}/{len(self.rows)}] {self._row_text(row)}")
 
     def _end(self, row: Row, msg: dict) -> None:
         if msg.get("kind") == "skipped":
@@ -146,9 +154,9 @@ class RunView:
 
     def _print_notice(self, text: str) -> None:
         if self._live is not None:
-            self._console.print(f"duck play: {text}", markup=False)
+            self._console.print(f"{self.prog}: {text}", markup=False)
         else:
-            self._say(f"duck play: {text}")
+            self._say(f"{self.prog}: {text}")
 
     # --- rendering ------------------------------------------------------------------------
 
@@ -192,7 +200,13 @@ class RunView:
         fell = sum(1 for r in self.rows.values() if r.fallback)
         if fell:
             parts.append(f"{fell} finished by the explorer: {UNREACHABLE}")
-        return ", ".join(parts) + f"; mean score of these {len(played)} games {'' if final else 'so far '}{mean:.3f}%"
+        text = ", ".join(parts) + f"; mean score of these {len(played)} games {'' if final else 'so far '}{mean:.3f}%"
+        if self.group is not None and played:
+            groups: dict[str, list[float]] = {}
+            for r in played:
+                groups.setdefault(self.group(r.game), []).append(r.score)
+            text += " (" + ", ".join(f"{k} {sum(v) / len(v):.3f}% over {len(v)}" for k, v in sorted(groups.items())) + ")"
+        return text
 
     def _table(self, final: bool = False) -> Any:
         from rich.console import Group

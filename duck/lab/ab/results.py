@@ -34,7 +34,7 @@ def ab_document(out: Path, plan: dict[str, Any], *, n_boot: int = 10000, n_perm:
 
 
 def write_outputs(out: Path, doc: dict[str, Any]) -> None:
-    (out / "ab.json").write_text(json.dumps(doc, indent=1))
+    (out / "ab.json").write_text(json.dumps(doc, indent=1) + "\n")  # what `duck ab` prints
     (out / "report.html").write_text(ab_html(doc, title=out.name), encoding="utf-8")
 
 
@@ -97,7 +97,7 @@ def stats_from_paths(a: str, b: str | None, *, a_passes: str | None = None, b_pa
         sa, sb = pair_by_order(sa), pair_by_order(sb)
     pairs, unpaired = pair_up(sa, sb)
     if not pairs:  # "no difference, p = 1" from nothing would read as a result
-        raise SystemExit(f"duck ab-stats: error: no (game, pass) pairs in common between {a} "
+        raise SystemExit(f"no (game, pass) pairs in common between {a} "
                          f"({unpaired['a']} runs) and {b} ({unpaired['b']} runs); pick matching passes "
                          "(--a-passes/--b-passes) or --pair-by order")
     doc = compare(sa, sb, n_boot=n_boot, n_perm=n_perm, seed=seed)

@@ -5,16 +5,27 @@ N times with each config. Pass p uses seed p in both arms; the two runs of one (
 are queued next to each other (who goes first alternates), so with W workers they run at
 the same time, starting on the same model endpoint (`model.urls[k % len]`, k the unit's
 place in its shard; the LLM policy fails over to the others), under the same load. The
-results are paired per game and pass and compared with duck.lab.stats (B − A; bootstrap
-interval over games; paired sign-flip p-value; per-game wins/losses). With `--max-passes
-M > N`, games whose difference is still within noise get one more pass per round, up to M,
-while `--budget-s` lasts.
+results are paired per game and pass and compared with duck.lab.stats (B − A; games are the
+unit: the sign-flip over games decides, the bootstrap over games gives the interval, the
+pair-level sign-flip is a secondary line; per-game wins/losses). With `--max-passes M > N`,
+games whose difference is still within noise get one more pass per round, up to M, while
+`--budget-s` lasts. `--set-a`/`--set-b` take several overrides each; `--max-actions` sets
+`play.max_actions` of both arms.
+
+While it plays, `duck ab` shows what `duck play` shows (duck.run.progress: a live table on a
+terminal, a line per finished run elsewhere), one row per arm, pass and game (`A p0 <game>`),
+the header with runs done / playing / queued and each arm's mean score so far. Ctrl-C (or
+SIGTERM) stops every game at its next action, starts no queued one, keeps every finished
+record, prints the command that resumes (the same one) and exits 130; a second Ctrl-C kills
+at once. At the end stdout holds ab.json exactly (on a terminal only with `--json`), and the
+verdict is the last line.
 
 Folder layout (each `OUT/<arm>/pNNN` is an ordinary run folder: `duck report` works on it):
 
-    OUT/plan.json                      the two configs, games, passes, shard
+    OUT/plan.json                      the two configs, games, passes, shard, policy files' sha256
+    OUT/<arm>/policy/<file>.py         a copy of an arm's own policy file (--policy FILE.py:Class)
     OUT/a/p000/records/<game>.jsonl    arm A, pass 0 (seed 0); OUT/b/... the same for B
-    OUT/ab.json                        {"delta", "ci95", "p_value", "passes", "games": {...}, ...}
+    OUT/ab.json                        {"delta", "ci95", "p_value", "p_value_pairs", "nulls", "games", ...}
     OUT/report.html                    summary, config difference, forest plot, per-game table
 
 A finished (game, pass, arm) is never replayed: rerunning the same command resumes, and a
@@ -41,16 +52,24 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import shlex
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from duck.config import Config
 from duck.lab.ab.config import ARMS, config_diff, load_arm, same_experiment
 from duck.lab.ab.play import parse_shard, run_units, select_games
 from duck.lab.ab.results import ab_document, merge, stats_from_paths, write_outputs
-from duck.lab.ab.scores import (arm_scores)
-from duck.config import Config
+from duck.lab.ab.scores import arm_scores
+from duck.lab.report.ab import verdict
 from duck.lab.stats import compare
+from duck.run import provenance
+from duck.run.info import ROOT, duck_command
+from duck.run.interrupt import EXIT_INTERRUPTED
+from duck.run.pool import Runner
+from duck.run.progress import RunView
 
 log = logging.getLogger(__name__)
 
@@ -59,13 +78,27 @@ log = logging.getLogger(__name__)
 # The experiment
 # ---------------------------------------------------------------------------------------
 
+def _overrides(args: argparse.Namespace, arm: str) -> list[str]:
+    """An arm's `--set-a`/`--set-b` values, then `--max-actions` (both arms)."""
+    sets = list(getattr(args, f"set_{arm}") or [])
+    if getattr(args, "max_actions", None) is not None:
+        sets.append(f"play.max_actions={args.max_actions}")
+    return sets
+
+
 def _plan(args: argparse.Namespace, configs: dict[str, Config], games: list[str]) -> dict[str, Any]:
-    def arm(files: list[str], sets: list[str] | None, cfg: Config) -> dict[str, Any]:
+    def arm(name: str) -> dict[str, Any]:
+        files, sets, cfg = getattr(args, name), _overrides(args, name), configs[name]
         label = " + ".join(Path(f).stem for f in files) + (f" [{', '.join(sets)}]" if sets else "")
-        return {"files": files, "overrides": sets or [], "label": label, "config": cfg.model_dump(mode="json")}
-    return {"a": arm(args.a, args.set_a, configs["a"]), "b": arm(args.b, args.set_b, configs["b"]),
-            "games_dir": str(args.games), "games": games, "passes": args.passes,
+        return {"files": files, "overrides": sets, "label": label, "config": cfg.model_dump(mode="json"),
+                "policy_files": _policy_files(cfg)}
+    return {"a": arm("a"), "b": arm("b"), "games_dir": str(args.games), "games": games, "passes": args.passes,
             "max_passes": max(args.passes, args.max_passes or args.passes), "shard": args.shard}
+
+
+def _policy_files(cfg: Config) -> list[dict[str, Any]]:
+    path = provenance.policy_file(cfg)
+    return [] if path is None else [{"path": str(path.resolve()), "sha256": provenance.sha256(path)}]
 
 
 def _check_plan(out: Path, plan: dict[str, Any]) -> None:
@@ -78,14 +111,21 @@ def _check_plan(out: Path, plan: dict[str, Any]) -> None:
                                    Config.model_validate(plan[arm]["config"]))
                 raise SystemExit(f"{out} holds another experiment (arm {arm} differs: {diff}); "
                                  f"use a new --out")
+            if old[arm].get("policy_files", plan[arm]["policy_files"]) != plan[arm]["policy_files"]:
+                raise SystemExit(f"{out}: the policy file of arm {arm} changed since the experiment started "
+                                 f"(its finished runs were played by the old one); put it back, or use a new --out")
     path.write_text(json.dumps(plan, indent=1))
+    for arm in ARMS:  # a copy of each arm's own policy file (duck.run.provenance)
+        provenance.record(Config.model_validate(plan[arm]["config"]), out / arm, ROOT)
 
 
-def run_ab(args: argparse.Namespace) -> dict[str, Any]:
+def run_ab(args: argparse.Namespace, *, interactive: bool = False) -> dict[str, Any]:
+    """Play the experiment and score it; `interactive`: the progress display and Ctrl-C
+    (duck.run.pool). Returns ab.json's document, or {"interrupted": why, ...} when stopped."""
     t0 = time.monotonic()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    configs = {"a": load_arm(args.a, args.set_a), "b": load_arm(args.b, args.set_b)}
+    configs = {arm: load_arm(getattr(args, arm), _overrides(args, arm)) for arm in ARMS}
     games_dir = Path(args.games)
     games = select_games(games_dir, args.only)
     plan = _plan(args, configs, games)
@@ -96,23 +136,30 @@ def run_ab(args: argparse.Namespace) -> dict[str, Any]:
     if shard:
         i, n = shard
         units = [u for k, u in enumerate(units) if k % n == i - 1]
-    run_units(units, out=out, games_dir=games_dir, configs=configs, games=games, workers=workers,
-              game_seconds=args.game_seconds, shards=shard[1] if shard else 1)
-    rounds = 0
-    if not shard and plan["max_passes"] > args.passes:
-        while args.budget_s is None or time.monotonic() - t0 < args.budget_s:
-            doc = compare(arm_scores(out, "a"), arm_scores(out, "b"), n_boot=200, n_perm=200)
-            extra = []
-            for g in games:
-                s = doc["games"].get(g)
-                if s and s["within_noise"] and s["passes"] < plan["max_passes"]:
-                    extra.append((g, max(s["keys"]) + 1))
-            if not extra:
-                break
-            rounds += 1
-            log.info("adaptive round %d: one more pass of %s", rounds, ", ".join(g for g, _ in extra))
-            run_units(extra, out=out, games_dir=games_dir, configs=configs, games=games, workers=workers,
-                      game_seconds=args.game_seconds)
+    view = None
+    if interactive:
+        title = (f"{len(games)} games × {args.passes} passes × 2 arms · {workers} worker(s) · "
+                 f"{configs['a'].play.max_actions}/{configs['b'].play.max_actions} actions (A/B) → {out}")
+        view = RunView([], title=title, prog="duck ab", group=lambda name: name.split()[0])
+    common = dict(out=out, games_dir=games_dir, configs=configs, games=games, game_seconds=args.game_seconds)
+    ends: list[dict] = []
+    with Runner(view, workers=workers, interactive=interactive, kill_line=lambda: _killed(args)) as runner:
+        ends += run_units(units, runner=runner, shards=shard[1] if shard else 1, **common)
+        rounds = 0
+        if not shard and plan["max_passes"] > args.passes:
+            while not runner.stop.is_set() and (args.budget_s is None or time.monotonic() - t0 < args.budget_s):
+                extra = _noisy(out, games, plan["max_passes"])
+                if not extra:
+                    break
+                rounds += 1
+                log.info("adaptive round %d: one more pass of %s", rounds, ", ".join(g for g, _ in extra))
+                ends += run_units(extra, runner=runner, **common)
+        reason = runner.reason
+    if reason:
+        return {"interrupted": reason, "finished": sum(e.get("kind") == "end" and e.get("end_reason") != "stopped"
+                                                        for e in ends),
+                "stopped": sum(e.get("end_reason") == "stopped" for e in ends),
+                "not_started": sum(e.get("kind") == "skipped" for e in ends)}
     doc = ab_document(out, plan, n_boot=args.boot, n_perm=args.perm, seed=args.stats_seed)
     doc["adaptive_rounds"] = rounds
     doc["shard"] = args.shard
@@ -121,22 +168,57 @@ def run_ab(args: argparse.Namespace) -> dict[str, Any]:
     return doc
 
 
+def _noisy(out: Path, games: list[str], max_passes: int) -> list[tuple[str, int]]:
+    """The next adaptive round: one more pass of each game still within noise."""
+    doc = compare(arm_scores(out, "a"), arm_scores(out, "b"), n_boot=200, n_perm=200)
+    extra = []
+    for g in games:
+        s = doc["games"].get(g)
+        if s and s["within_noise"] and s["passes"] < max_passes:
+            extra.append((g, max(s["keys"]) + 1))
+    return extra
+
+
 # ---------------------------------------------------------------------------------------
 # Command line
 # ---------------------------------------------------------------------------------------
 
-def _brief(doc: dict[str, Any]) -> dict[str, Any]:
-    keys = ("delta", "ci95", "p_value", "passes", "a_mean", "b_mean", "n_games", "n_pairs", "wins",
-            "losses", "ties", "significant", "adaptive_rounds", "seconds")
-    return {k: doc[k] for k in keys if k in doc} | {
-        "games": {g: {"delta": round(s["delta"], 4), "a": [round(x, 3) for x in s["a"]],
-                      "b": [round(x, 3) for x in s["b"]]} for g, s in doc.get("games", {}).items()}}
+def resume_command(args: argparse.Namespace) -> str:
+    """The command that resumes this experiment: the same one (finished runs are kept)."""
+    argv = getattr(args, "argv", None)
+    return f"{duck_command()} {shlex.join(argv) if argv else 'ab ... (the same command)'}"
+
+
+def _killed(args: argparse.Namespace) -> str:
+    return (f"duck ab: killed at once (second Ctrl-C); records keep every line written; "
+            f"resume with: {resume_command(args)}")
+
+
+def summary_lines(doc: dict[str, Any], out: Path) -> list[str]:
+    """The verdict in a few lines, the last thing `duck ab` says."""
+    lo, hi = doc["ci95"]
+    text, _ = verdict(doc)
+    lines = [f"duck ab: B − A = {doc['delta']:+.3f} points, 95% interval [{lo:+.3f}, {hi:+.3f}] "
+             f"(bootstrap over games); games B better / worse / tied {doc['wins']} / {doc['losses']} / {doc['ties']}"]
+    if doc.get("p_value_pairs") is not None:
+        lines.append(f"duck ab: secondary: p = {doc['p_value_pairs']:.3g} over pairs (sharp null: B changes "
+                     f"nothing in any run of these games)")
+    lines.append(f"duck ab: wrote {out / 'ab.json'} and {out / 'report.html'}")
+    return lines + [f"duck ab: {text}"]
 
 
 def _cmd_ab(args: argparse.Namespace) -> int:
-    doc = run_ab(args)
-    print(json.dumps(_brief(doc) | {"ab_json": str(Path(args.out) / "ab.json"),
-                                    "report": str(Path(args.out) / "report.html")}, indent=1))
+    doc = run_ab(args, interactive=True)
+    if "interrupted" in doc:
+        print(f"duck ab: interrupted ({doc['interrupted']}): {doc['finished']} runs finished now, {doc['stopped']} "
+              f"stopped mid-game, {doc['not_started']} not started; finished records are kept; "
+              f"resume with: {resume_command(args)}", file=sys.stderr)
+        return EXIT_INTERRUPTED if doc["interrupted"] != "SIGTERM" else 128 + 15
+    terminal = sys.stdout.isatty() and not args.json
+    if not terminal:
+        print(json.dumps(doc, indent=1), flush=True)  # exactly ab.json
+    for line in summary_lines(doc, Path(args.out)):
+        print(line, file=sys.stdout if terminal else sys.stderr)
     return 0
 
 
@@ -154,7 +236,7 @@ def _cmd_stats(args: argparse.Namespace) -> int:
 def _cmd_merge(args: argparse.Namespace) -> int:
     doc = merge(Path(args.out), [Path(s) for s in args.shards], n_boot=args.boot, n_perm=args.perm,
                 seed=args.stats_seed)
-    print(json.dumps(_brief(doc) | {"ab_json": str(Path(args.out) / "ab.json")}, indent=1))
+    print(json.dumps(doc, indent=1))  # exactly ab.json
     return 0
 
 
@@ -170,8 +252,12 @@ def register(sub: Any) -> None:
                    help="config files of arm A (the baseline), applied in order")
     p.add_argument("--b", nargs="+", required=True, metavar="TOML",
                    help="config files of arm B (the variant), e.g. the baseline then one change")
-    p.add_argument("--set-a", action="append", default=None, metavar="KEY=VALUE", help="override for A")
-    p.add_argument("--set-b", action="append", default=None, metavar="KEY=VALUE", help="override for B")
+    p.add_argument("--set-a", action="extend", nargs="+", default=None, metavar="KEY=VALUE",
+                   help="overrides for A after its files, e.g. play.seed=1 'explorer.options={\"nav\": false}'")
+    p.add_argument("--set-b", action="extend", nargs="+", default=None, metavar="KEY=VALUE",
+                   help="overrides for B (several values, or the flag repeated)")
+    p.add_argument("--max-actions", type=int, default=None, help="per game run, both arms (play.max_actions)")
+    p.add_argument("--json", action="store_true", help="print ab.json on stdout on a terminal too")
     p.add_argument("--games", default="environment_files",
                    help="environments folder (default: the public games; the bundled ones: tests/games)")
     p.add_argument("--passes", type=int, default=3, help="passes per game (pass p uses seed p)")

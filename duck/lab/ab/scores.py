@@ -10,7 +10,7 @@ from typing import Any
 
 from duck.lab.stats import scores_from_runs_jsonl
 from duck.play.record import read_record
-from duck.play.scoring import score_record
+from duck.play.scoring import record_finished, score_record
 
 
 def _record_files(folder: Path) -> list[Path]:
@@ -25,8 +25,8 @@ def scores_from_records(paths: list[Path]) -> tuple[dict[str, dict[Any, float]],
             rec = read_record(p)
         except ValueError:
             continue
-        if rec.end is None:
-            incomplete += 1  # a run cut mid-game: its score is only a lower bound
+        if not record_finished(rec):
+            incomplete += 1  # a run cut mid-game (killed, Ctrl-C, a full disk): its score is only a lower bound
             continue
         rows.append((rec.game_id, rec.header.get("pass", 0), rec.header.get("seed"), score_record(rec).score))
     by = "pass"

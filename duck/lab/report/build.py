@@ -1,8 +1,11 @@
 """The per-game scoring report of a run folder: `duck report RUN_DIR`.
 
 Writes `report.html` (one self-contained file: CSS inline, plots and frames embedded as
-base64 PNG, no script, no network; it opens from a Kaggle output folder) and `report.md`
-(the same numbers without images). Everything comes from the records (duck.play.record) and
+base64 PNG, no script, no network; it opens from a Kaggle output folder), `report.md`
+(the same numbers without images) and `player.html` (duck.lab.report.player: every action's
+board of every game, its animation frames, the action and why, the model's turn; one static
+page with its script inline; `--no-player`: none). Each game's section links to its place in
+the player. Everything comes from the records (duck.play.record) and
 duck.play.scoring; nothing is re-run.
 
 Sections: the overall score; a table per game (levels, actions, score, time, model calls and
@@ -66,13 +69,19 @@ def build_report(run_dir: str | Path, duck_summary: str | Path | None = None) ->
 
 def write_report(run_dir: str | Path, out: str | Path | None = None, *,
                  duck_summary: str | Path | None = None, frames: bool = True,
-                 conversations: bool = True) -> dict[str, Path]:
+                 conversations: bool = True, player: bool = True) -> dict[str, Path]:
     report = build_report(run_dir, duck_summary)
     out = Path(out) if out else Path(run_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = {"html": out / "report.html", "md": out / "report.md"}
+    report.player = player
     paths["html"].write_text(report.html(frames=frames, conversations=conversations), encoding="utf-8")
     paths["md"].write_text(report.markdown(), encoding="utf-8")
+    if player:
+        from duck.lab.report.player import player_data
+        from duck.lab.report.player_page import player_html
+        paths["player"] = out / "player.html"
+        paths["player"].write_text(player_html(player_data(report.views, Path(run_dir).name)), encoding="utf-8")
     return paths
 
 
@@ -91,7 +100,7 @@ def _cmd(args: argparse.Namespace) -> int:
         paths = write_comparison(runs[0], runs[1], args.out)
     else:
         paths = write_report(runs[0], args.out, duck_summary=args.duck_summary, frames=not args.no_frames,
-                             conversations=not args.no_conversations)
+                             conversations=not args.no_conversations, player=not args.no_player)
     print(json.dumps({k: str(v) for k, v in paths.items()}))
     return 0
 
@@ -135,6 +144,8 @@ def register(sub: Any) -> None:
     p.add_argument("--no-frames", action="store_true", help="leave the level frames out (smaller file)")
     p.add_argument("--no-conversations", action="store_true",
                    help="leave the conversation views out of report.html (smaller file)")
+    p.add_argument("--no-player", action="store_true",
+                   help="write no player.html (the step-through player of every action's board)")
     p.set_defaults(func=_cmd)
 
 

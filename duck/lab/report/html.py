@@ -18,6 +18,12 @@ from duck.lab.report.views import GameView
 from duck.play.scoring import overall
 
 
+def _play_link(report: "Report", v: GameView, step: int) -> str:
+    if not report.player:
+        return ""
+    return f" · <a href=\"player.html#game={esc(v.game_id)}&amp;step={step}\">play it</a>"
+
+
 def _anchor(game_id: str) -> str:
     return "game-" + "".join(c if c.isalnum() else "-" for c in game_id)
 
@@ -71,6 +77,8 @@ def _game_html(report: Report, v: GameView, frames: bool, conversations: bool = 
         line += f" · {fmt_int(v.model.get('calls'))} model calls, {fmt_int(v.model.get('total_tokens'))} tokens"
     if v.conversation is not None:
         line += f" · <a href=\"#{_anchor(v.game_id)}-conversation\">conversation</a>"
+    if report.player:
+        line += f" · <a class=player href=\"player.html#game={esc(v.game_id)}\">step through every action</a>"
     h.append(f"<p>{line}</p>")
     head, rows = report.level_rows(v)
     h.append("<h3>Levels</h3>" + (table(head, rows) if rows else "<p class=muted>no level played</p>"))
@@ -83,7 +91,7 @@ def _game_html(report: Report, v: GameView, frames: bool, conversations: bool = 
             last = "before the winning action" if lev.completed else "at the end of play"
             h.append(
                 f"<div class=lvl><div>level {lev.number} ({'completed' if lev.completed else 'unfinished'}, "
-                f"actions {lev.start_i}–{lev.end_i})</div>"
+                f"actions {lev.start_i}–{lev.end_i}){_play_link(report, v, lev.start_i)}</div>"
                 f"<img class=frame data-level={lev.number} data-kind=first alt=\"level {lev.number} first frame\" "
                 f"title=\"first frame (after action {lev.start_i})\" "
                 f"src=\"{png_data_uri(grid_png(lev.first_grid, 3))}\">"
@@ -184,6 +192,7 @@ class Report:
     views: list[GameView]
     duck_summary: dict[str, Any] | None
     info: dict[str, Any] | None = None  # run.json (duck.run.info), None for a folder without one
+    player: bool = False  # a player.html beside report.html: each game links to its place in it
 
     def header(self) -> list[list[str]]:
         """The run's header rows (duck.lab.report.runinfo), from run.json."""

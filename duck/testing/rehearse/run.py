@@ -96,7 +96,8 @@ def rehearse(games: str | Path, budget_s: float, *, mode: str = "rerun", fault: 
     the notebook must play every game with it."""
     games = Path(games).resolve()
     rep = Report(mode, fault, budget_s)
-    work = Path(out) if out else Path(tempfile.mkdtemp(prefix=f"duck-rehearse-{mode}-{fault}-"))
+    # absolute: the notebook's kernel runs in another folder, where a relative path means nothing
+    work = Path(out).resolve() if out else Path(tempfile.mkdtemp(prefix=f"duck-rehearse-{mode}-{fault}-"))
     if work.exists():
         shutil.rmtree(work)
     work.mkdir(parents=True)
@@ -152,7 +153,24 @@ def _doc(rep: Report) -> dict[str, Any]:
             "checks": rep.checks, "facts": rep.facts}
 
 
+def _needs_test_tools() -> None:
+    """The notebook runs under nbclient and ipykernel, which come with the test tools only
+    (`make demo` installs without them): one line saying how to get them, before anything."""
+    import importlib.util
+    try:
+        import nbclient  # noqa: F401
+        import nbformat  # noqa: F401
+    except ImportError as e:
+        missing = e.name or str(e)
+    else:
+        missing = None if importlib.util.find_spec("ipykernel") else "ipykernel"
+    if missing:
+        raise SystemExit(f"duck rehearse runs the notebook with nbclient and ipykernel, which come with the test "
+                         f"tools ({missing} is not installed): bash scripts/setup.sh --test")
+
+
 def _main(args: argparse.Namespace) -> int:
+    _needs_test_tools()
     results = []
     for mode, fault in variants(args.fault, args.mode):
         out = Path(args.out, f"{mode}-{fault}") if args.out else None
