@@ -30,13 +30,13 @@ Lines (one JSON object each, `"type"` first, `"t"` seconds since the game starte
   for a cut reply whose message keeps only the tail of its thinking, `thinking_dropped` (the
   characters left out) and `reasoning` (all of it, as received).
 * `error`: `n`, `error` (class name), `status`, `message`: a model call that failed.
-* `event`: `kind` and fields: `evict` (a trim: turns and message ids dropped, the ids of the
-  carried message and of the summary where there are, the prompt's tokens before and after),
-  `drop_turn` (a turn that alone outgrew the budget), `fresh_start`, `turn_end` (actions,
-  outcome), anything else the agent finds worth keeping.
-* `notes`: `turn` and what changed in the notes (duck.agent.notes.Notes.as_dict) whenever they
-  changed: `level`, `carried_from`, and for `sections` and `extra` the keys `set` to a new
-  text and those `unset` (`apply_notes` folds them back into the notes).
+* `event`: `kind` and fields: `evict` (a trim: turns and message ids dropped, the id of the
+  carried message where there is one, the prompt's tokens before and after), `drop_turn` (a
+  turn that alone outgrew the budget), `turn_end` (actions, outcome), anything else the agent
+  finds worth keeping.
+* `notes`: `turn` and what changed in the model's `notes` dict whenever it changed: in
+  `sections`, the keys `set` to a new value and those `unset` (`apply_notes` folds them back;
+  files from before issue 40 also have `extra`, `level` and `carried_from`, of the text notes).
 * `end`: `reason`, `t`.
 
 `read_conversation` reads either form and tolerates a torn last line (SIGKILL mid-write);
@@ -203,8 +203,10 @@ class ConversationWriter:
         self._write({"type": "event", "kind": kind, **data, "t": self.elapsed()})
 
     def notes(self, turn: int, notes: dict[str, Any], before: dict[str, Any] | None = None) -> None:
-        """What changed in the notes (duck.agent.notes.Notes.as_dict) since `before`."""
-        self._write({"type": "notes", "turn": turn, **notes_change(before or {}, notes), "t": self.elapsed()})
+        """What changed in the model's `notes` dict since `before`."""
+        before = before or {}
+        change = {"set": {k: v for k, v in notes.items() if before.get(k) != v}, "unset": [k for k in before if k not in notes]}
+        self._write({"type": "notes", "turn": turn, "sections": change, "t": self.elapsed()})
 
     def close(self, reason: str | None = None) -> Path | None:
         """The `end` line, then gzip (the live file stays until the .gz is complete).
@@ -270,18 +272,9 @@ class ConversationWriter:
         return dict(part, image_url=image | {"render": made})
 
 
-def notes_change(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
-    """A notes line's fields: `level`, `carried_from` (whole), and per dict of text
-    (`sections`, `extra`) the keys `set` to a new text and those `unset`."""
-    out: dict[str, Any] = {"level": after.get("level"), "carried_from": after.get("carried_from", {})}
-    for key in ("sections", "extra"):
-        old, new = before.get(key) or {}, after.get(key) or {}
-        out[key] = {"set": {k: v for k, v in new.items() if old.get(k) != v}, "unset": [k for k in old if k not in new]}
-    return out
-
-
 def apply_notes(state: dict[str, Any], line: dict[str, Any]) -> dict[str, Any]:
-    """The notes after a `notes` line, from the notes before it (start from {})."""
+    """The notes after a `notes` line, from the notes before it (start from {}); `sections`
+    holds the model's `notes` dict (`extra`, `level`, `carried_from`: older files' text notes)."""
     out = {"level": line.get("level"), "carried_from": dict(line.get("carried_from") or {})}
     for key in ("sections", "extra"):
         d = dict(state.get(key) or {})

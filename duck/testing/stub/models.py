@@ -25,7 +25,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from duck.game.actions import OUR_DIALECT_NAMES, Action
+from duck.game.actions import MODEL_NAMES, Action
 
 if TYPE_CHECKING:  # (imported where used: numpy and arc_agi would slow the stand-in vLLM's start)
     from duck.play.conversation import Conversation
@@ -91,7 +91,7 @@ class TraceModel(FixedModel):
 
 def action_code(actions: list[list[int]]) -> str:
     """Python that plays recorded actions ([id] or [6, x, y]) through the kernel's action()."""
-    items = [repr(OUR_DIALECT_NAMES.item(Action.from_json(a))) for a in actions]
+    items = [repr(MODEL_NAMES.item(Action.from_json(a))) for a in actions]
     return f"result = action([{', '.join(items)}])"
 
 
