@@ -22,12 +22,12 @@ kernel's namespace and the level memory, that is all the memory there is).
 
 from __future__ import annotations
 
-import json
 from typing import Any, Callable
 
 from duck.agent.context import Context, ContextFull
 from duck.agent.memory import LevelMemory
-from duck.agent.turn import call_facts, count_images, python_tool, render, system_prompt, turn_message
+from duck.agent.turn import (Correction, call_facts, count_images, python_tool, render, system_prompt, tool_calls,
+                             turn_message)
 from duck.config import Config, KernelConfig
 from duck.game.actions import RESET
 from duck.llm.client import ContextOverflow, ModelClient, ModelError, join_urls, pick_url, request_seed
@@ -35,14 +35,6 @@ from duck.play.conversation import NULL
 from duck.play.session import PlayStopped, Session
 from duck.sandbox import batch_guards
 from duck.sandbox.host import Kernel
-
-
-class Correction(Exception):
-    """A reply the loop cannot run; `message` is the short corrective sent back."""
-
-    def __init__(self, reason: str, detail: Any = "") -> None:
-        super().__init__(f"{reason}: {detail}")
-        self.message = render("correct.j2", reason=reason, detail=detail)
 
 
 class TurnStalled(Exception):
@@ -65,30 +57,6 @@ class ContextTooSmall(Exception):
 FULL_TURNS_IN_A_ROW = 3  # turns dropped as too long, none acting, before the model's play ends
 NUDGE_AFTER_CALLS = 6  # calls in a turn without an action before "act now"
 MAX_CALLS_PER_TURN = 16  # then the turn ends and a fresh one starts
-
-
-def tool_calls(reply: Any) -> list[tuple[str, str]]:
-    """(call id, code) per tool call of a reply; raises Correction."""
-    if getattr(reply, "dropped", None):  # the client dropped an unreadable call: say why, run none
-        raise Correction("dropped_call", reply.dropped[0]["why"])
-    if not reply.tool_calls:
-        raise Correction(f"cut_{reply.cut}" if reply.cut else "no_tool_call")
-    out = []
-    for c in reply.tool_calls:
-        if c.name != "python":
-            raise Correction("wrong_tool", c.name)
-        try:
-            args = json.loads(c.arguments or "{}")
-        except ValueError as e:
-            raise Correction("bad_arguments", f"invalid JSON: {e}") from e
-        if not isinstance(args, dict):
-            raise Correction("bad_arguments", "the arguments are not an object")
-        strings = [v for v in args.values() if isinstance(v, str)]
-        code = args.get("code", strings[0] if len(strings) == 1 else None)
-        if not isinstance(code, str) or not code.strip():
-            raise Correction("empty_code")
-        out.append((c.id, code.rstrip()))
-    return out
 
 
 class AgentPolicy:

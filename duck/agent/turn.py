@@ -1,5 +1,5 @@
 """What the model is told: the prompt files (prompts/*.j2, rendered strictly), the one tool's
-schema, the user message that opens a turn, and the tool message of a call.
+schema and the reading of its calls, and the user message that opens a turn.
 
 A turn message holds facts only (prompts/turn.j2): what the last acting call played, the net
 change of the board over the WHOLE call (duck.game.change: cells, objects, whether anything
@@ -30,6 +30,7 @@ The history these messages go into, and its token budget, is duck.agent.context.
 from __future__ import annotations
 
 import base64
+import json
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -85,6 +86,39 @@ def valid_names(available: list[int]) -> list[str]:
     """The valid actions as the turn lists them: our names (ACTION7 as UNDO), each one a name
     `action()` accepts as written."""
     return MODEL_NAMES.valid(available)
+
+
+class Correction(Exception):
+    """A reply the loop cannot run; `message` is the short corrective sent back."""
+
+    def __init__(self, reason: str, detail: Any = "") -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.message = render("correct.j2", reason=reason, detail=detail)
+
+
+
+def tool_calls(reply: Any) -> list[tuple[str, str]]:
+    """(call id, code) per tool call of a reply; raises Correction."""
+    if getattr(reply, "dropped", None):  # the client dropped an unreadable call: say why, run none
+        raise Correction("dropped_call", reply.dropped[0]["why"])
+    if not reply.tool_calls:
+        raise Correction(f"cut_{reply.cut}" if reply.cut else "no_tool_call")
+    out = []
+    for c in reply.tool_calls:
+        if c.name != "python":
+            raise Correction("wrong_tool", c.name)
+        try:
+            args = json.loads(c.arguments or "{}")
+        except ValueError as e:
+            raise Correction("bad_arguments", f"invalid JSON: {e}") from e
+        if not isinstance(args, dict):
+            raise Correction("bad_arguments", "the arguments are not an object")
+        strings = [v for v in args.values() if isinstance(v, str)]
+        code = args.get("code", strings[0] if len(strings) == 1 else None)
+        if not isinstance(code, str) or not code.strip():
+            raise Correction("empty_code")
+        out.append((c.id, code.rstrip()))
+    return out
 
 
 # What a call's actions did
