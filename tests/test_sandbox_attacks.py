@@ -138,7 +138,8 @@ def _check(k: Kernel, attack, targets: Targets, canary: str) -> None:
         assert r.restarted, f"{attack.name}: {text[:800]}"
     if attack.survives:
         assert not r.restarted, f"{attack.name} was not refused: {text[:800]}"
-    json.dumps(r.message).encode("utf-8")  # any string the worker sent is valid text now
+    r.text.encode("utf-8")  # any string the worker sent is valid text now
+    json.dumps([r.stdout, r.error, r.result, r.action_results]).encode("utf-8")
     assert targets.reached() == [], f"{attack.name} reached a service outside the sandbox"
     alive(k)
 
@@ -261,10 +262,10 @@ def test_no_process_trick_hangs_the_host(open_place, name):
 def test_restart_keeps_the_game_and_says_why(attacked_kernel):
     k, targets, _ = attacked_kernel
     k.run("keep = 1\nr = action('UP')")
-    before = len(k.entries)
+    before = len(k.state.entries)
     attack = next(a for a in ATTACKS if a.name == "forged-done-with-bad-types")
     r = k.run(attack.render(**targets.where))
-    assert r.kind == "crash" and r.restarted and "protocol violation" in r.message["error"]
+    assert r.kind == "crash" and r.restarted and "protocol violation" in r.text.splitlines()[0]
     r = k.run("print(len(history), 'keep' in globals())")
     assert r.stdout == f"{before} False\n"
 
@@ -329,7 +330,7 @@ def test_fallback_without_landlock_and_namespaces(open_place):
             assert k.layers["uid"].startswith("off: the Python installation")
             assert k.layers["filesystem"].startswith("off: turned off; file modes do not hold")  # root reads all
             r = k.run("import sys\nsys.modules['_thread'].start_new_thread(sys.modules['time'].sleep, (1000,))")
-            assert r.restarted and "thread" in r.message["kernel"]
+            assert r.restarted and "thread" in next(ln for ln in r.text.splitlines() if ln.startswith("kernel: "))
             return
         assert k.layers["uid"].startswith("on") and isolation.relies_on_file_modes(cfg.layers_off)
         assert k.layers["filesystem"].startswith("on: file modes")  # verified: a root-only probe file stays closed

@@ -114,10 +114,6 @@ class Context:
         turn.ids.append(self.log.message(message, turn=turn.index, **meta))
         return turn.ids[-1]
 
-    def add_all(self, messages: list[dict[str, Any]]) -> None:
-        for m in messages:
-            self.add(m)
-
     @property
     def current(self) -> Turn:
         return self.turns[-1]

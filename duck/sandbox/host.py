@@ -19,7 +19,9 @@ The worker is untrusted once it has run a snippet. The threat model and the laye
 the package's docstring (duck/sandbox/__init__.py). The process itself (start, kill, restart,
 leftovers, quota) is duck.sandbox.lifecycle; here, the call: every message from the worker is
 checked and cut to size (duck.sandbox.trust) in one loop (`_exchange`), which answers the
-worker's requests (action(), explore) and watches the clock and the disk quota.
+worker's requests (action(), explore) and watches the clock and the disk quota. It is the place
+for what a message may not do to the host (a deadline after every message, call ids on
+messages, a worker frozen between calls: issue 37).
 
 Use: `k = Kernel(session); k.run(code) -> CallResult; k.act(action)` for actions the host
 takes itself; `k.notes`; `k.close()`. The worker starts on the first call (or `start_soon()`).
