@@ -82,12 +82,6 @@ def python_tool(output_chars: int) -> list[dict[str, Any]]:
         "parameters": {"type": "object", "properties": {"code": {"type": "string"}}, "required": ["code"]}}}]
 
 
-def valid_names(available: list[int]) -> list[str]:
-    """The valid actions as the turn lists them: our names (ACTION7 as UNDO), each one a name
-    `action()` accepts as written."""
-    return MODEL_NAMES.valid(available)
-
-
 class Correction(Exception):
     """A reply the loop cannot run; `message` is the short corrective sent back."""
 
@@ -231,7 +225,7 @@ def turn_message(session: Any, last: CallFacts | None, stalled: int, first: bool
     shown = turn_images(session, last, room)
     text = render("turn.j2", first=first, last=last, stalled=stalled, level=obs.levels_completed + 1,
                   win_levels=game.win_levels, level_actions=game.actions - level_start, total_actions=game.actions,
-                  valid_actions=valid_names(obs.available_actions), memory=memory, ask_rule=ask_rule,
+                  valid_actions=MODEL_NAMES.valid(obs.available_actions), memory=memory, ask_rule=ask_rule,
                   images=[s.caption for s in shown])
     parts = []
     for s in shown:

@@ -3,7 +3,7 @@
 Renders the first request of a game (system prompt, the `python` tool's schema, the first turn
 message on a bundled game's board) through the served model's chat template as vLLM applies it
 (duck.testing.stub.render: Qwen3.8's by default; `chat_template` says which file) and prints, as
-JSON, per variant (the default config; `agent.world_model_tools` on; the Duck-like baseline of
+JSON, per variant (the default config; `agent.world_model_tools` on; the A/B baseline of
 experiments/baseline.toml): the system prompt's characters and tokens, the rendered request's
 characters and tokens, and the first turn's text tokens and image tokens (the board at
 duck.agent.turn.IMAGE_SCALE on Qwen3-VL's geometry: duck.llm.vision). Text tokens are the stub server's
