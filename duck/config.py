@@ -182,7 +182,6 @@ class ModelConfig(Section):
 
 class KernelConfig(Section):
     call_timeout_s: PositiveFloat = 30.0  # the Duck's limit; our calls are fast, so it rarely binds
-    output_chars: PositiveInt = 4096  # head+tail kept of each call's output (the Duck's cap)
     memory_mb: PositiveInt = 2048  # address-space limit of the worker (numpy needs ~300 MB)
     # All of its temp dir (a tmpfs of this size where mounts work; else checked): the
     # host-RAM plan's share per kernel (duck.profiles), at most 256 MB.

@@ -36,6 +36,7 @@ from duck.play.record import RecordWriter, read_record
 from duck.play.session import Session
 from duck.sandbox import isolation
 from duck.sandbox.host import Kernel
+from duck.sandbox.render import OUTPUT_CHARS
 
 MESSAGE_LIMIT = 64_000  # characters of one tool message, whatever the snippet did
 
@@ -275,7 +276,7 @@ def test_a_flood_of_tiny_output_messages_is_capped_in_total(attacked_kernel):
     call wrote a 51 MB conversation line. The head is the whole call's."""
     k, targets, _ = attacked_kernel
     r = k.run(next(a for a in ATTACKS if a.name == "tiny-forged-out-messages").render(**targets.where))
-    assert len(r.text) < 3 * k.cfg.output_chars, len(r.text)
+    assert len(r.text) < 3 * OUTPUT_CHARS, len(r.text)
     assert r.stdout.count("chars cut") <= 1
 
 

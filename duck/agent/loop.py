@@ -73,7 +73,7 @@ class AgentPolicy:
         self.urls = join_urls(model_url) or self.cfg.model.urls
         self.kernel_factory = kernel_factory or Kernel
         self.memory = LevelMemory()  # the solved levels, and where the current one began
-        self.tools = python_tool(self.cfg.kernel.output_chars)
+        self.tools = python_tool()
         self.conv = NULL  # the session's conversation file, from play()
         self._notes_logged: dict[str, Any] = {}
         self.client: ModelClient | None = None  # made in play(): it is named after the game

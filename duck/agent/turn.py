@@ -42,6 +42,7 @@ from duck.game.actions import MODEL_NAMES, compress
 from duck.game.change import HUD_BORDER, Pick, animation_line, net_change, pick_frames
 from duck.game.images import render as render_image
 from duck.sandbox.batch_guards import BLOCK_FROM_LEVEL
+from duck.sandbox.render import OUTPUT_CHARS
 
 IMAGE_SCALE = 10  # the board at 640x640 px = 402 tokens on Qwen3-VL (duck.llm.vision)
 ANIMATION_IMAGES = 4  # mid-animation frames at most per turn
@@ -70,15 +71,15 @@ def render(name: str, **variables: Any) -> str:
 def system_prompt(cfg: Any) -> str:
     """prompts/system.j2 for a config (what it says follows the switches it describes)."""
     a = cfg.agent
-    return render("system.j2", call_timeout_s=cfg.kernel.call_timeout_s, output_chars=cfg.kernel.output_chars,
+    return render("system.j2", call_timeout_s=cfg.kernel.call_timeout_s, output_chars=OUTPUT_CHARS,
                   world_model_tools=a.world_model_tools, hud_border=HUD_BORDER, guards=a.guards,
                   guard_block_from=BLOCK_FROM_LEVEL)
 
 
-def python_tool(output_chars: int) -> list[dict[str, Any]]:
+def python_tool() -> list[dict[str, Any]]:
     """The one tool's schema; its description is prompts/tool.j2."""
     return [{"type": "function", "function": {
-        "name": "python", "description": render("tool.j2", output_chars=output_chars),
+        "name": "python", "description": render("tool.j2", output_chars=OUTPUT_CHARS),
         "parameters": {"type": "object", "properties": {"code": {"type": "string"}}, "required": ["code"]}}}]
 
 

@@ -176,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--old-budget", type=int, default=32768, help="the old arm's budget")
     p.add_argument("--synthetic-hours", type=float, default=3.0, help="hours of the long synthetic game (0: none)")
     p.add_argument("--out", default=None, help="run folder for the records (default: a temp folder)")
-    p.add_argument("--set", nargs="*", default=[], help="config overrides for both arms, e.g. kernel.output_chars=3000")
+    p.add_argument("--set", nargs="*", default=[], help="config overrides for both arms, e.g. kernel.call_timeout_s=20")
     args = p.parse_args(argv)
     from duck.bench.context_measure import synthetic_game
     from duck.config import load_config

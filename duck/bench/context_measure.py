@@ -157,7 +157,7 @@ def synthetic_game(cfg: Any, hours: float, seed: int = 0) -> dict[str, Any]:
     seconds_per_call = 1200 / TOKENS_PER_S + 1.0  # ~18 s: decode of a mean reply, prefill and harness
     calls = max(1, int(hours * 3600 / seconds_per_call))
     server = MeasuringServer(FixedModel(synthetic_replies(seed, calls)))
-    tools = python_tool(cfg.kernel.output_chars)
+    tools = python_tool()
     a = cfg.agent
     harness: list[float] = []
     with server as url:

@@ -45,7 +45,7 @@ def measure(cfg: Config) -> dict[str, int]:
     import base64
     pixels = [png_size(base64.b64decode(p["image_url"]["url"].split(",", 1)[1])) for p in images]
     messages = [{"role": "system", "content": system}, {"role": "user", "content": text}]
-    rendered, _ = default_template().render(messages, python_tool(cfg.kernel.output_chars))
+    rendered, _ = default_template().render(messages, python_tool())
     return {"system_chars": len(system), "system_tokens": approx_tokens(system),
             "request_chars": len(rendered), "request_tokens": approx_tokens(rendered),
             "first_turn_text_tokens": approx_tokens(text),

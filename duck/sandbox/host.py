@@ -79,7 +79,6 @@ class CallResult:
     notes_error: str | None = None  # why the `notes` dict was not kept
     died: bool = False  # the worker had died since the previous call
     timeout_s: float = 0.0  # the call's limit
-    output_chars: int = 4096  # kernel.output_chars: an error or `result` is cut to this
 
     @property
     def text(self) -> str:
@@ -189,18 +188,18 @@ class Kernel(WorkerProcess):
         self.calls += 1
         code = code.rstrip()
         if not code:
-            return CallResult("empty", error=EMPTY, timeout_s=timeout, output_chars=self.cfg.output_chars)
+            return CallResult("empty", error=EMPTY, timeout_s=timeout)
         died = self.proc is not None and self.proc.poll() is not None
         if self.proc is None or died:
             self.restart() if died else self.start()
-        head = self.cfg.output_chars // 2
-        call = Call(head, self.cfg.output_chars - head, t0 + timeout, self.cfg.grace_s)
+        head = render.OUTPUT_CHARS // 2
+        call = Call(head, render.OUTPUT_CHARS - head, t0 + timeout, self.cfg.grace_s)
         done, crash = self._exchange(code, call, timeout, info)
         res = self._crashed(call, crash) if done is None else self._finished(call, done)
         if died and not res.restarted:
             res.restarted = True
             res.error_kind = res.error_kind or "died between calls"
-        res.steps, res.died, res.timeout_s, res.output_chars = call.actions.steps, died, timeout, self.cfg.output_chars
+        res.steps, res.died, res.timeout_s = call.actions.steps, died, timeout
         res.wall_ms = (time.monotonic() - t0) * 1000
         return res
 

@@ -16,7 +16,8 @@ from typing import Any
 
 from duck.game.actions import compress
 
-MESSAGE_CHARS = 32_000  # the whole message, whatever the worker sent (at least 4x kernel.output_chars)
+OUTPUT_CHARS = 4096  # printed output kept of a call (head and tail); an error or `result` is cut to it (the Duck's cap)
+MESSAGE_CHARS = 32_000  # the whole message, whatever the worker sent
 
 _STOPS = {"level_completed": "the level was completed", "game_over": "GAME_OVER", "run_complete": "the game is won",
           "invalid_action": "the next action is not valid now", "stopped": "stopped: out of time",
@@ -41,7 +42,7 @@ def tool_text(res: Any) -> str:
             out.append(f"(printed {res.stdout_total} characters; only the first and last parts are shown)")
     if res.result is not None:
         text = _dumps(res.result)
-        value = res.result if len(text) <= res.output_chars else _trim(text, res.output_chars)
+        value = res.result if len(text) <= OUTPUT_CHARS else _trim(text, OUTPUT_CHARS)
         out.append("result: " + (value if isinstance(value, str) else json.dumps(value, default=str)))
     out += action_lines(res)
     if res.notes_error:
@@ -53,7 +54,7 @@ def tool_text(res: Any) -> str:
     if kernel:
         out.append("kernel: " + "; ".join(kernel))
     text = "\n".join(out) if out else "(no output)"
-    cap = max(MESSAGE_CHARS, 4 * res.output_chars)
+    cap = MESSAGE_CHARS
     return text if len(text) <= cap else f"{text[:cap * 2 // 3]}\n... [{len(text) - cap} chars cut] ...\n{text[-cap // 3:]}"
 
 
@@ -64,13 +65,13 @@ def _error(res: Any) -> tuple[str, str]:
         return "", ""
     if res.kind in ("timeout", "stopped"):
         kept = "your definitions were kept" if not res.restarted else f"the kernel was restarted: {_GONE}"
-        where = _trim(res.error, res.output_chars) if res.error and not res.restarted else ""
+        where = _trim(res.error, OUTPUT_CHARS) if res.error and not res.restarted else ""
         return f"Tool timed out after {res.timeout_s:g}s; {kept}.", where
     if res.kind == "crash" and str(res.error_kind).startswith(("protocol", "its temp")):
         return f"The kernel was stopped ({res.error_kind}) and restarted: {_GONE}.", ""
     if res.kind == "crash":
         return f"The kernel process died ({res.error_kind}); it was restarted: {_GONE}.", ""
-    return (_trim(res.error, res.output_chars) if res.error else ""), ""
+    return (_trim(res.error, OUTPUT_CHARS) if res.error else ""), ""
 
 
 def action_lines(res: Any) -> list[str]:
