@@ -2,7 +2,7 @@
 two versions of the code (issue 40: "the conversations of a scripted game are identical").
 
     .venv/bin/python scripts/conversation_snapshot.py OUT_DIR
-    diff -r BEFORE_DIR AFTER_DIR
+    .venv/bin/python scripts/conversation_snapshot.py --compare BEFORE_DIR AFTER_DIR  (or diff -r)
 
 Each scenario (the scripts of tests/test_what_the_model_sees.py on zt01 and zb01, plus zs01
 with the level memory, a trim, a kernel error and the model's `notes` dict) is played by the
@@ -90,7 +90,21 @@ def play(name: str, out: Path) -> None:
     (out / f"{name}.json").write_text(text)
 
 
+def compare(a: Path, b: Path) -> None:
+    """Per scenario: whether the requests are identical, and the conversation lines but the
+    `start` line and the `notes` lines (what issue 40 changed on purpose), and the notes lines."""
+    for f in sorted(a.glob("*.json")):
+        x, y = json.loads(f.read_text()), json.loads((b / f.name).read_text())
+        rest = [[ln for ln in d["conversation"] if ln["type"] not in ("start", "notes")] for d in (x, y)]
+        notes = [sum(ln["type"] == "notes" for ln in d["conversation"]) for d in (x, y)]
+        print(f"{f.stem}: {len(x['received'])} requests identical: {x['received'] == y['received']}; other lines "
+              f"identical: {rest[0] == rest[1]}; start line identical: {x['conversation'][0] == y['conversation'][0]}; "
+              f"notes lines {notes[0]} -> {notes[1]}")
+
+
 def main() -> None:
+    if sys.argv[1] == "--compare":
+        return compare(Path(sys.argv[2]), Path(sys.argv[3]))
     out = Path(sys.argv[1])
     out.mkdir(parents=True, exist_ok=True)
     for name in (sys.argv[2:] or SCENARIOS):
