@@ -116,6 +116,19 @@ def test_recorded_caps_kill_cap_or_stop(make_kernel):
     assert r.actions == ["DOWN", "LEFT", "UP"]  # a snippet without a recorded cap is not capped
 
 
+def test_the_replay_answers_to_the_ducks_names(make_kernel):
+    """The Duck listed ACTION7 but played no name for it, and refused UNDO, CLICK and clicks
+    written as text: its recorded code met an error there (lf52 pass 1 tried ACTION7 seven
+    times), so the replay's kernel says the same; our own kernel plays them (test_kernel)."""
+    k = make_kernel(kernel=ReplayKernel, caps=[])
+    r = k.run("print(valid_actions[-1])\nfor a in ['ACTION7', 'UNDO', 'click', 'MOUSE(row=1, col=2)']:\n"
+              "    print(action(a)['error'])\nprint(action(['JUMP', 'UNDO'])['error'])\naction('ACTION2')")
+    assert r.stdout.splitlines() == ["ACTION7", "Unknown action at index 1: 'ACTION7'", "Unknown action at index 1: 'UNDO'",
+                                     "Unknown action at index 1: 'click'",
+                                     "Unknown action at index 1: 'MOUSE(row=1, col=2)'", "Unknown action at index 1: 'JUMP'"]
+    assert r.actions == ["DOWN"]
+
+
 def test_normalise_timers_and_sets():
     a = "run_elapsed_seconds: 12.5\n'time_remaining_seconds': 2687.49, {'b', 'a'}"
     b = "run_elapsed_seconds: 1.0\n'time_remaining_seconds': 3, {'a', 'b'}"

@@ -4,7 +4,8 @@ Each recorded call executed so many actions (the Duck's slow sandbox cut many ac
 30 s), and our replays of its code (`duck replay`, with or without the agent loop) must stop
 where it stopped. `ReplayKernel` gives each snippet it runs the cap recorded for it: its action
 host (`CappedHost`, a subclass of duck.sandbox.actions.ActionHost) stops the call there, through
-the host's own stop check (`should_stop`) and by ending the snippet as a guard would. The
+the host's own stop check (`should_stop`) and by ending the snippet as a guard would, and
+answers to the Duck's action names. The
 production kernel knows nothing of this; a live model's calls are never capped, and a live
 model cannot cap its own (the caps are not in the tool calls).
 """
@@ -16,7 +17,8 @@ from typing import Any, Literal
 
 from duck.config import KernelConfig
 from duck.play.session import Session
-from duck.sandbox.actions import ActionHost, CallActions
+from duck.game.actions import MODEL_NAMES
+from duck.sandbox.actions import ActionHost, CallActions, parse
 from duck.sandbox.host import CallResult, Kernel
 
 
@@ -50,7 +52,10 @@ def trace_caps(turns: list[dict[str, Any]]) -> list[tuple[str, RecordedCap]]:
 
 class CappedHost(ActionHost):
     """The action host of a replay: the current call stops at its recorded cap (`cap`, set per
-    call), and the Duck's run time limit shows in the results' timers as it did."""
+    call); the Duck's run time limit shows in the results' timers as it did; and its names are
+    the Duck's, which its code was written against: ACTION7 listed under that name, and
+    ACTION7, UNDO, CLICK and clicks written as text refused as unknown (its sandbox played no
+    name for ACTION7: recorded code that tried one met an error, not an UNDO)."""
 
     def __init__(self, session: Session, time_limit_s: float | None = None) -> None:
         super().__init__(session)
@@ -65,6 +70,19 @@ class CappedHost(ActionHost):
         if self.time_limit_s is not None:
             out["time_remaining_seconds"] = max(0.0, self.time_limit_s - out["run_elapsed_seconds"])
         return out
+
+    def names(self) -> list[str]:
+        return ["ACTION7" if n == "UNDO" else n for n in super().names()]
+
+    def _duck_unknown(self, items: list[dict[str, Any]]) -> dict[str, Any] | None:
+        """The Duck's error for the first name it did not know, if that comes before any other error."""
+        for i, item in enumerate(items, start=1):
+            raw = item.get("action")
+            if str(raw or "").strip().upper() in ("ACTION7", "UNDO", "CLICK") or MODEL_NAMES.click_text(raw):
+                return self.error_result(f"Unknown action at index {i}: {raw!r}")
+            if parse([item])[1] is not None:
+                return None  # an error both sandboxes give (our parse says it)
+        return None
 
     def _reached(self) -> bool:
         return self.cap is not None and self.call is not None and len(self.call.executed) >= self.cap.actions
@@ -83,6 +101,8 @@ class CappedHost(ActionHost):
         self.call, self.capped = call, False
         if self._reached() and self.cap.on_reach == "kill":  # any next action() ends a killed call
             return {}, [], True
+        if (unknown := self._duck_unknown(items)) is not None:
+            return unknown, [], False
         result, done, end = super().run_batch(items, call, info)
         if not self.capped:
             return result, done, end
@@ -105,6 +125,7 @@ class ReplayKernel(Kernel):
                  time_limit_s: float | None = None, deny_read: list[str] | tuple[str, ...] = ()) -> None:
         super().__init__(session, config, deny_read=deny_read)
         self.host = CappedHost(session, time_limit_s)
+        self.state.valid = self.host.names()
         self.caps = list(caps)
 
     def run(self, code: str, **kw: Any) -> CallResult:
