@@ -202,9 +202,7 @@ class ModelConfig(Section):
 
 class KernelConfig(Section):
     call_timeout_s: PositiveFloat = 30.0  # the Duck's limit; our calls are fast, so it rarely binds
-    output_chars: PositiveInt = 4096  # head+tail kept of each call's output (the Duck's cap)
     memory_mb: PositiveInt = 2048  # address-space limit of the worker (numpy needs ~300 MB)
-    file_mb: PositiveInt = 16  # largest file model code may write in its temp dir
     # All of its temp dir (a tmpfs of this size where mounts work; else checked): the
     # host-RAM plan's share per kernel (duck.profiles), at most 256 MB.
     disk_mb: PositiveInt = _PLAN.kernel_disk_mb
@@ -217,64 +215,26 @@ class KernelConfig(Section):
     # for testing the fallbacks, and a way out if a layer misbehaves on some machine
     # ("cgroup": the worker's memory cgroup, duck.sandbox.cgroup).
     layers_off: list[Literal["uid", "namespaces", "landlock", "seccomp", "cgroup"]] = []
-    open_files: PositiveInt = 64
     grace_s: NonNegativeFloat = 1.0  # after the soft interrupt, time to unwind before the process is killed
-    # The kernel's `notes` dict, as JSON, is kept up to this size; room for the notes and a
-    # simulator's source kept by the world-model tools (duck.sandbox.tools.keep: up to 6,000).
-    notes_dict_chars: PositiveInt = 16000
 
 
 class AgentConfig(Section):
+    """The model-driven agent (duck.agent). What the model is shown and how its context is kept
+    follow the field's evidence (FIELD §2-3, DESIGN §4) and are not switches; a switch stays only
+    where that evidence leaves a question open (experiments/README.md ranks their A/Bs)."""
+
     context_tokens: PositiveInt = _PLAN.context_tokens  # prompt + output budget per game: the memory plan's
     # The trim's low-water mark: when prompt + output cap pass the budget, whole old turns are
     # dropped right after the system prompt until the prompt is at most this share of the
     # budget, in one block, so the next ~half budget of growth reuses one cached prefix (the
     # field: 131K window, trim at ~118K down to ~58K). The memory plan sizes the slots on the
-    # mean occupancy (1 + evict_to) / 2 of it. 0.5 was the old setting (experiments/evict-half.toml).
+    # mean occupancy (1 + evict_to) / 2 of it.
     evict_to: float = Field(0.45, gt=0, lt=1)
-    # A summary of the dropped turns right after the system prompt (prompts/summary.j2). Off: the
-    # field saw no gain from summaries; what must survive a trim is the kernel's state and the
-    # per-level memory (the context's `carry`). On for the A/B: experiments/context-summary.toml.
-    trim_summary: bool = False
-    # Token counts from the server's /tokenize (cached per message) to decide a trim; off: the
-    # old usage-plus-estimates (experiments/context-estimates.toml). Estimates, calibrated per
-    # kind from usage, stand in whenever the server cannot count.
-    exact_tokens: bool = True
-    # The Duck's rules, for the A/B baseline (experiments/baseline.toml): both false.
-    keep_notes_on_game_over: bool = True
-    carry_notes_across_levels: bool = True
-    animation_summaries: bool = True
-    action_counts_in_prompt: bool = True
-    seeded_sampling: bool = True
-    # What the model is shown each turn (duck.agent.turn, issue 27). The defaults are the field's
-    # (FIELD §2-3); experiments/ has an A/B file for each with the Duck's value in baseline.toml.
-    image_scale: PositiveInt = 10  # the board at 640x640 px = 402 tokens on Qwen3-VL (duck.llm.vision); 10x beat 4x
-    diff_image: bool = True  # + the board with its changed cells in colour, the rest dimmed (when it changed inside the HUD border)
-    death_images: bool = True  # after a GAME_OVER + the fatal frame and a last-alive -> fatal diff
-    # Up to this many mid-animation frames that hold what the final board lost (duck.game.change);
-    # 0: none. 4 at 4x (66 tokens each) is the open 3rd place's setting (FIELD §3).
-    animation_images: NonNegativeInt = 4
-    animation_image_scale: PositiveInt = 4
-    hud_border: NonNegativeInt = 4  # outer rows/cols where HUD bars live: a change only there is "nothing changed"
-    # The tool message as plain text (stdout, result, error) with one line for the acting call
-    # instead of the Duck's JSON with its ~280-token action result (reward, done, timers).
-    compact_results: bool = True
-    # Per solved level: its action count, the winning attempt's last actions and the rule the
-    # model states once, carried into later levels (duck.agent.memory): +2.8 LB in the field.
-    level_memory: bool = True
-    memory_tail: PositiveInt = 20  # actions of the winning attempt kept per solved level
-    # Free-form notes stay in the kernel's `notes` and the record but are not pushed into every
-    # turn: structured world-model notes scored best switched off in the field's A/Bs.
-    notes_in_turn: bool = False
-    notes_stop_at_blank_line: bool = True  # a note taken from the text ends at its first blank line
-    # Host-side guards against wasted actions (duck.sandbox.batch_guards): a batch stops after an
-    # action that changed nothing inside the HUD border; from this level on no action follows
-    # such an action in the same call (0: never).
-    guard_stop_on_no_effect: bool = True
-    guard_block_from_level: NonNegativeInt = 2
-    note_section_chars: PositiveInt = 900  # per notes section; longer text keeps its head and tail
-    nudge_after_calls: PositiveInt = 6  # calls in a turn without an action before "act now"
-    max_calls_per_turn: PositiveInt = 16  # then the turn ends and a fresh one starts
+    # The field's host-side guards against wasted actions (duck.sandbox.batch_guards: a batch
+    # stops after an action that changed nothing inside the HUD border; from level 2 no action
+    # follows such an action in the same call). Franzen's harness had them; no A/B of them is
+    # public (experiments/guards-off.toml).
+    guards: bool = True
     fallback: PolicyName | None = "explorer"  # policy that takes over when the model fails (duck.policies)
     failures_before_fallback: PositiveInt = 3  # consecutive failed requests (each already retried)
     # The world-model tools in the kernel (objects, diff, controlled, check, plan, explore:

@@ -1,11 +1,10 @@
-"""duck.game.actions: the one action vocabulary (names per dialect, display strings, click order)."""
+"""duck.game.actions: the one action vocabulary (the model's names, display strings, click order, compress)."""
 
 from __future__ import annotations
 
 import pytest
 
-from duck.game.actions import (DUCK_DIALECT_NAMES, OUR_DIALECT_NAMES, Action, display, display_name,
-                               parse_display)
+from duck.game.actions import MODEL_NAMES, Action, compress, display, display_name, parse_display
 
 EVERY_ACTION = [Action(i) for i in (0, 1, 2, 3, 4, 5, 7)] + [Action.click(0, 63), Action.click(40, 12)]
 
@@ -32,21 +31,25 @@ def test_clicks_are_row_then_col_for_the_model_and_x_y_for_the_engine():
         Action.at(None, 1)
 
 
-def test_each_dialect_lists_and_accepts_its_names():
+def test_the_model_names_list_and_accept_the_ducks_and_ours():
     available = [1, 2, 3, 4, 5, 6, 7]
-    assert OUR_DIALECT_NAMES.valid(available) == ["UP", "DOWN", "LEFT", "RIGHT", "SPACE", "MOUSE", "UNDO"]
-    assert DUCK_DIALECT_NAMES.valid(available) == ["UP", "DOWN", "LEFT", "RIGHT", "SPACE", "MOUSE", "ACTION7"]
-    assert OUR_DIALECT_NAMES.valid([0, 3]) == ["LEFT"]  # RESET is never listed
-    for name, ours, duck in [("undo", 7, None), ("ACTION7", 7, None), ("click", 6, None), (" mouse ", 6, 6),
-                             ("action6", 6, 6), ("reset", 0, 0), ("JUMP", None, None), (None, None, None)]:
-        assert (OUR_DIALECT_NAMES.id(name), DUCK_DIALECT_NAMES.id(name)) == (ours, duck), name
+    assert MODEL_NAMES.valid(available) == ["UP", "DOWN", "LEFT", "RIGHT", "SPACE", "MOUSE", "UNDO"]
+    assert MODEL_NAMES.valid([0, 3]) == ["LEFT"]  # RESET is never listed
+    for name, aid in [("undo", 7), ("ACTION7", 7), ("click", 6), (" mouse ", 6), ("action6", 6), ("action1", 1),
+                      ("reset", 0), ("JUMP", None), ("ACTION8", None), (None, None)]:
+        assert MODEL_NAMES.id(name) == aid, name
+
+
+def test_compress_counts_runs_of_one_action():
+    assert compress(["UP", "UP", "LEFT", "UP"]) == "UP x2, LEFT, UP"
+    assert compress([]) == "" and compress(["MOUSE(row=1, col=2)"] * 3) == "MOUSE(row=1, col=2) x3"
 
 
 def test_model_items_play_the_action_they_were_made_from():
     for a in EVERY_ACTION:
-        item = OUR_DIALECT_NAMES.item(a)
+        item = MODEL_NAMES.item(a)
         if isinstance(item, dict):
             assert item == {"action": "MOUSE", "row": a.y, "col": a.x}
             assert Action.at(item["row"], item["col"]) == a
         else:
-            assert Action(OUR_DIALECT_NAMES.id(item)) == a
+            assert Action(MODEL_NAMES.id(item)) == a

@@ -19,13 +19,13 @@ def test_files_then_env_then_overrides(tmp_path):
     (tmp_path / "a.toml").write_text('[play]\nseed = 3\nmax_actions = 50\n[model]\nurls = ["http://x/v1"]\n')
     (tmp_path / "b.json").write_text('{"play": {"seed": 4}}')
     cfg = load_config([tmp_path / "a.toml", tmp_path / "b.json"],
-                      ["play.max_actions=70", "agent.keep_notes_on_game_over=false"],
+                      ["play.max_actions=70", "agent.guards=false"],
                       env={"DUCK_PLAY__WORKERS": "2", "DUCK_PLAY__MAX_ACTIONS": "60", "OTHER": "x"})
     assert cfg.play.seed == 4  # the later file wins
     assert cfg.play.workers == 2  # from the environment
     assert cfg.play.max_actions == 70  # the override beats the environment
     assert cfg.model.urls == ["http://x/v1"]
-    assert cfg.agent.keep_notes_on_game_over is False
+    assert cfg.agent.guards is False
 
 
 @pytest.mark.parametrize("override, says", [

@@ -1,6 +1,6 @@
 """Context: prefix stability, trims with hysteresis down to the low-water mark, never the current
-turn and never a history the template rejects, the carried message, the old summary as a
-switch, budgets from the server's usage."""
+turn and never a history the template rejects, the carried message, no summary, budgets from
+the server's usage."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import random
 import numpy as np
 import pytest
 
-from duck.agent.context import Context, ContextFull, compress_actions, summary_text
+from duck.agent.context import Context, ContextFull
 from duck.agent.turn import render, system_prompt
 from duck.config import load_config
 from duck.paths import SHARED
@@ -23,14 +23,11 @@ def _call(i: int, code: str = "action('UP')") -> dict:
     return {"id": f"c{i}", "type": "function", "function": {"name": "python", "arguments": json.dumps({"code": code})}}
 
 
-def _turn(ctx: Context, i: int, size: int = 2000, actions=("UP",), level: int = 1) -> None:
-    ctx.begin_turn({"role": "user", "content": f"turn {i} " + "u" * size}, index=i, level=level,
-                   actions_before=i)
+def _turn(ctx: Context, i: int, size: int = 2000) -> None:
+    ctx.begin_turn({"role": "user", "content": f"turn {i} " + "u" * size}, index=i, level=1, actions_before=i)
     ctx.add({"role": "assistant", "content": "x" * size, "reasoning": "r", "reasoning_content": "r",
              "tool_calls": [_call(i)]})
     ctx.add({"role": "tool", "tool_call_id": f"c{i}", "content": "ok"})
-    ctx.current.actions = list(actions)
-    ctx.current.outcome = "board changed"
 
 
 def _is_prefix(a: list, b: list) -> bool:
@@ -53,7 +50,7 @@ def test_a_trim_drops_one_block_down_to_the_low_water_mark_and_adds_no_summary()
     ctx = Context("system prompt", budget=20_000, reserve=2000)  # low water 0.45 by default
     trimmed_at, prev = [], ctx.messages()
     for i in range(60):
-        _turn(ctx, i, actions=["UP", "UP", "LEFT"])
+        _turn(ctx, i)
         before = ctx.estimate()
         if ctx.fit():
             trimmed_at.append(i)
@@ -68,18 +65,7 @@ def test_a_trim_drops_one_block_down_to_the_low_water_mark_and_adds_no_summary()
         prev = ctx.messages()
     assert 3 <= len(trimmed_at) <= 10 and len(ctx.trims) == len(trimmed_at)
     assert np.diff(trimmed_at).min() >= 5  # about half the budget of growth between trims
-    assert ctx.summary is None
     assert all(t["tokens_before"] > t["tokens_after"] and t["dropped_tokens"] > 0 for t in ctx.trims)
-
-
-def test_the_summary_switch_keeps_the_old_summary_message():
-    ctx = Context("system prompt", budget=20_000, reserve=2000, evict_to=0.5, summary=True)
-    for i in range(30):
-        _turn(ctx, i, actions=["UP", "UP", "LEFT"])
-        ctx.fit()
-    assert ctx.evictions >= 2
-    assert ctx.messages()[1] is ctx.summary and "Earlier turns" in ctx.summary["content"]
-    assert "UP x2, LEFT" in ctx.summary["content"]
 
 
 def test_the_carried_message_follows_the_system_prompt_after_every_trim_and_only_then():
@@ -126,7 +112,7 @@ def test_a_turn_that_alone_outgrows_the_budget_raises_and_says_whether_it_is_fre
         ctx.fit()
     assert not e.value.fresh and e.value.tokens > e.value.limit == 2500 - 90  # (estimates: 3% headroom)
     dropped = ctx.drop_current()
-    assert dropped.index == 0 and ctx.turns == [] and ctx.summary is None
+    assert dropped.index == 0 and ctx.turns == [] and ctx.head == []
     ctx.begin_turn({"role": "user", "content": "u" * 20_000}, index=1, level=1, actions_before=0)
     with pytest.raises(ContextFull) as e:
         ctx.fit()
@@ -155,17 +141,17 @@ def _random_turn(ctx: Context, rng: random.Random, i: int) -> None:
 
 
 @pytest.mark.skipif(not QWEN38.is_file(), reason="no Qwen3.8 chat template under ../shared")
-@pytest.mark.parametrize("summary,carried", [(False, False), (False, True), (True, False)])
-def test_no_trim_drops_the_current_turn_or_leaves_a_history_the_template_rejects(summary, carried):
+@pytest.mark.parametrize("carried", [False, True])
+def test_no_trim_drops_the_current_turn_or_leaves_a_history_the_template_rejects(carried):
     """Random turns (sizes, calls, corrections, several calls per reply) at small budgets:
     after every fit the current turn is whole and last, and Qwen3.8's template renders the
     history (it raises "No user query found" on a history without a user turn)."""
     template = ChatTemplate(QWEN38)
-    rng = random.Random(f"{summary}{carried}")
+    rng = random.Random(f"False{carried}")
     carry = (lambda: {"role": "user", "content": "carried memory"}) if carried else None
     trims = fulls = 0
     for budget in (6000, 9000, 16_000):
-        ctx = Context("system prompt", budget=budget, reserve=budget // 4, summary=summary, carry=carry)
+        ctx = Context("system prompt", budget=budget, reserve=budget // 4, carry=carry)
         for i in range(60):
             _random_turn(ctx, rng, i)
             current, messages = ctx.current, list(ctx.current.messages)
@@ -185,19 +171,6 @@ def test_no_trim_drops_the_current_turn_or_leaves_a_history_the_template_rejects
     assert trims >= 10 and fulls >= 1  # both paths were taken
 
 
-def test_summary_lists_levels_actions_and_outcomes():
-    ctx = Context("s", budget=10, reserve=0)
-    _turn(ctx, 0, actions=["UP", "UP"], level=1)
-    _turn(ctx, 1, actions=["MOUSE(row=3, col=4)"], level=2)
-    items = [dict(turn=t.index, level=t.level, actions_before=0, actions=t.actions, outcome="level completed",
-                  notes="Plan: go") for t in ctx.turns]
-    text = summary_text(ctx.turns, items)
-    assert "Level 1: 1 turn, 2 actions (UP x2)" in text
-    assert "Level 2: 1 turn, 1 action (MOUSE x1)" in text
-    assert "turn 1, level 2: MOUSE(row=3, col=4) -> level completed" in text
-    assert "Plan: go" in text
-
-
 def test_prompt_templates_are_strict():
     import jinja2
     with pytest.raises(jinja2.UndefinedError):
@@ -212,25 +185,14 @@ def test_prompt_templates_are_strict():
     assert tools.startswith(plain)
 
 
-def test_the_old_context_settings_stay_reachable_by_config():
-    """experiments/context/old-32k-summary.toml is the bench's old arm; each part is a one-field variant."""
+def test_the_context_follows_the_field_and_the_old_arm_of_the_bench_is_reachable():
+    """No summary and the server's counts are not switches any more (settled: FIELD §2, DESIGN §4);
+    the context bench's old arm (32K, eviction to half, cut replies kept whole) still loads."""
     from duck.bench.context import OLD
-    from duck.paths import REPO as ROOT
-    old = load_config([ROOT / "experiments" / "context" / "old-32k-summary.toml"])
-    same = load_config(overrides=OLD)
-    for f in ("context_tokens", "evict_to", "trim_summary", "exact_tokens"):
-        assert getattr(old.agent, f) == getattr(same.agent, f)
-    assert old.model.cut_thinking_chars == same.model.cut_thinking_chars == 0
-    assert (old.agent.context_tokens, old.agent.evict_to, old.agent.trim_summary) == (32768, 0.5, True)
-    new = load_config()
-    assert (new.agent.context_tokens, new.agent.evict_to, new.agent.trim_summary, new.agent.exact_tokens,
-            new.model.cut_thinking_chars) == (131072, 0.45, False, True, 4000)
-    for name in ("context-summary", "context-estimates", "evict-half", "thinking-cut-kept"):
-        assert (ROOT / "experiments" / f"{name}.toml").is_file()
-
-
-def test_compress_actions():
-    assert compress_actions(["UP", "UP", "UP", "LEFT", "UP"]) == "UP x3, LEFT, UP"
+    old, new = load_config(overrides=OLD), load_config()
+    assert (old.agent.context_tokens, old.agent.evict_to, old.model.cut_thinking_chars) == (32768, 0.5, 0)
+    assert (new.agent.context_tokens, new.agent.evict_to, new.model.cut_thinking_chars) == (131072, 0.45, 4000)
+    assert not {"trim_summary", "exact_tokens"} & set(type(new.agent).model_fields)
 
 
 @pytest.mark.public

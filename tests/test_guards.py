@@ -5,16 +5,11 @@ guard is one line in the tool message; the switches turn them off; replays take 
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
-from duck.agent.turn import tool_content
 from duck.config import load_config
-from duck.lab.replay_loop import ReplayKernel
+from duck.lab.replay_caps import ReplayKernel
 from duck.sandbox import batch_guards
 from duck.sandbox.batch_guards import Guards
-from duck.sandbox.dialect import DUCK
-
-AGENT = load_config().agent  # the defaults: guards on, compact results
+from duck.sandbox.host import CallResult
 
 LEVEL_1 = "action(['DOWN', 'LEFT', 'UP', 'RIGHT'])"  # zs01's level 1 (solution.json)
 
@@ -31,8 +26,7 @@ def test_a_batch_stops_after_an_action_that_changed_only_the_hud(make_kernel):
     assert r.kind == "ok" and r.actions == ["UP"] and "['UP'] no_effect" in r.stdout
     assert r.action_results[-1]["guard"] == ("guard: UP (action 1 of this call) changed nothing away from the HUD "
                                              "border, so the 2 later actions of its batch were not played")
-    text = tool_content(r, AGENT)
-    assert text.count("guard:") == 1 and "actions: 1 played: UP;" in text
+    assert r.text.count("guard:") == 1 and "actions: 1 played: UP;" in r.text
     # on level 1 the same call may still act (probing): only from level 2 is it refused
     r = k.run("action(['UP', 'RIGHT'])\nr = action('RIGHT')\nprint(r['executed'])")
     assert r.actions == ["UP", "RIGHT"] and "True" in r.stdout
@@ -48,10 +42,8 @@ def test_from_level_2_no_action_follows_an_ineffective_one_and_code_cannot_catch
     r = k.run(code)
     assert r.actions == ["UP"] and k.session.game.actions == n + 1  # RIGHT never reached the game
     assert r.kind == "stopped" and "caught" not in r.stdout and "after" not in r.stdout
-    assert r.message["stopped"].startswith("guard: not played and the call ended: from level 2 on")
-    assert "timed out" not in r.text
-    text = tool_content(r, AGENT)
-    assert "actions: 1 played: UP;" in text and text.count("guard:") == 1
+    assert "\nguard: not played and the call ended: from level 2 on" in r.text and "timed out" not in r.text
+    assert "actions: 1 played: UP;" in r.text and r.text.count("guard:") == 1
     # a bare except that swallows the stop gains nothing: every later request is refused too
     r = k.run("action('DOWN')\nfor _ in range(3):\n    try:\n        action('RIGHT')\n    except BaseException:\n"
               "        pass\nprint('went on')")
@@ -59,38 +51,31 @@ def test_from_level_2_no_action_follows_an_ineffective_one_and_code_cannot_catch
     assert k.run("action('RIGHT')").actions == ["RIGHT"]  # a new call acts again
 
 
-def test_the_switches_turn_the_guards_off(make_kernel):
+def test_the_switch_turns_the_guards_off(make_kernel):
     k = make_kernel("zb01")
     assert not batch_guards.install(k, Guards(stop_on_no_effect=False, block_from_level=0))
     assert k.host.guards is None
     r = k.run("action(['UP', 'RIGHT', 'RIGHT'])")
     assert r.actions == ["UP", "RIGHT", "RIGHT"] and "guard" not in r.text
-    g = batch_guards.from_config(load_config(overrides=["agent.guard_stop_on_no_effect=false",
-                                                        "agent.guard_block_from_level=0"]).agent)
-    assert not g.active
+    assert not batch_guards.from_config(load_config(overrides=["agent.guards=false"]).agent).active
+    assert batch_guards.from_config(load_config().agent) == Guards()  # on by default
 
 
-def test_the_duck_dialect_and_replays_of_recorded_calls_take_no_guards(make_kernel):
-    assert not batch_guards.install(make_kernel("zb01", dialect=DUCK), Guards())
-    k = make_kernel("zb01")
-    replay = ReplayKernel(k.session, k.cfg, [])
-    try:
-        assert not batch_guards.install(replay, Guards()) and replay.host.guards is None
-    finally:
-        replay.close()
+def test_replays_of_recorded_calls_take_no_guards(make_kernel):
+    replay = make_kernel("zb01", kernel=ReplayKernel, caps=[])
+    assert not batch_guards.install(replay, Guards()) and replay.host.guards is None
 
 
 def test_no_action_after_a_level_change_is_reported_in_one_line(make_kernel):
     k = _guarded(make_kernel, "zs01")
     r = k.run(LEVEL_1 + "\nr = action('RIGHT')\nprint(r['executed'])")
     assert r.actions == ["DOWN", "LEFT", "UP", "RIGHT"] and "False" in r.stdout
-    lines = tool_content(r, AGENT).splitlines()
+    lines = r.text.splitlines()
     assert "actions: 4 played: DOWN, LEFT, UP, RIGHT (the level was completed); the next message shows the board" in lines
     assert ("not played: an earlier action of this call completed a level; no further action in this call"
             in lines)
 
 
-def test_guard_lines_reach_the_tool_message_without_a_real_kernel():
-    r = SimpleNamespace(message={"tool": "python", "returncode": 0}, actions=["UP"], text="",
-                        action_results=[{"executed": True, "stop_reason": "no_effect", "guard": "guard: x"}])
-    assert tool_content(r, AGENT) == "actions: 1 played: UP; the next message shows the board\nguard: x"
+def test_guard_lines_reach_the_tool_message_from_the_results_data():
+    r = CallResult("ok", actions=["UP"], action_results=[{"executed": True, "stop_reason": "no_effect", "guard": "guard: x"}])
+    assert r.text == "actions: 1 played: UP; the next message shows the board\nguard: x"

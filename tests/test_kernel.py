@@ -1,18 +1,15 @@
-"""duck.sandbox.host: the game variables, action(), deltas, records, gates, and the two dialects."""
+"""duck.sandbox.host: the game variables, action(), deltas, records, the tool message, restarts."""
 
 from __future__ import annotations
 
 import inspect
-import json
 import re
 from pathlib import Path
 
 from duck.game.actions import Action
 from duck.play.record import read_record
-from duck.sandbox.actions import TERMINAL_ERROR
-from duck.sandbox.dialect import DUCK
 from duck.sandbox.host import Kernel
-from conftest import ROOT, alive
+from conftest import ROOT
 
 ZS01_LEVEL1 = ["DOWN", "LEFT", "UP", "RIGHT"]
 
@@ -93,23 +90,25 @@ def test_host_actions_reach_the_kernel_as_deltas(make_kernel):
     assert r.stdout.splitlines() == ["3 LEFT [0, 1, 2] 1", "True True"]
 
 
-def test_message_shapes(make_kernel):
+def test_the_tool_message_is_rendered_once_from_the_results_data(make_kernel):
     k = make_kernel()
-    m = k.run("result = {'a': (1, 2), 'b': {3}}").message
-    assert m == {"tool": "python", "returncode": 0, "result": {"a": [1, 2], "b": [3]}}
-    m = k.run("print('hi')\naction('DOWN')").message
-    assert m["stdout"] == "hi\n" and m["last_action_result"]["executed"] is True
-    assert json.loads(k.run("print(1)").text)["stdout"] == "1\n"
-    assert k.run("   ").message == {"error": "python requires a non-empty `code` string."}
+    assert k.run("result = {'a': (1, 2), 'b': {3}}").text == 'result: {"a": [1, 2], "b": [3]}'
+    r = k.run("print('hi')\naction('DOWN')")
+    assert r.text == "stdout:\nhi\nactions: 1 played: DOWN; the next message shows the board"
+    assert r.action_results[-1]["executed"] is True and r.stdout == "hi\n"
+    assert k.run("   ").text == "error: python requires a non-empty `code` string."
     r = k.run("x = (")
-    assert r.kind == "syntax" and "SyntaxError" in r.error
+    assert r.kind == "syntax" and "SyntaxError" in r.error and r.text.startswith("error:\n  File \"<cell-4>\"")
+    assert k.run("pass").text == "(no output)"
+    r = k.run("print('a' * 5000)")
+    assert r.stdout_total == 5001 and "(printed 5001 characters; only the first and last parts are shown)" in r.text
 
 
 def test_notes_survive_a_restart(make_kernel):
     k = make_kernel()
     k.run("notes['goal'] = 'reach the blue tile'\nhelper = 1")
     r = k.run("import os\nos._exit(1)")
-    assert r.kind == "crash" and r.restarted and "restarted" in r.message["error"]
+    assert r.kind == "crash" and r.restarted and "restarted" in r.text
     r = k.run("print(notes, 'helper' in globals())")
     assert r.stdout.strip() == "{'goal': 'reach the blue tile'} False"
     assert k.notes == {"goal": "reach the blue tile"}
@@ -125,56 +124,20 @@ def test_our_tracebacks_show_the_snippet_not_the_sandbox(make_kernel):
     assert 'File "<cell-2>", line 2' in r.error and "json" in r.error.splitlines()[-3]
 
 
-def test_duck_dialect(make_kernel):
-    k = make_kernel(dialect=DUCK)
-    assert k.run("print(valid_actions)").stdout.strip() == "['UP', 'DOWN', 'LEFT', 'RIGHT', 'ACTION7']"
-    r = k.run("print(action('ACTION7')['error'])")
-    assert r.stdout.strip() == "Unknown action at index 1: 'ACTION7'"
-    r = k.run("import numpy")
-    assert r.message == {"tool": "python", "error": "Traceback (most recent call last):\n"
-                         "  File \"<python_tool>\", line 1, in <module>\n"
-                         "ImportError: Module 'numpy' is not allowed in the sandbox."}
-    assert "NameError: __build_class__ not found" in k.run("class A: pass").error
-    assert k.run("x = 1").kind == "ok" and "NameError" in k.run("print(x)").error  # fresh namespace
-    assert k.run("x = (").message == {"error": "Python syntax error: '(' was never closed (<python_tool>, line 1)"}
-    r = k.run("action('DOWN')")
-    assert list(r.message) == ["tool", "returncode", "result"] and "animation" not in r.message["result"]
-    r = k.run("print('a' * 5000)")
-    assert r.message["stdout"].endswith("\n... [truncated 905 chars]") and r.message["truncated"] is True
-
-
-def test_the_dialect_survives_a_restart(make_kernel):
-    k = make_kernel(dialect=DUCK)
-    k.restart()  # what a crash or a hung call leads to
-    assert "not allowed in the sandbox" in k.run("import numpy").error
-    assert k.run("print(valid_actions)").stdout.strip() == "['UP', 'DOWN', 'LEFT', 'RIGHT', 'ACTION7']"
-
-
-def test_a_gate_can_end_a_call_or_declare_the_time_up(make_kernel):
+def test_the_ducks_recorded_names_still_play(make_kernel):
+    """One dialect: the Duck's names (ACTION1-7, MOUSE with row and col) are ours too; ACTION7
+    is UNDO, listed under that name."""
     k = make_kernel()
-    asked = []
-
-    def end_after_one(executed, stage):
-        asked.append((executed, stage))
-        return "end" if executed >= 1 else "go"
-
-    r = k.run("action(['DOWN', 'LEFT'])\nprint('not reached')", gate=end_after_one)
-    assert r.kind == "stopped" and r.actions == ["DOWN"] and r.stdout == ""
-    assert asked == [(0, "request"), (0, "action"), (1, "action")]
-    assert k.run("print(len(history), last_action)").stdout == "2 DOWN\n"  # the next call is not gated
-    r = k.run("r = action(['LEFT', 'UP'])\nprint(r['stop_reason'], r['executed_count'])\n"
-              "print(action('UP')['error'])", gate=lambda executed, stage: "stop" if executed >= 1 else "go")
-    assert r.stdout.splitlines() == ["stopped 1", TERMINAL_ERROR]
-    assert k.run("print(action('UP')['error'])").stdout.strip() == TERMINAL_ERROR  # time stays up
-    alive(k)
+    r = k.run("action('ACTION2')\nprint(action('ACTION7')['action_display'], valid_actions[-1])")
+    assert r.actions == ["DOWN", "UNDO"] and r.stdout == "UNDO UNDO\n"
 
 
 def test_the_production_kernel_knows_no_replay_caps(make_kernel):
-    """The trace replay's caps live in duck.lab.replay_caps; the sandbox only offers the gate,
-    and a call without one plays every action it asks for."""
-    assert set(inspect.signature(Kernel.run).parameters) == {"self", "code", "timeout_s", "info", "gate"}
-    for f in Path(ROOT, "duck", "sandbox").glob("*.py"):
-        assert not re.search(r"max_actions|on_cap|RecordedCap|trace_caps", f.read_text()), f
+    """The trace replay's caps live in duck.lab.replay_caps (a kernel of its own); the sandbox
+    has no hook for them and no second dialect, and a call plays every action it asks for."""
+    assert set(inspect.signature(Kernel.run).parameters) == {"self", "code", "timeout_s", "info"}
+    for f in Path(ROOT, "duck", "sandbox").rglob("*.py"):
+        assert not re.search(r"max_actions|on_cap|RecordedCap|trace_caps|dialect|Gate\b|gate=", f.read_text()), f
     k = make_kernel()
     r = k.run("print(action(['DOWN', 'LEFT', 'UP'])['executed_count'])")
     assert r.actions == ["DOWN", "LEFT", "UP"] and r.stdout == "3\n"

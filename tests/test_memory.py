@@ -1,6 +1,6 @@
 """Memory across levels (duck.agent.memory): per solved level its actions, the winning attempt's
 tail and the rule the model states once; shown on the first turn of every later level and kept
-through a trim of old turns (right after the system prompt), switchable off."""
+through a trim of old turns (right after the system prompt)."""
 
 from __future__ import annotations
 
@@ -82,11 +82,3 @@ def test_the_memory_survives_a_trim_right_after_the_system_prompt(tmp_path):
     assert trimmed, "no request after the first levels' turns were trimmed"
     after_system = _text(trimmed[-1][1])
     assert "- Level 1: solved in 4 actions" in after_system and "Your rule: slide to green." in after_system
-
-
-def test_the_switch_off_shows_no_memory(tmp_path):
-    replies = [{"content": "go", "code": LEVELS[0]}, {"content": "Rule: x", "code": LEVELS[1]},
-               {"content": "go", "code": "print(1)"}]
-    seen, _ = _play(replies, tmp_path, "agent.level_memory=false")
-    assert all("Solved levels" not in json.dumps(b["messages"]) and "State its rule" not in json.dumps(b["messages"])
-               for b in seen)

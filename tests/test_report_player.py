@@ -136,7 +136,7 @@ def model_run(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("player_model") / "run"
     with StubServer(SolutionModel(BUNDLED)) as url:
         cfg = load_config(overrides=["model.retries=0", "model.name=stub", "agent.fallback=null", "play.policy=llm",
-                                     f'model.urls=["{url}"]', "agent.image_scale=4"])
+                                     f'model.urls=["{url}"]'])
         play_folder(BUNDLED, out, cfg, games=["zc01"])
     write_report(out)
     return out

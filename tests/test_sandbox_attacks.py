@@ -36,6 +36,7 @@ from duck.play.record import RecordWriter, read_record
 from duck.play.session import Session
 from duck.sandbox import isolation
 from duck.sandbox.host import Kernel
+from duck.sandbox.render import OUTPUT_CHARS
 
 MESSAGE_LIMIT = 64_000  # characters of one tool message, whatever the snippet did
 
@@ -138,7 +139,8 @@ def _check(k: Kernel, attack, targets: Targets, canary: str) -> None:
         assert r.restarted, f"{attack.name}: {text[:800]}"
     if attack.survives:
         assert not r.restarted, f"{attack.name} was not refused: {text[:800]}"
-    json.dumps(r.message).encode("utf-8")  # any string the worker sent is valid text now
+    r.text.encode("utf-8")  # any string the worker sent is valid text now
+    json.dumps([r.stdout, r.error, r.result, r.action_results]).encode("utf-8")
     assert targets.reached() == [], f"{attack.name} reached a service outside the sandbox"
     alive(k)
 
@@ -189,9 +191,9 @@ def test_every_layer_is_reported_and_applied(attacked_kernel):
     assert ev["data"] == k.layers
 
 
-def _probe(k: Kernel, code: str) -> str:
+def _probe(k: Kernel, code: str, timeout_s: float | None = None) -> str:
     """`code`'s output, the in-process guard switched off first (the layers are the OS's)."""
-    r = k.run(UNGUARD + code)
+    r = k.run(UNGUARD + code, timeout_s=timeout_s)
     assert r.kind == "ok", r.text
     return r.stdout.strip()
 
@@ -261,10 +263,10 @@ def test_no_process_trick_hangs_the_host(open_place, name):
 def test_restart_keeps_the_game_and_says_why(attacked_kernel):
     k, targets, _ = attacked_kernel
     k.run("keep = 1\nr = action('UP')")
-    before = len(k.entries)
+    before = len(k.state.entries)
     attack = next(a for a in ATTACKS if a.name == "forged-done-with-bad-types")
     r = k.run(attack.render(**targets.where))
-    assert r.kind == "crash" and r.restarted and "protocol violation" in r.message["error"]
+    assert r.kind == "crash" and r.restarted and "protocol violation" in r.text.splitlines()[0]
     r = k.run("print(len(history), 'keep' in globals())")
     assert r.stdout == f"{before} False\n"
 
@@ -274,7 +276,7 @@ def test_a_flood_of_tiny_output_messages_is_capped_in_total(attacked_kernel):
     call wrote a 51 MB conversation line. The head is the whole call's."""
     k, targets, _ = attacked_kernel
     r = k.run(next(a for a in ATTACKS if a.name == "tiny-forged-out-messages").render(**targets.where))
-    assert len(r.text) < 3 * k.cfg.output_chars, len(r.text)
+    assert len(r.text) < 3 * OUTPUT_CHARS, len(r.text)
     assert r.stdout.count("chars cut") <= 1
 
 
@@ -295,7 +297,8 @@ def test_the_worker_has_a_memory_cgroup_that_goes_with_it(attacked_kernel):
     folder = Path(k.cgroup["dir"])
     assert k.cgroup["limit"] == int(Path(k.cgroup["limit_file"]).read_text())
     assert str(k.proc.pid) in (folder / "cgroup.procs").read_text().split()
-    assert _probe(k, "import numpy as np\nx = np.ones(300 << 17)\nprint(x.sum() > 0)") == "True"  # 300 MB
+    # 300 MB; its own time limit: on 2 loaded cores the kernel's 3 s did not always suffice
+    assert _probe(k, "import numpy as np\nx = np.ones(300 << 17)\nprint(x.sum() > 0)", timeout_s=30) == "True"
     peak = folder / ("memory.max_usage_in_bytes" if "v1" in k.cgroup["version"] else "memory.peak")
     if peak.exists():
         assert int(peak.read_text()) > 290 << 20  # the worker's memory is charged here
@@ -329,7 +332,7 @@ def test_fallback_without_landlock_and_namespaces(open_place):
             assert k.layers["uid"].startswith("off: the Python installation")
             assert k.layers["filesystem"].startswith("off: turned off; file modes do not hold")  # root reads all
             r = k.run("import sys\nsys.modules['_thread'].start_new_thread(sys.modules['time'].sleep, (1000,))")
-            assert r.restarted and "thread" in r.message["kernel"]
+            assert r.restarted and "thread" in next(ln for ln in r.text.splitlines() if ln.startswith("kernel: "))
             return
         assert k.layers["uid"].startswith("on") and isolation.relies_on_file_modes(cfg.layers_off)
         assert k.layers["filesystem"].startswith("on: file modes")  # verified: a root-only probe file stays closed

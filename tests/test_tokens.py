@@ -84,7 +84,7 @@ def test_the_stand_in_tokenizer_costs_code_and_tool_results_more_than_english():
 def test_counts_are_the_servers_cached_per_message_and_the_context_predicts_each_prompt():
     """The agent's context, counting through the client's /tokenize, predicts every request's
     prompt tokens as the server then counts them (usage), within a few tokens per message."""
-    tools = python_tool(4096)
+    tools = python_tool()
     replies = [{"content": f"Plan {i}", "reasoning": "I think the blue cell is the key. " * (20 + 7 * i),
                 "code": f"print(current_frame.level)  # {'x' * 40 * i}"} for i in range(8)]
     with StubServer(FixedModel(replies)) as url:

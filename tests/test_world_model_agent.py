@@ -81,10 +81,10 @@ def test_the_ab_arms_differ_in_the_tools_only():
     from conftest import ROOT
     from duck.lab.ab.config import config_diff, load_arm, policy_options
     exp = ROOT / "experiments"
-    a = load_arm([str(exp / "world-model" / "today.toml")])
-    b = load_arm([str(exp / "world-model" / "today.toml"), str(exp / "world-model-tools.toml")])
+    a = load_arm([str(exp / "baseline.toml")])
+    b = load_arm([str(exp / "baseline.toml"), str(exp / "world-model-tools.toml")])
     assert [d["field"] for d in config_diff(a, b)] == ["agent.world_model_tools"]
-    assert a.play.policy == "llm" and a.agent.keep_notes_on_game_over  # today's defaults, not the Duck's
+    assert a.play.policy == "llm" and a.agent.guards  # today's defaults
     agents = [make_policy(c.play.policy, 0, **policy_options(c, unit_index=0)).llm() for c in (a, b)]
     assert agents[0].kernel_factory.__name__ == "Kernel" and agents[1].kernel_factory.__name__ == "factory"
     assert "## Method" in agents[1].ctx.system["content"] and "## Method" not in agents[0].ctx.system["content"]

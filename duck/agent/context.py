@@ -17,10 +17,10 @@ prompt tokens came from the cache). Here:
   budget), so the prompt changes once and the next ~half budget of growth reuses one cached
   prefix. Never the current turn (the template then raises "No user query found"), and never
   a history the template rejects: what remains starts with a turn's user message;
-* no summary of what was dropped by default (the field saw no gain from summaries; `summary`
-  switches the old one on for the A/B, prompts/summary.j2). What must survive a trim is the
-  kernel's state (its own process) and the per-level memory: `carry`, a callable returning one
-  user message or None, placed right after the system prompt whenever old turns are trimmed.
+* no summary of what was dropped (the field saw no gain from summaries, FIELD §2). What must
+  survive a trim is the kernel's state (its own process) and the per-level memory: `carry`, a
+  callable returning one user message or None, placed right after the system prompt whenever
+  old turns are trimmed.
 
 What goes into the messages (the prompt files, the turn's board image, what a call's
 actions did) is duck.agent.turn.
@@ -28,18 +28,14 @@ actions did) is duck.agent.turn.
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
 
-from duck.agent.turn import render
-from duck.game.actions import display_name
 from duck.llm.tokens import TokenCounter, features
 from duck.play.conversation import NULL, ConversationWriter
 
-SUMMARY_TOKENS = 700  # room kept for the summary of dropped turns when it is on (prompts/summary.j2)
 # Headroom while any count is an estimate: the server refuses a prompt that, with the output
 # cap, passes its window. (The server's counts err the other way: a few template tokens over.)
 ESTIMATE_MARGIN = 0.03
@@ -67,24 +63,18 @@ class Count:
 @dataclass
 class Turn:
     index: int
-    level: int
-    actions_before: int
     messages: list[dict[str, Any]] = field(default_factory=list)
     ids: list[int] = field(default_factory=list)  # the messages' ids in the conversation file
     counts: list[Count] = field(default_factory=list)  # the messages' tokens
-    actions: list[str] = field(default_factory=list)  # display strings the turn executed
-    outcome: str = ""  # what the actions did, in a few words
-    notes: str = ""  # the notes as they stood at the end of the turn
 
 
 class Context:
-    """System prompt + [carry] + [summary] + turns; see the module docstring. Every message
-    added, and every trim, goes to `log` (the game's conversation file, duck.play.conversation).
-    `counter`: the server's per-message counts (duck.llm.client.ModelClient.counter); None
-    estimates only (calibrated by `observe`)."""
+    """System prompt + [carry] + turns; see the module docstring. Every message added, and
+    every trim, goes to `log` (the game's conversation file, duck.play.conversation).
+    `counter`: the server's per-message counts (duck.llm.client.ModelClient.counter: estimates
+    where the server cannot count); None estimates only (calibrated by `observe`)."""
 
-    def __init__(self, system: str, budget: int, reserve: int, *, evict_to: float = 0.45, summary: bool = False,
-                 summarise: Callable[[list[Turn], list[dict[str, Any]]], str] | None = None,
+    def __init__(self, system: str, budget: int, reserve: int, *, evict_to: float = 0.45,
                  carry: Callable[[], dict[str, Any] | None] | None = None, counter: TokenCounter | None = None,
                  log: ConversationWriter = NULL) -> None:
         self.log = log
@@ -95,13 +85,8 @@ class Context:
         self.budget = budget
         self.reserve = reserve  # the output cap: prompt + output must fit the budget
         self.evict_to = evict_to
-        self.use_summary = summary or summarise is not None
-        self.summarise = summarise or summary_text
         self.carry = carry
-        self.head: list[tuple[dict[str, Any], int, Count]] = []  # carry, summary: (message, id, count)
-        self._carry: tuple[dict[str, Any], int, Count] | None = None
-        self.summary: dict[str, Any] | None = None
-        self.summary_items: list[dict[str, Any]] = []  # what all dropped turns established
+        self.head: list[tuple[dict[str, Any], int, Count]] = []  # the carried message: (message, id, count)
         self.turns: list[Turn] = []
         self.evictions = 0  # trims and dropped current turns (each changes the prompt's prefix)
         self.trims: list[dict[str, Any]] = []  # per trim: turns dropped, tokens before and after
@@ -111,13 +96,14 @@ class Context:
         self._offset = self.counter.overhead()
 
     # -- building -----------------------------------------------------------------------
-    def begin_turn(self, user: dict[str, Any], *, index: int, level: int, actions_before: int) -> Turn:
-        """A new turn, opened by a user message (what keeps every trimmed history valid)."""
+    def begin_turn(self, user: dict[str, Any], *, index: int, **meta: Any) -> Turn:
+        """A new turn, opened by a user message (what keeps every trimmed history valid);
+        `meta` goes into the conversation file with it (level, actions_before)."""
         if user.get("role") != "user":
             raise ValueError(f"a turn opens with a user message, not {user.get('role')!r}")
-        turn = Turn(index, level, actions_before)
+        turn = Turn(index)
         self.turns.append(turn)
-        self.add(user, level=level, actions_before=actions_before)
+        self.add(user, **meta)
         return turn
 
     def add(self, message: dict[str, Any], **meta: Any) -> int:
@@ -127,10 +113,6 @@ class Context:
         turn.counts.append(self._count(message))
         turn.ids.append(self.log.message(message, turn=turn.index, **meta))
         return turn.ids[-1]
-
-    def add_all(self, messages: list[dict[str, Any]]) -> None:
-        for m in messages:
-            self.add(m)
 
     @property
     def current(self) -> Turn:
@@ -202,7 +184,7 @@ class Context:
         fixed = before - sum(sizes) - sum(self._tokens(c) for _, _, c in self.head)
         carry = self._carry_message()
         head = ([self._count(carry)] if carry else [])
-        extra = sum(self._tokens(c) for c in head) + (SUMMARY_TOKENS if self.use_summary else 0)
+        extra = sum(self._tokens(c) for c in head)
         target = self.evict_to * self.budget
         drop = 1
         while drop < len(self.turns) - 1 and fixed + extra + sum(sizes[drop:]) > target:
@@ -221,10 +203,10 @@ class Context:
 
     def drop_current(self) -> Turn:
         """Forget the current turn (it could not fit); the next turn starts after the older
-        ones. The carried message stays as it is; the summary, when on, takes the turn in."""
+        ones. The carried message stays as it is."""
         before = self.estimate()
         turn = self.turns.pop()
-        self._trimmed([turn], self._carry, "drop_turn", before)
+        self._trimmed([turn], self.head[0] if self.head else None, "drop_turn", before)
         return turn
 
     def _carry_message(self) -> dict[str, Any] | None:
@@ -241,15 +223,9 @@ class Context:
 
     def _trimmed(self, dropped: list[Turn], carry: tuple[dict[str, Any], int, Count] | None, kind: str,
                  before: int) -> None:
-        """After turns were dropped: the new head (carry, summary), the log line, the counts."""
+        """After turns were dropped: the new head (the carried message), the log line, the counts."""
         old = [i for _, i, _ in self.head]
-        self._carry = carry
-        summary = None
-        if self.use_summary:
-            self.summary_items.extend(turn_item(t) for t in dropped)
-            self.summary = {"role": "user", "content": self.summarise(dropped, self.summary_items)}
-            summary = (self.summary, self.log.message(self.summary, kind="summary"), self._count(self.summary))
-        self.head = [h for h in (carry, summary) if h]
+        self.head = [carry] if carry else []
         self._version += 1
         self.evictions += 1
         after = self.estimate()
@@ -257,45 +233,6 @@ class Context:
             self.trims.append({"turns": [t.index for t in dropped], "tokens_before": before, "tokens_after": after,
                                "dropped_tokens": int(sum(self.turn_tokens(t) for t in dropped))})
         self.log.event(kind, turns=[t.index for t in dropped], ids=[i for t in dropped for i in t.ids],
-                       replaced=old, summary=summary[1] if summary else None, carry=carry[1] if carry else None,
+                       replaced=old, summary=None, carry=carry[1] if carry else None,  # (no summary any more)
                        estimate_before=before, estimate_after=after, budget=self.budget,
                        low_water=self.evict_to, exact=self.exact)
-
-
-def turn_item(t: Turn) -> dict[str, Any]:
-    """One dropped turn, reduced to what the summary shows."""
-    return {"turn": t.index, "level": t.level, "actions_before": t.actions_before,
-            "actions": list(t.actions), "outcome": t.outcome, "notes": t.notes}
-
-
-def compress_actions(actions: list[str]) -> str:
-    """['UP', 'UP', 'LEFT'] → 'UP x2, LEFT'."""
-    out: list[str] = []
-    for a in actions:
-        if out and out[-1].rsplit(" x", 1)[0] == a:
-            base, _, n = out[-1].partition(" x")
-            out[-1] = f"{a} x{int(n or 1) + 1}"
-        else:
-            out.append(a)
-    return ", ".join(out)
-
-
-def level_digest(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per level: turns, actions, and how often each action was used."""
-    levels: dict[int, dict[str, Any]] = {}
-    for it in items:
-        d = levels.setdefault(it["level"], {"level": it["level"], "turns": 0, "actions": 0,
-                                            "counts": Counter(), "outcomes": Counter()})
-        d["turns"] += 1
-        d["actions"] += len(it["actions"])
-        d["counts"].update(display_name(a) for a in it["actions"])
-        if it["outcome"]:
-            d["outcomes"][it["outcome"]] += 1
-    return [levels[k] for k in sorted(levels)]
-
-
-def summary_text(dropped: list[Turn], items: list[dict[str, Any]], recent: int = 24) -> str:
-    """The compact summary of dropped turns, when `summary` is on (prompts/summary.j2)."""
-    tail = [dict(it, actions_text=compress_actions(it["actions"])) for it in items[-recent:]]
-    return render("summary.j2", first_turn=items[0]["turn"], last_turn=items[-1]["turn"],
-                  levels=level_digest(items), recent=tail, notes=items[-1]["notes"])

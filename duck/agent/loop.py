@@ -16,19 +16,18 @@ composition root, duck.policies, which hands the game to the fallback, and the s
 
 Everything the model sees and writes goes to the session's conversation file
 (duck.play.conversation): the context logs each message and eviction, the loop each request,
-reply, failure, turn end and notes change.
+reply, failure, turn end and change of the model's `notes` dict (the kernel's: with the
+kernel's namespace and the level memory, that is all the memory there is).
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any, Callable
 
 from duck.agent.context import Context, ContextFull
 from duck.agent.memory import LevelMemory
-from duck.agent.turn import (call_facts, count_images, python_tool, render, system_prompt, tool_content,
+from duck.agent.turn import (Correction, call_facts, count_images, python_tool, render, system_prompt, tool_calls,
                              turn_message)
-from duck.agent.notes import Notes
 from duck.config import Config, KernelConfig
 from duck.game.actions import RESET
 from duck.llm.client import ContextOverflow, ModelClient, ModelError, join_urls, pick_url, request_seed
@@ -36,14 +35,6 @@ from duck.play.conversation import NULL
 from duck.play.session import PlayStopped, Session
 from duck.sandbox import batch_guards
 from duck.sandbox.host import Kernel
-
-
-class Correction(Exception):
-    """A reply the loop cannot run; `message` is the short corrective sent back."""
-
-    def __init__(self, reason: str, detail: Any = "") -> None:
-        super().__init__(f"{reason}: {detail}")
-        self.message = render("correct.j2", reason=reason, detail=detail)
 
 
 class TurnStalled(Exception):
@@ -64,30 +55,8 @@ class ContextTooSmall(Exception):
 
 
 FULL_TURNS_IN_A_ROW = 3  # turns dropped as too long, none acting, before the model's play ends
-
-
-def tool_calls(reply: Any) -> list[tuple[str, str]]:
-    """(call id, code) per tool call of a reply; raises Correction."""
-    if getattr(reply, "dropped", None):  # the client dropped an unreadable call: say why, run none
-        raise Correction("dropped_call", reply.dropped[0]["why"])
-    if not reply.tool_calls:
-        raise Correction(f"cut_{reply.cut}" if reply.cut else "no_tool_call")
-    out = []
-    for c in reply.tool_calls:
-        if c.name != "python":
-            raise Correction("wrong_tool", c.name)
-        try:
-            args = json.loads(c.arguments or "{}")
-        except ValueError as e:
-            raise Correction("bad_arguments", f"invalid JSON: {e}") from e
-        if not isinstance(args, dict):
-            raise Correction("bad_arguments", "the arguments are not an object")
-        strings = [v for v in args.values() if isinstance(v, str)]
-        code = args.get("code", strings[0] if len(strings) == 1 else None)
-        if not isinstance(code, str) or not code.strip():
-            raise Correction("empty_code")
-        out.append((c.id, code.rstrip()))
-    return out
+NUDGE_AFTER_CALLS = 6  # calls in a turn without an action before "act now"
+MAX_CALLS_PER_TURN = 16  # then the turn ends and a fresh one starts
 
 
 class AgentPolicy:
@@ -103,16 +72,12 @@ class AgentPolicy:
         self.seed, self.pass_, self.url_index = seed, pass_, url_index
         self.urls = join_urls(model_url) or self.cfg.model.urls
         self.kernel_factory = kernel_factory or Kernel
-        a = self.cfg.agent
-        self.notes = Notes(limit=a.note_section_chars, carry_across_levels=a.carry_notes_across_levels,
-                           keep_on_game_over=a.keep_notes_on_game_over, stop_at_blank_line=a.notes_stop_at_blank_line)
-        self.memory = LevelMemory(tail=a.memory_tail)
-        self.tools = python_tool(self.cfg.kernel.output_chars)
+        self.memory = LevelMemory()  # the solved levels, and where the current one began
+        self.tools = python_tool()
         self.conv = NULL  # the session's conversation file, from play()
-        self._notes_logged: dict[str, Any] | None = None
+        self._notes_logged: dict[str, Any] = {}
         self.client: ModelClient | None = None  # made in play(): it is named after the game
         self.ctx = self._new_context()
-        self.level_start = 0  # the game's action count when the current level began
 
     def play(self, session: Session) -> None:
         game_id = session.game.game_id
@@ -129,43 +94,29 @@ class AgentPolicy:
         finally:
             kernel.close()
             session.event("notes", f"end of play ({session.obs.state}, {session.obs.levels_completed} levels)",
-                          self.notes.as_dict())
+                          kernel.notes)
 
     def _new_context(self) -> Context:
-        a = self.cfg.agent
-        counter = self.client.counter(self.tools) if self.client is not None and a.exact_tokens else None
-        # The per-level memory survives a trim of old turns: the context carries it right after the
-        # system prompt (duck.agent.memory).
-        return Context(system_prompt(self.cfg), a.context_tokens, self.cfg.model.max_output_tokens,
-                       evict_to=a.evict_to, summary=a.trim_summary, counter=counter, log=self.conv,
-                       carry=self.memory.carry if a.level_memory else None)
+        # Token counts from the server where it can count (/tokenize), estimates where not. The
+        # per-level memory survives a trim of old turns: the context carries it right after
+        # the system prompt (duck.agent.memory).
+        counter = self.client.counter(self.tools) if self.client is not None else None
+        return Context(system_prompt(self.cfg), self.cfg.agent.context_tokens, self.cfg.model.max_output_tokens,
+                       evict_to=self.cfg.agent.evict_to, counter=counter, log=self.conv, carry=self.memory.carry)
 
     def _loop(self, session: Session, kernel: Any) -> None:
-        last, stalled, turn, full, opened = None, 0, 0, 0, True
+        last, stalled, turn, full = None, 0, 0, 0
         while True:
             if reason := session.stop_reason():
                 raise PlayStopped(reason)
-            if session.fresh is not None and session.fresh.is_set():
-                # The scheduler's fresh start: a new conversation on the same board; the
-                # notes (what was learnt) carry over, the stuck line of thought does not.
-                self.conv.event("fresh_start", turn=turn)
-                self.ctx, last, stalled, opened = self._new_context(), None, 0, True
-                session.fresh.clear()
-                session.event("fresh_start", f"fresh model context at turn {turn}", self.notes.as_dict())
             levels = session.obs.levels_completed
-            kernel.new_turn()
-            a = self.cfg.agent
-            memory = self.memory.block() if a.level_memory and (opened or (last and last.level_completed)) else ""
             self.ctx.begin_turn(turn_message(
-                session, a, self.notes, last, stalled, turn == 0, self.level_start, memory=memory,
-                ask_rule=self.memory.asking if a.level_memory else None, conv=self.conv,
-                show_notes=a.notes_in_turn or (opened and turn > 0),  # a fresh context: what was learnt
-                room=self.cfg.model.serve.images_per_prompt - count_images(self.ctx.messages())),
+                session, last, stalled, turn == 0, self.memory.start,
+                memory=self.memory.block() if last and last.level_completed else "", ask_rule=self.memory.asking,
+                conv=self.conv, room=self.cfg.model.serve.images_per_prompt - count_images(self.ctx.messages())),
                 index=turn, level=levels + 1, actions_before=session.game.actions)
-            opened = False
             try:
-                last, stalled, full = self._turn(session, kernel, turn), 0, 0
-                self.ctx.current.notes = "\n".join(f"{n['name']}: {n['text']}" for n in self.notes.view())
+                last, stalled, full = self._turn(session, kernel, turn, levels), 0, 0
                 ended = last.text
             except TurnStalled as e:
                 last, stalled, ended = None, e.calls, f"stalled after {e.calls} calls"
@@ -183,13 +134,10 @@ class AgentPolicy:
             if last is not None:
                 self.memory.played(last.actions)
             if session.obs.levels_completed > levels:
-                session.event("notes", f"end of level {levels + 1}", self.notes.as_dict())
-                solved = self.memory.level_done(levels + 1, session.game.actions - self.level_start)
+                session.event("notes", f"end of level {levels + 1}", kernel.notes)
+                solved = self.memory.level_done(levels + 1, session.game.actions)
                 self.conv.event("level_memory", level=levels + 1, actions=solved.actions, tail=solved.tail)
-                self.level_start = session.game.actions
                 session.yield_slot("level")  # the scheduler's point to hand the server slot on
-            self.notes.after_turn(session.obs.levels_completed, session.obs.state)
-            self._log_notes(turn)
             if session.obs.state == "GAME_OVER":  # only RESET does anything now: play it for the model
                 self.memory.game_over()
                 kernel.act(RESET, {"auto": "reset after GAME_OVER"})
@@ -197,10 +145,10 @@ class AgentPolicy:
                     last.auto_reset = True
             turn += 1
 
-    def _turn(self, session: Session, kernel: Any, turn: int) -> Any:
-        a, failures = self.cfg.agent, 0
-        for call in range(a.max_calls_per_turn):
-            if call == a.nudge_after_calls:
+    def _turn(self, session: Session, kernel: Any, turn: int, levels: int) -> Any:
+        failures = 0
+        for call in range(MAX_CALLS_PER_TURN):
+            if call == NUDGE_AFTER_CALLS:
                 self.ctx.add({"role": "user", "content": render("correct.j2", reason="act_now", detail=call)},
                              call=call, correction="act_now")
             if reason := session.stop_reason():
@@ -211,7 +159,7 @@ class AgentPolicy:
             except ModelError as e:
                 failures += 1
                 session.event("error", f"model request failed: {e}", {"turn": turn, "call": call})
-                if failures >= a.failures_before_fallback:
+                if failures >= self.cfg.agent.failures_before_fallback:
                     raise ModelDown(str(e)) from e
                 continue
             try:
@@ -220,15 +168,13 @@ class AgentPolicy:
                 for m in ([{"role": "tool", "tool_call_id": t.id, "content": c.message} for t in reply.tool_calls]
                           or [{"role": "user", "content": c.message}]):
                     self.ctx.add(m, call=call, correction=str(c))
-                self._log_notes(turn)
                 continue
             for k, (call_id, code) in enumerate(calls):
                 before = session.obs.grid
                 r = kernel.run(code, info={"turn": turn, "call": call, "seed": reply.seed})
-                self.ctx.add({"role": "tool", "tool_call_id": call_id, "content": tool_content(r, a)},
+                self.ctx.add({"role": "tool", "tool_call_id": call_id, "content": r.text},
                              call=call, result={"kind": r.kind, "actions": list(r.actions)})
-                self.notes.from_kernel(kernel.notes)
-                self._log_notes(turn)
+                self._log_notes(turn, kernel.notes)
                 if r.kind in ("timeout", "crash"):
                     session.event("timeout", f"kernel call {r.kind} (turn {turn}, call {call})",
                                   {"restarted": r.restarted})
@@ -237,28 +183,23 @@ class AgentPolicy:
                         self.ctx.add({"role": "tool", "tool_call_id": skipped_id,
                                       "content": render("correct.j2", reason="skipped", detail="")},
                                      call=call, correction="skipped")
-                    level = self.ctx.current.level - 1
-                    last = call_facts(r, session, a, level, before, session.game.actions - self.level_start)
-                    self.ctx.current.actions, self.ctx.current.outcome = list(r.actions), last.text
-                    return last
+                    return call_facts(r, session, levels, before, session.game.actions - self.memory.start)
                 if reason := session.stop_reason():
                     raise PlayStopped(reason)
-        raise TurnStalled(a.max_calls_per_turn)
+        raise TurnStalled(MAX_CALLS_PER_TURN)
 
-    def _log_notes(self, turn: int) -> None:
-        """A `notes` line whenever the notes changed (what changed: duck.play.conversation)."""
-        now = self.notes.as_dict()
-        if now != self._notes_logged:
-            self.conv.notes(turn, now, self._notes_logged)
-            self._notes_logged = now
+    def _log_notes(self, turn: int, notes: dict[str, Any]) -> None:
+        """A `notes` line whenever the model's `notes` dict changed (what changed: duck.play.conversation)."""
+        if notes != self._notes_logged:
+            self.conv.notes(turn, notes, self._notes_logged)
+            self._notes_logged = dict(notes)
 
     def _ask(self, session: Session, turn: int, call: int) -> Any:
         trimmed = self.ctx.fit()  # may drop old turns, or raise ContextFull
         # A trim loses the cached prefix anyway: the scheduler's point to hand the server slot
         # on; before any other request the game yields only if the scheduler preempted it.
         session.yield_slot("trim" if trimmed else None)
-        seed = (request_seed(self.seed, session.game.game_id, self.pass_, turn, call)
-                if self.cfg.agent.seeded_sampling else None)
+        seed = request_seed(self.seed, session.game.game_id, self.pass_, turn, call)
         messages = self.ctx.messages()
         n = self.conv.request(self.ctx.message_ids(), turn=turn, call=call, seed=seed, estimate=self.ctx.estimate())
         try:
@@ -271,7 +212,6 @@ class AgentPolicy:
         marker = render("thinking_cut.j2", cut=reply.cut, dropped=reply.thinking_dropped) if reply.thinking_dropped else ""
         self.conv.reply(n, self.ctx.add(reply.message(marker), call=call, cut=reply.cut), reply)
         self.ctx.observe(len(messages), reply.prompt_tokens, reply.completion_tokens)
-        self.notes.from_reply(reply.content, reply.reasoning)
         if self.memory.from_reply(reply.content, reply.reasoning):
             self.conv.event("level_rule", level=self.memory.solved[-1].level, rule=self.memory.solved[-1].rule)
         session.event("model", f"turn {turn} call {call}",
@@ -286,8 +226,5 @@ def _conversation_start(cfg: Config, urls: list[str], tools: list[dict[str, Any]
     m, a = cfg.model, cfg.agent
     return {"model": m.name, "urls": urls, "tools": tools, "max_tokens": m.max_output_tokens,
             "sampling": {"temperature": m.temperature, "top_p": m.top_p, "top_k": m.top_k, "thinking": m.thinking,
-                         "preserve_thinking": m.preserve_thinking, "seeded": a.seeded_sampling},
-            "context_tokens": a.context_tokens, "evict_to": a.evict_to, "trim_summary": a.trim_summary,
-            "exact_tokens": a.exact_tokens, "cut_thinking_chars": m.cut_thinking_chars, "image_scale": a.image_scale,
-            "images": {"diff": a.diff_image, "death": a.death_images, "animation": a.animation_images,
-                       "animation_scale": a.animation_image_scale}}
+                         "preserve_thinking": m.preserve_thinking},
+            "context_tokens": a.context_tokens, "evict_to": a.evict_to, "cut_thinking_chars": m.cut_thinking_chars}

@@ -1,4 +1,5 @@
-"""Memory across levels and GAME_OVER: per solved level what it took, carried to later levels.
+"""Memory across levels and GAME_OVER, and the level bookkeeping: per solved level what it took,
+carried to later levels.
 
 The one text addition that helped in the field (+2.8 LB, FIELD §2): per solved level a short
 rule the model writes and the winning action tail, carried to later levels. Here, per solved
@@ -10,15 +11,18 @@ its first blank line).
 
 Where the model sees it (prompts/memory.j2), without breaking the cached prefix:
 
-* appended to the first turn message of every later level (and of a fresh context): new text
-  at the end of the prompt, so nothing before it is prefilled again; it costs its own tokens;
+* appended to the first turn message of every later level: new text at the end of the
+  prompt, so nothing before it is prefilled again; it costs its own tokens;
 * after a trim of old turns, as the context's `carry` message right after the system prompt
-  (duck.agent.context: issue 28's `carry` callable; until that lands, inside the summary
-  that replaces the trimmed turns): a trim re-prefills everything after the system prompt
-  anyway, so the memory adds only its own tokens to that prefill.
+  (duck.agent.context): a trim re-prefills everything after the system prompt anyway, so the
+  memory adds only its own tokens to that prefill.
 
-The kernel's namespace (the model's functions) is the other memory: kept for the whole game
-by the worker, and the system prompt says so.
+`LevelMemory` is also the one owner of the level bookkeeping: where the current level began
+(`start`, the game's action count then), its attempts and GAME_OVERs.
+
+The kernel is the other memory: its namespace (the model's functions) and the model's `notes`
+dict, kept for the whole game by the worker (the notes across restarts too), as the system
+prompt says.
 """
 
 from __future__ import annotations
@@ -27,8 +31,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from duck.agent.turn import compress, render
+from duck.agent.turn import render
+from duck.game.actions import compress
 
+MEMORY_TAIL = 20  # actions of the winning attempt kept per solved level
 RULE_LINES = 5
 RULE_CHARS = 600
 # "Rule:" at the start of a line, after list or heading marks, inside ** or __, maybe "Rule of level 2:".
@@ -66,8 +72,9 @@ class Solved:
 
 @dataclass
 class LevelMemory:
-    tail: int = 20
+    tail: int = MEMORY_TAIL
     solved: list[Solved] = field(default_factory=list)
+    start: int = 0  # the game's action count when the current level began
     attempt: list[str] = field(default_factory=list)  # the current attempt's actions
     game_overs: int = 0  # on the current level
     asking: int | None = None  # the level whose rule the current turn asks for
@@ -82,12 +89,12 @@ class LevelMemory:
         self.game_overs += 1
         self.attempt = []
 
-    def level_done(self, level: int, actions: int) -> Solved:
-        """Level `level` was solved in `actions` actions (all attempts); the next turn asks
-        for its rule."""
-        s = Solved(level, actions, self.game_overs, len(self.attempt), self.attempt[-self.tail:])
+    def level_done(self, level: int, game_actions: int) -> Solved:
+        """Level `level` was solved, the game being at `game_actions` actions; the next level
+        begins there, and the next turn asks for the rule of this one."""
+        s = Solved(level, game_actions - self.start, self.game_overs, len(self.attempt), self.attempt[-self.tail:])
         self.solved.append(s)
-        self.attempt, self.game_overs, self.asking = [], 0, level
+        self.attempt, self.game_overs, self.asking, self.start = [], 0, level, game_actions
         return s
 
     def from_reply(self, content: str, reasoning: str) -> bool:

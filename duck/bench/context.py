@@ -5,8 +5,8 @@ Two arms, side by side:
 * `new`: the defaults (duck/config.py): the Flash-Next plan's budget (131,072 prompt + output),
   trims down to 0.45 of it, no summary, the server's token counts (`/tokenize`), a cut
   reply's thinking cut to its tail;
-* `old`: the settings before (experiments/context/old-32k-summary.toml, `OLD` below): a 32K
-  budget, eviction to half with a summary, usage-plus-estimates, cut replies kept whole.
+* `old`: the settings before (`OLD` below): a 32K budget, eviction to half, cut replies kept
+  whole (the old summary and usage-plus-estimates counts were deleted as settled, issue 40).
 
 Each arm replays the Duck's recorded games (../shared/duck-traces: per game its complete run with
 the most requests, `--runs` of them) through the full agent loop: the stub server's trace
@@ -39,8 +39,7 @@ from typing import Any
 from duck.paths import PUBLIC_GAMES, SHARED
 
 # The old context settings (experiments/context/old-32k-summary.toml holds the same).
-OLD = ["agent.context_tokens=32768", "agent.evict_to=0.5", "agent.trim_summary=true", "agent.exact_tokens=false",
-       "model.cut_thinking_chars=0"]
+OLD = ["agent.context_tokens=32768", "agent.evict_to=0.5", "model.cut_thinking_chars=0"]
 
 
 def pick_runs(traces: Path, game: str | None, n: int | None) -> list[tuple[str, int]]:
@@ -92,7 +91,7 @@ def replay(traces: Path, games: Path, game: str, pass_: int, cfg: Any, out: Path
     class Timed(AgentPolicy):
         """The agent with stopwatches around its parts (the loop itself is unchanged)."""
 
-        def _turn(self, session: Any, kernel: Any, turn: int) -> Any:
+        def _turn(self, session: Any, kernel: Any, turn: int, *rest: Any) -> Any:
             if not getattr(self, "_wrapped", False):
                 self._wrapped = True
                 chat, krun = self.client.chat, kernel.run
@@ -113,7 +112,7 @@ def replay(traces: Path, games: Path, game: str, pass_: int, cfg: Any, out: Path
                 self.client.chat, kernel.run = timed_chat, timed_run
             t = time.perf_counter()
             try:
-                return super()._turn(session, kernel, turn)
+                return super()._turn(session, kernel, turn, *rest)
             finally:
                 timings[-1]["turn"] += time.perf_counter() - t
 
@@ -156,7 +155,7 @@ def arm(per_game: list[dict[str, Any]], cfg: Any) -> dict[str, Any]:
     n = len(per_game)
     pooled = summarise_rows(rows, trims)
     return {"budget_tokens": cfg.agent.context_tokens, "output_cap": cfg.model.max_output_tokens,
-            "low_water": cfg.agent.evict_to, "summary": cfg.agent.trim_summary, "exact_tokens": cfg.agent.exact_tokens,
+            "low_water": cfg.agent.evict_to,
             "cut_thinking_chars": cfg.model.cut_thinking_chars, "games": n, **pooled,
             "trims_per_game": round(trims / n, 2), "games_with_a_trim": sum(g["trims"] > 0 for g in per_game),
             "reprefill_tokens_per_game": round(pooled["reprefill_tokens"] / n),
@@ -177,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--old-budget", type=int, default=32768, help="the old arm's budget")
     p.add_argument("--synthetic-hours", type=float, default=3.0, help="hours of the long synthetic game (0: none)")
     p.add_argument("--out", default=None, help="run folder for the records (default: a temp folder)")
-    p.add_argument("--set", nargs="*", default=[], help="config overrides for both arms, e.g. kernel.output_chars=3000")
+    p.add_argument("--set", nargs="*", default=[], help="config overrides for both arms, e.g. kernel.call_timeout_s=20")
     args = p.parse_args(argv)
     from duck.bench.context_measure import synthetic_game
     from duck.config import load_config

@@ -149,7 +149,7 @@ def synthetic_game(cfg: Any, hours: float, seed: int = 0) -> dict[str, Any]:
     config `cfg` (the budget, low water, summary, exact counts, cut thinking). Returns the
     numbers of `summarise_rows` plus trims, turns and the harness time per turn."""
     from duck.agent.context import Context, ContextFull
-    from duck.agent.turn import image_part, python_tool, render
+    from duck.agent.turn import image_part, python_tool, render, system_prompt
     from duck.game.frames import grid_png
     from duck.llm.client import ModelClient
 
@@ -157,15 +157,13 @@ def synthetic_game(cfg: Any, hours: float, seed: int = 0) -> dict[str, Any]:
     seconds_per_call = 1200 / TOKENS_PER_S + 1.0  # ~18 s: decode of a mean reply, prefill and harness
     calls = max(1, int(hours * 3600 / seconds_per_call))
     server = MeasuringServer(FixedModel(synthetic_replies(seed, calls)))
-    tools = python_tool(cfg.kernel.output_chars)
+    tools = python_tool()
     a = cfg.agent
     harness: list[float] = []
     with server as url:
         client = ModelClient(url, cfg.model, session="synthetic:0")
-        ctx = Context(render("system.j2", call_timeout_s=cfg.kernel.call_timeout_s, output_chars=cfg.kernel.output_chars,
-                             world_model_tools=False),
-                      a.context_tokens, cfg.model.max_output_tokens, evict_to=a.evict_to, summary=a.trim_summary,
-                      counter=client.counter(tools) if a.exact_tokens else None)
+        ctx = Context(system_prompt(cfg), a.context_tokens, cfg.model.max_output_tokens, evict_to=a.evict_to,
+                      counter=client.counter(tools))
         board = npr.integers(0, 16, (64, 64)).astype(np.int8) // 4  # a few colours, as boards have
         made, turn = 0, 0
         while made < calls:

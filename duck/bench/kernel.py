@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from duck.paths import BUNDLED_GAMES, PUBLIC_GAMES
-from duck.game.actions import OUR_DIALECT_NAMES, RESET, Action
+from duck.game.actions import MODEL_NAMES, RESET, Action
 from duck.game.source import GameSource
 from duck.sandbox.host import Kernel
 from duck.play.session import Session
@@ -58,7 +58,7 @@ def _cycle(available: list[int]) -> tuple[list[Action], list[object]]:
         acts = [Action(i) for i in (simple[:2] if {1, 2} <= set(simple) else simple)]
     else:
         acts = [Action.at(r, c) for r, c in [(10, 10), (50, 50), (32, 32), (20, 40)]]
-    return acts, [OUR_DIALECT_NAMES.item(a) for a in acts]
+    return acts, [MODEL_NAMES.item(a) for a in acts]
 
 
 WARM_UP = """

@@ -3,10 +3,10 @@
 Renders the first request of a game (system prompt, the `python` tool's schema, the first turn
 message on a bundled game's board) through the served model's chat template as vLLM applies it
 (duck.testing.stub.render: Qwen3.8's by default; `chat_template` says which file) and prints, as
-JSON, per variant (the default config; `agent.world_model_tools` on; the Duck-like baseline of
+JSON, per variant (the default config; `agent.world_model_tools` on; the A/B baseline of
 experiments/baseline.toml): the system prompt's characters and tokens, the rendered request's
 characters and tokens, and the first turn's text tokens and image tokens (the board at
-`agent.image_scale` on Qwen3-VL's geometry: duck.llm.vision). Text tokens are the stub server's
+duck.agent.turn.IMAGE_SCALE on Qwen3-VL's geometry: duck.llm.vision). Text tokens are the stub server's
 count (its stand-in tokenizer, duck.testing.stub.tokenizer: no tokenizer ships here, so an
 estimate with the field's characters per token by kind: English ~3.6-3.8, code ~2.4).
 """
@@ -17,7 +17,6 @@ import json
 from pathlib import Path
 from types import SimpleNamespace
 
-from duck.agent.notes import Notes
 from duck.agent.turn import python_tool, system_prompt, turn_message
 from duck.config import Config, load_config
 from duck.game.images import png_size
@@ -35,7 +34,7 @@ def _first_turn(cfg: Config) -> dict:
     game = source.make(source.game_ids()[0])
     game.reset()
     session = SimpleNamespace(obs=game.obs, game=game, actions_left=1000)
-    return turn_message(session, cfg.agent, Notes(), None, 0, True, 0)
+    return turn_message(session, None, 0, True, 0)
 
 
 def measure(cfg: Config) -> dict[str, int]:
@@ -46,7 +45,7 @@ def measure(cfg: Config) -> dict[str, int]:
     import base64
     pixels = [png_size(base64.b64decode(p["image_url"]["url"].split(",", 1)[1])) for p in images]
     messages = [{"role": "system", "content": system}, {"role": "user", "content": text}]
-    rendered, _ = default_template().render(messages, python_tool(cfg.kernel.output_chars))
+    rendered, _ = default_template().render(messages, python_tool())
     return {"system_chars": len(system), "system_tokens": approx_tokens(system),
             "request_chars": len(rendered), "request_tokens": approx_tokens(rendered),
             "first_turn_text_tokens": approx_tokens(text),

@@ -55,7 +55,7 @@ def measure(n: int = 7, files: int = 1000) -> dict:
                 full.run("pass")
                 start.append((time.perf_counter() - t) * 1000)
                 t = time.perf_counter()
-                counted._over_quota()
+                counted.over_quota()
                 check.append((time.perf_counter() - t) * 1000)
         finally:
             full.close()

@@ -6,13 +6,14 @@ action in the project is defined here and nowhere else:
 * `Action(id, x, y)`: x is the column and y the row of a click, both in 0..63. The record
   stores `to_json()`, `[id]` or `[6, x, y]`; `str(Action)` is our short name (`UP`,
   `CLICK 12 40`: x then y), read back by `Action.parse`.
-* `ModelNames`: the names model code uses in the sandbox, one set per dialect
-  (`OUR_DIALECT_NAMES`, and `DUCK_DIALECT_NAMES` for the old agent's recorded code): what
-  `valid_actions` lists and what `action()` accepts. A click there is
+* `MODEL_NAMES`: the names model code uses in the sandbox: what `valid_actions` lists and
+  what `action()` accepts (the Duck's, so its recorded code runs, plus UNDO for ACTION7, CLICK
+  for MOUSE and clicks written as the results display them). A click there is
   `{"action": "MOUSE", "row": r, "col": c}`, row first (`Action.at(row, col)`).
 * `display(action)`: what the sandbox reports an executed action as (`UP`, `UNDO`, `RESET`,
   `MOUSE(row=46, col=46)`), byte for byte the Duck's, because recorded Duck code and its
-  traces compare these strings; `parse_display` reads them back.
+  traces compare these strings; `parse_display` reads them back, `compress` writes a list of
+  them in a few words.
 """
 
 from __future__ import annotations
@@ -93,14 +94,12 @@ RESET = Action(RESET_ID)
 
 @dataclass(frozen=True)
 class ModelNames:
-    """The action names of one sandbox dialect: `listed` (id -> the name `valid_actions` shows;
-    RESET is never listed), `accepted` (every name `action()` takes, upper case -> id) and
-    `click_strings`: whether a click may also be written as the text the results show it as,
-    `'MOUSE(row=20, col=20)'` (ours; the Duck refused it although it displayed clicks so)."""
+    """The action names of the sandbox: `listed` (id -> the name `valid_actions` shows; RESET
+    is never listed) and `accepted` (every name `action()` takes, upper case -> id); a click may
+    also be written as the text the results show it as, `'MOUSE(row=20, col=20)'`."""
 
     listed: Mapping[int, str]
     accepted: Mapping[str, int]
-    click_strings: bool = False
 
     def valid(self, available: list[int]) -> list[str]:
         """The names of the game's available actions, in the game's order."""
@@ -112,8 +111,8 @@ class ModelNames:
 
     def click_text(self, name: Any) -> tuple[int, int] | None:
         """(row, col) of a click written as text (`MOUSE(row=20, col=20)`, `CLICK(col=3, row=4)`,
-        any case and spacing), or None (not such a text, or this dialect takes none)."""
-        if not self.click_strings or not isinstance(name, str):
+        any case and spacing), or None."""
+        if not isinstance(name, str):
             return None
         m = _CLICK_TEXT.fullmatch(name.strip())
         if m is None:
@@ -136,35 +135,30 @@ _CLICK_TEXT = re.compile(r"(?:MOUSE|CLICK|ACTION6)\s*\(\s*((?:row|col)\s*=\s*-?\
 _CLICK_ARG = re.compile(r"(row|col)\s*=\s*(-?\d+)")
 
 _SIMPLE = {1: "UP", 2: "DOWN", 3: "LEFT", 4: "RIGHT", 5: "SPACE", CLICK_ID: "MOUSE"}
-# The old agent's (the Duck's) names: ACTION7 is listed but no name plays it.
-DUCK_DIALECT_NAMES = ModelNames(
-    listed=_SIMPLE | {UNDO_ID: "ACTION7"},
-    accepted={name: i for i, name in _SIMPLE.items()} | {"RESET": RESET_ID}
-    | {f"ACTION{i}": i for i in range(1, 7)})
-# Ours: the Duck's, plus UNDO (= ACTION7), CLICK (= MOUSE) and clicks written as displayed.
-OUR_DIALECT_NAMES = ModelNames(
+# The Duck's names (ACTION1-7, RESET, MOUSE and the key names), UNDO for ACTION7 and CLICK for MOUSE.
+MODEL_NAMES = ModelNames(
     listed=_SIMPLE | {UNDO_ID: "UNDO"},
-    accepted=dict(DUCK_DIALECT_NAMES.accepted) | {"ACTION7": UNDO_ID, "UNDO": UNDO_ID, "CLICK": CLICK_ID},
-    click_strings=True)
+    accepted={name: i for i, name in _SIMPLE.items()} | {"RESET": RESET_ID, "UNDO": UNDO_ID, "CLICK": CLICK_ID}
+    | {f"ACTION{i}": i for i in range(1, 8)})
 
 
 def display(action: Action) -> str:
     """The display string of an executed action: `UP`, `UNDO`, `RESET`, `MOUSE(row=y, col=x)`."""
     if action.id == CLICK_ID:
         return f"MOUSE(row={action.y}, col={action.x})"
-    return "RESET" if action.id == RESET_ID else OUR_DIALECT_NAMES.listed[action.id]
+    return "RESET" if action.id == RESET_ID else MODEL_NAMES.listed[action.id]
 
 
 _CLICK_DISPLAY = re.compile(r"MOUSE\(row=(-?\d+), col=(-?\d+)\)")
 
 
 def parse_display(text: str) -> Action:
-    """The action of a display string (either dialect's; a click's cell is clamped onto the
-    board). Raises ValueError for anything else."""
+    """The action of a display string (a click's cell is clamped onto the board). Raises
+    ValueError for anything else."""
     text = text.strip()
     if m := _CLICK_DISPLAY.fullmatch(text):
         return Action.at(m.group(1), m.group(2))
-    aid = OUR_DIALECT_NAMES.id(text)
+    aid = MODEL_NAMES.id(text)
     if aid is None or aid == CLICK_ID:
         raise ValueError(f"not an action display string: {text!r}")
     return Action(aid)
@@ -173,3 +167,14 @@ def parse_display(text: str) -> Action:
 def display_name(text: str) -> str:
     """The name part of a display string: `MOUSE(row=3, col=4)` -> `MOUSE`, `UP` -> `UP`."""
     return text.split("(", 1)[0]
+
+
+def compress(actions: list[str]) -> str:
+    """Display strings in a few words: ['UP', 'UP', 'LEFT'] → 'UP x2, LEFT'."""
+    out: list[list[Any]] = []
+    for a in actions:
+        if out and out[-1][0] == a:
+            out[-1][1] += 1
+        else:
+            out.append([a, 1])
+    return ", ".join(f"{a} x{n}" if n > 1 else a for a, n in out)

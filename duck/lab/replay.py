@@ -1,12 +1,12 @@
 """`duck replay TRACES_DIR --games DIR --out RUN_DIR`: the Duck's recorded code, re-run.
 
 Every game-run of a duck-traces folder is started fresh and each recorded snippet is run,
-in order, through our kernel in the Duck dialect (duck.sandbox.dialect.DUCK: its builtins,
-a fresh namespace per snippet, its messages), following ../shared/duck-traces/README.md,
-"Replaying this code faithfully": each snippet is capped at its recorded number of actions
-(`duck.lab.replay_caps.RecordedCap`, the call's gate: a snippet the Duck killed stops at its next `action()` after
-that), turns that ended because the run's 2,700 s were up switch the host to "stopping" once
-their recorded actions are done, and the automatic RESETs are performed where the record has
+in order, through our kernel (the one our agent plays with: the Duck's variables and action
+names, ours added), following ../shared/duck-traces/README.md, "Replaying this code
+faithfully": each snippet is capped at its recorded number of actions
+(duck.lab.replay_caps.ReplayKernel: a snippet the Duck killed stops at its next `action()` after
+that), turns that ended because the run's 2,700 s were up stop the run's actions once their
+recorded actions are done, and the automatic RESETs are performed where the record has
 them. Actions go through `Session`, so the replay leaves normal records in RUN_DIR/records/.
 
 RUN_DIR/replay.json, per run and overall:
@@ -14,8 +14,11 @@ RUN_DIR/replay.json, per run and overall:
   equal the recorded ones;
 * `run_identical`: runs (all lists complete) whose every snippet matched and whose final
   levels and action count equal the record;
-* `stdout_match`: non-acting snippets that print, whose rendered output equals the
-  recorded `result` once timer values are normalised and set order is ignored;
+* `stdout_match`: non-acting snippets that print, whose output (then the error, if any:
+  `shown`) equals the recorded `result` once timer values are normalised and set order is
+  ignored. Our kernel keeps the Duck's variables, not its texts (head-and-tail output cuts,
+  tracebacks with source lines, an animation summary in each action result), so this is
+  lower than in a replay in the Duck's own formats (experiments/LOG.md);
 * `call_ms` p50/p90/p99 of kernel calls; counts of outcomes (`kinds`: ok, error, syntax,
   stopped = cut at the recorded count as the Duck's 30 s kill did, timeout, crash, empty),
   exception classes (`error_kinds`) and time-outs (`timeouts`); mismatches,
@@ -41,12 +44,9 @@ import numpy as np
 from duck.config import KernelConfig
 from duck.game.actions import RESET
 from duck.game.source import GameSource, matches
-from duck.lab.replay_caps import RecordedCap
+from duck.lab.replay_caps import RecordedCap, ReplayKernel, trace_caps
 from duck.play.record import RecordWriter
 from duck.play.session import Session
-from duck.sandbox.dialect import DUCK, OURS
-from duck.sandbox.host import Kernel
-from duck.sandbox.render import transcript
 
 _TIMER = re.compile(r"((?:run_elapsed_seconds|time_remaining_seconds)['\"]?\s*[:=]\s*)-?[0-9][0-9.e+-]*")
 _SET = re.compile(r"\{([^{}:]*)\}")
@@ -57,6 +57,13 @@ def normalise(text: str) -> str:
     """Timer values out, set literals sorted (the Duck's string hashes were unseeded)."""
     text = _TIMER.sub(r"\1T", text)
     return _SET.sub(lambda m: "{" + ", ".join(sorted(m.group(1).split(", "))) + "}", text)
+
+
+def shown(res: Any) -> str:
+    """What the Duck's transcript showed of a call that printed: its output, then the error if
+    one was raised (the recorded `result` is that text)."""
+    out, error = res.stdout.rstrip("\n"), (res.error or "").rstrip("\n")
+    return (f"{out}\n\nerror:\n{error}" if out and error else out or error).strip()
 
 
 def categorise(ours: str, rec: str, res: Any) -> str:
@@ -97,8 +104,8 @@ def replay_run(meta: dict[str, Any], turns: list[dict[str, Any]], games_dir: str
     writer.header(game_id=game_id, title=game.title, baselines=game.baselines, obs=game.obs,
                   policy="duck-replay", seed=None, config={"traces": True}, pass_=pass_)
     session = Session(game, writer, max_actions=10**9)
-    kernel = Kernel(session, KernelConfig(call_timeout_s=timeout_s), dialect=DUCK,
-                    time_limit_s=meta.get("time_limit_seconds", 2700.0), deny_read=[games_dir])
+    kernel = ReplayKernel(session, KernelConfig(call_timeout_s=timeout_s), trace_caps(turns),
+                          time_limit_s=meta.get("time_limit_seconds", 2700.0), deny_read=[games_dir])
     st: dict[str, Any] = {"game_id": game_id, "pass": pass_, "snippets": 0, "counted": 0,
                           "matched": 0, "stdout_compared": 0, "stdout_matched": 0,
                           "kinds": Counter(), "error_kinds": Counter(), "call_ms": [],
@@ -109,7 +116,6 @@ def replay_run(meta: dict[str, Any], turns: list[dict[str, Any]], games_dir: str
         for turn in turns:
             for _ in turn.get("pre_turn_auto_actions", []):
                 kernel.act(RESET, {"auto": True})
-            kernel.new_turn()
             for call in turn["calls"]:
                 _replay_call(kernel, turn, call, st, timeout_s)
         for _ in meta.get("trailing_auto_actions", []):
@@ -133,8 +139,7 @@ def _replay_call(kernel: Any, turn: dict[str, Any], call: dict[str, Any], st: di
     st["recorded_timeouts"] += bool(call.get("timed_out"))
     st["complete"] = st["complete"] and complete
     code = "" if call.get("code_missing") else call["code"]
-    res = kernel.run(code, timeout_s=timeout_s, info={"turn": turn["turn_index"], "call": call["call_index"]},
-                     gate=cap)
+    res = kernel.run(code, timeout_s=timeout_s, info={"turn": turn["turn_index"], "call": call["call_index"]})
     st["call_ms"].append(round(res.wall_ms, 2))
     st["kinds"][res.kind] += 1
     if res.kind == "error" and res.error:
@@ -148,7 +153,7 @@ def _replay_call(kernel: Any, turn: dict[str, Any], call: dict[str, Any], st: di
             st["mismatches"].append(where | {"recorded": rec[:12], "ours": res.actions[:12],
                                              "kind": res.kind})
     if cap.actions == 0 and not call.get("timed_out") and not call.get("code_missing") and "print" in code:
-        a, b = normalise(transcript(res.message)), normalise(call["result"])
+        a, b = normalise(shown(res)), normalise(call["result"])
         if call.get("result_cut"):  # the record keeps 2,000 characters (timer digits differ)
             a = a[:len(b)]
         st["stdout_compared"] += 1
@@ -258,8 +263,7 @@ def run_replay(traces_dir: str, games_dir: str, out_dir: str, *, workers: int = 
 def _main(args: argparse.Namespace) -> int:
     if args.through_agent:
         from duck.lab.replay_loop import replay_check  # (it starts the agent stack: only when asked)
-        res = replay_check(args.traces_dir, args.games, args.out, args.only,
-                           dialect=DUCK if args.kernel_mode == "compat" else OURS)
+        res = replay_check(args.traces_dir, args.games, args.out, args.only)
         print(json.dumps({k: v for k, v in res.items() if k != "games"} |
                          {"games": {g: {k: v[k] for k in ("pass", "recorded", "played", "known_share", "identical")}
                                     for g, v in res["games"].items()}}, indent=1))
@@ -279,9 +283,6 @@ def register(subparsers: Any) -> None:
     p.add_argument("--through-agent", action="store_true",
                    help="the longest run of each game through the agent against a trace model (stub "
                         "server); compares the actions with the record; exit 1 unless all identical")
-    p.add_argument("--kernel-mode", choices=["compat", "ours"], default="compat",
-                   help="--through-agent: the kernel's dialect: the Duck's (compat) or our agent's own "
-                        "(duck.sandbox.dialect)")
     p.add_argument("--workers", type=int, default=2, help="game-runs replayed in parallel")
     p.add_argument("--only", nargs="*", default=None, help="game ids or prefixes")
     p.add_argument("--passes", nargs="*", type=int, default=None,

@@ -3,8 +3,8 @@ full agent loop against a trace model (the stub server), and compare the actions
 
 The Duck's slow sandbox cut many action loops at 30 s; each recorded call's action count says
 where. A live model must never be able to cap its own calls, so the caps are not in the tool
-calls: `ReplayKernel` gives each snippet it runs the gate of its recorded call
-(duck.lab.replay_caps.RecordedCap), matching snippets to the recorded calls in order.
+calls: the replay's kernel (duck.lab.replay_caps.ReplayKernel) gives each snippet it runs the
+cap of its recorded call, matching snippets to the recorded calls in order.
 """
 
 from __future__ import annotations
@@ -15,14 +15,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from duck.config import KernelConfig, load_config
+from duck.config import load_config
 from duck.game.source import GameSource, matches
-from duck.lab.replay_caps import RecordedCap, trace_caps
+from duck.lab.replay_caps import ReplayKernel, trace_caps
 from duck.play.record import read_record
-from duck.play.session import Session, play_game
+from duck.play.session import play_game
 from duck.policies import make_policy
-from duck.sandbox.dialect import DUCK, OURS, Dialect
-from duck.sandbox.host import CallResult, Kernel
 from duck.testing.stub.models import TraceModel
 from duck.testing.stub.server import StubServer
 from duck.testing.stub.traces import load_trace, recorded_actions, same_actions
@@ -30,38 +28,13 @@ from duck.testing.stub.traces import load_trace, recorded_actions, same_actions
 log = logging.getLogger(__name__)
 
 
-class ReplayKernel(Kernel):
-    """A kernel that gives each snippet the cap recorded for it as its gate. `caps` holds
-    (code, cap) per recorded call in order (`trace_caps`); a snippet takes the first entry
-    with its code (entries before it were never run: a call skipped after an acting one).
-    The recorded run had no host guards, so the agent installs none here
-    (duck.sandbox.batch_guards.install reads `takes_guards`)."""
-
-    takes_guards = False
-
-    def __init__(self, session: Session, config: KernelConfig, caps: list[tuple[str, RecordedCap]],
-                 dialect: Dialect = OURS) -> None:
-        super().__init__(session, config, dialect=dialect)
-        self.caps = list(caps)
-
-    def run(self, code: str, **kw: Any) -> CallResult:
-        for i, (recorded, cap) in enumerate(self.caps):
-            if recorded.rstrip() == code.rstrip():
-                del self.caps[:i + 1]
-                kw["gate"] = cap
-                break
-        return super().run(code, **kw)
-
-
 def replay_check(traces: str | Path, games_dir: str | Path, out: str | Path,
-                 only: list[str] | None = None, dialect: Dialect = DUCK) -> dict[str, Any]:
+                 only: list[str] | None = None) -> dict[str, Any]:
     """Play the longest Duck run of each game (most actions) through the agent against a
     trace model and compare the actions with the record; writes `out/replay_loop.json`.
 
     Where the record lists only the first names of a call's actions (runs without an events
-    file), the unknown positions match anything and `known_share` says how much was checked.
-    `dialect`: the kernel's (duck.sandbox.dialect): DUCK, as the code was recorded, or OURS, as
-    our agent plays."""
+    file), the unknown positions match anything and `known_share` says how much was checked."""
     cfg = load_config(overrides=["agent.fallback=null"])
     source = GameSource.offline(games_dir)
     have = {g.game_id for g in source.games()}
@@ -81,7 +54,7 @@ def replay_check(traces: str | Path, games_dir: str | Path, out: str | Path,
         caps = trace_caps(turns)
         with StubServer(TraceModel(turns)) as url:
             policy = make_policy("llm", 0, config=cfg, model_url=url, pass_=run["pass"],
-                                 kernel_factory=lambda session, kcfg: ReplayKernel(session, kcfg, caps, dialect))
+                                 kernel_factory=lambda session, kcfg: ReplayKernel(session, kcfg, caps))
             play_game(source, game_id, policy, max_actions=len(expected), record_path=record_path,
                       pass_=run["pass"])
         record = read_record(record_path)
@@ -96,7 +69,6 @@ def replay_check(traces: str | Path, games_dir: str | Path, out: str | Path,
                                     "seconds": round(time.monotonic() - t0, 1)}
         log.info("%s pass %d: %s", game_id, run["pass"], result["games"][game_id])
     g = result["games"]
-    result["kernel_mode"] = "compat" if dialect is DUCK else "ours"
     result["runs"] = len(g)
     result["identical"] = sum(v["identical"] for v in g.values())
     result["levels_equal"] = sum(v["levels"] == v["recorded_levels"] for v in g.values())

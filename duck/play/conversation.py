@@ -5,15 +5,15 @@ record `RUN/records/<game>.jsonl` the conversation is `RUN/conversations/<game>.
 written and flushed line by line while the game is played (a killed run keeps every line up
 to its last), and gzipped to `<game>.jsonl.gz` when the game ends. `play_game` owns the
 writer and hands it to the policy through `Session.conversation`; policies open no files.
-A policy that never talks to a model writes nothing (the file is opened on the first line).
 
 Lines (one JSON object each, `"type"` first, `"t"` seconds since the game started):
 
 * `start`: game_id, pass, seed, the record's file name, and what the agent adds once: the
   model name, the sampling, the output cap, the tool schema (`tools`), the context budget.
-* `message`: `id` (0, 1, 2, ... in file order), `turn`, optional `kind` (`system`,
-  `summary`, `carry`: the message the context carries past a trim), `call`, `result` (the kernel call's kind and actions for a tool result), and
-  `message`: the message exactly as appended to the context, with two encodings undone by
+* `message`: `id` (0, 1, 2, ... in file order), `turn`, optional `kind` (`system`, `carry`:
+  the message the context carries past a trim; `summary` in older files), `call`, `result`
+  (a tool result's kernel call: kind, actions), and `message`: the message exactly as
+  appended to the context, with two encodings undone by
   `decode`: a board image the record can rebuild bit for bit is stored as
   `{"type": "image_url", "image_url": {"board": {"step": N, "scale": S}}}` (the record's
   grid after action N through duck.game.frames.grid_png, see `Conversation.message`), any
@@ -30,13 +30,12 @@ Lines (one JSON object each, `"type"` first, `"t"` seconds since the game starte
   for a cut reply whose message keeps only the tail of its thinking, `thinking_dropped` (the
   characters left out) and `reasoning` (all of it, as received).
 * `error`: `n`, `error` (class name), `status`, `message`: a model call that failed.
-* `event`: `kind` and fields: `evict` (a trim: turns and message ids dropped, the ids of the
-  carried message and of the summary where there are, the prompt's tokens before and after),
-  `drop_turn` (a turn that alone outgrew the budget), `fresh_start`, `turn_end` (actions,
-  outcome), anything else the agent finds worth keeping.
-* `notes`: `turn` and what changed in the notes (duck.agent.notes.Notes.as_dict) whenever they
-  changed: `level`, `carried_from`, and for `sections` and `extra` the keys `set` to a new
-  text and those `unset` (`apply_notes` folds them back into the notes).
+* `event`: `kind` and fields: `evict` (a trim: turns and message ids dropped, the id of the
+  carried message, the prompt's tokens before and after), `drop_turn` (a turn that alone
+  outgrew the budget), `turn_end` (actions, outcome), anything else worth keeping.
+* `notes`: `turn` and what changed in the model's `notes` dict whenever it changed: in
+  `sections`, the keys `set` to a new value and those `unset` (`apply_notes` folds them back;
+  files from before issue 40 also have `extra`, `level` and `carried_from`, of the text notes).
 * `end`: `reason`, `t`.
 
 `read_conversation` reads either form and tolerates a torn last line (SIGKILL mid-write);
@@ -203,8 +202,10 @@ class ConversationWriter:
         self._write({"type": "event", "kind": kind, **data, "t": self.elapsed()})
 
     def notes(self, turn: int, notes: dict[str, Any], before: dict[str, Any] | None = None) -> None:
-        """What changed in the notes (duck.agent.notes.Notes.as_dict) since `before`."""
-        self._write({"type": "notes", "turn": turn, **notes_change(before or {}, notes), "t": self.elapsed()})
+        """What changed in the model's `notes` dict since `before`: keys set to a new value, keys unset."""
+        old = before or {}
+        change = {"set": {k: v for k, v in notes.items() if old.get(k) != v}, "unset": [k for k in old if k not in notes]}
+        self._write({"type": "notes", "turn": turn, "sections": change, "t": self.elapsed()})
 
     def close(self, reason: str | None = None) -> Path | None:
         """The `end` line, then gzip (the live file stays until the .gz is complete).
@@ -259,29 +260,19 @@ class ConversationWriter:
             self._png_cache = (step, scale, grid_png(grid, scale))
         if self._png_cache[2] != png:  # not the board the record has: how it was made, else the image itself
             return self._made_part(part, made)
-        image = {k: v for k, v in part["image_url"].items() if k != "url"}
-        return dict(part, image_url=image | {"board": {"step": step, "scale": scale}})
+        return self._made_part(part, {"step": step, "scale": scale}, "board")
 
     @staticmethod
-    def _made_part(part: dict[str, Any], made: dict[str, Any] | None) -> dict[str, Any]:
+    def _made_part(part: dict[str, Any], made: dict[str, Any] | None, key: str = "render") -> dict[str, Any]:
         if made is None:
             return part
         image = {k: v for k, v in part["image_url"].items() if k != "url"}
-        return dict(part, image_url=image | {"render": made})
-
-
-def notes_change(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
-    """A notes line's fields: `level`, `carried_from` (whole), and per dict of text
-    (`sections`, `extra`) the keys `set` to a new text and those `unset`."""
-    out: dict[str, Any] = {"level": after.get("level"), "carried_from": after.get("carried_from", {})}
-    for key in ("sections", "extra"):
-        old, new = before.get(key) or {}, after.get(key) or {}
-        out[key] = {"set": {k: v for k, v in new.items() if old.get(k) != v}, "unset": [k for k in old if k not in new]}
-    return out
+        return dict(part, image_url=image | {key: made})
 
 
 def apply_notes(state: dict[str, Any], line: dict[str, Any]) -> dict[str, Any]:
-    """The notes after a `notes` line, from the notes before it (start from {})."""
+    """The notes after a `notes` line, from the notes before it (start from {}); `sections`
+    holds the model's `notes` dict (`extra`, `level`, `carried_from`: older files' text notes)."""
     out = {"level": line.get("level"), "carried_from": dict(line.get("carried_from") or {})}
     for key in ("sections", "extra"):
         d = dict(state.get(key) or {})

@@ -81,15 +81,12 @@ class Session:
     def __init__(self, game: Game, writer: RecordWriter, *, max_actions: int,
                  stop: threading.Event | None = None, deadline: float | None = None,
                  on_progress: Callable[[Progress], None] | None = None,
-                 fresh: threading.Event | None = None, conversation: ConversationWriter | None = None,
+                 conversation: ConversationWriter | None = None,
                  gate: Callable[[str | None], None] | None = None) -> None:
         self.game = game
         # Where a model-driven policy writes its conversation (duck.play.conversation); the
         # null writer when none is kept.
         self.conversation = conversation or NULL
-        # Set by the scheduler to ask for a fresh start of the policy's context (same game,
-        # same level, a new attempt); a policy that keeps no context may ignore it.
-        self.fresh = fresh
         self.writer = writer
         self.max_actions = max_actions
         self.stop = stop
@@ -191,7 +188,7 @@ def play_game(source: GameSource, game_id: str, policy: Policy, *, max_actions: 
               record_path: str | Path, stop: threading.Event | None = None,
               deadline: float | None = None, on_progress: Callable[[Progress], None] | None = None,
               seed: int | None = None, config: dict[str, Any] | None = None,
-              pass_: int = 0, fresh: threading.Event | None = None, conversation: bool = True,
+              pass_: int = 0, conversation: bool = True,
               gate: Callable[[str | None], None] | None = None) -> GameResult:
     """Play one game to its end, its budget, its deadline or a stop signal.
 
@@ -213,7 +210,7 @@ def play_game(source: GameSource, game_id: str, policy: Policy, *, max_actions: 
                   policy=policy.name, seed=seed, config=config, pass_=pass_)
     conv = _conversation(record_path, game, policy, seed, pass_) if conversation else None
     session = Session(game, writer, max_actions=max_actions, stop=stop, deadline=deadline,
-                      on_progress=on_progress, fresh=fresh, conversation=conv, gate=gate)
+                      on_progress=on_progress, conversation=conv, gate=gate)
     session.yields_in_step = bool(getattr(policy, "yields_in_step", False))
     reason, error = "policy_done", None
     try:

@@ -56,8 +56,11 @@ Each class of attack is a snippet in tests/attacks.py, run against a kernel
 (tests/test_sandbox_attacks.py) and through `duck play --policy llm`
 (tests/test_attacks_play.py).
 
-Modules: host (the Kernel), worker (the process), confine (the worker confining itself),
+Modules: host (the Kernel: the call loop), state (the game state the worker is told),
+lifecycle (the worker process: start, kill, restart, leftovers, quota), worker (the process
+itself) and views (the game as model code sees it), confine (the worker confining itself),
 verify (its probes), isolation (report, plan, uids), process (starting and ending a worker,
 leftovers), cgroup, quota, fallback (the file-modes posture), landlock, seccomp_filter, trust,
-wire, guard, actions (action() on the host), dialect and render (what the model receives).
+wire, guard, actions (action() on the host), batch_guards, handoff (explore), render (the
+tool message the model receives), tools (the world-model tools).
 """

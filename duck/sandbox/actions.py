@@ -2,41 +2,39 @@
 `Session` (which records every action), and answer in the Duck's result format.
 
 The result dicts follow ../shared/duck-traces/README.md ("Sandbox API", `action(actions)`)
-key for key, because recorded Duck code prints them and our replay compares that output.
-The rules that matter for play:
+key for key, because recorded Duck code prints them (DESIGN §3: the model-facing variables
+stay the Duck's). The rules that matter for play:
 
 * a batch stops after an action that completes a level, ends the game or wins it, at a
-  later action the game does not allow now (`invalid_action`), and when time is up
-  (`stopped`); after such a result further calls in the same snippet do nothing
-  (`previous_<reason>`), so code cannot act blind on a board it has not looked at;
-* the host owns the clock: `stopping` (time up) is applied here, between two actions, never
-  by killing the worker mid-step;
-* a call may carry a `Gate`, asked when an `action()` request arrives and before each action:
-  it may end the snippet there or declare the run's time up. Our agent's calls have none; the
-  replay of the Duck's traces enforces the recorded action counts with one
-  (duck.lab.replay_caps).
+  later action the game does not allow now (`invalid_action`), and when play must stop
+  (`stopped`: `should_stop`, the session's budget, deadline or stop); after such a result
+  further calls in the same snippet do nothing (`previous_<reason>`), so code cannot act blind
+  on a board it has not looked at;
+* the host owns the clock: a stop is applied here, between two actions, never by killing the
+  worker mid-step;
+* after GAME_OVER only RESET plays.
 
-Which names are accepted (ours add UNDO, CLICK and clicks written as the results display them,
-`'MOUSE(row=20, col=20)'`) and what GAME_OVER allows is the kernel's dialect
-(duck.sandbox.dialect). The guards against wasted actions (`ActionHost.guards`, installed by
-the agent: duck.sandbox.batch_guards) are checked here between two actions; every executed
-action's frames go into `CallActions.steps` (duck.game.change.Step) for the turn's facts.
+Names (`MODEL_NAMES`: the Duck's, plus UNDO, CLICK and clicks written as the results display
+them, `'MOUSE(row=20, col=20)'`) are duck.game.actions'. The guards against wasted actions
+(`ActionHost.guards`, installed by the agent: duck.sandbox.batch_guards) are checked here
+between two actions; every executed action's frames go into `CallActions.steps`
+(duck.game.change.Step) for the turn's facts. The replay of the Duck's recorded code caps its
+calls in a subclass of its own (duck.lab.replay_caps).
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any
 
 import numpy as np
 
-from duck.game.actions import CLICK_ID, RESET, RESET_ID, Action, ModelNames, display
+from duck.game.actions import CLICK_ID, MODEL_NAMES, RESET, RESET_ID, Action, display
 from duck.game.change import Step
-from duck.game.source import GameError
+from duck.game.source import GameError, Observation
 from duck.play.session import PlayStopped, Session
 from duck.sandbox.batch_guards import Guards
-from duck.sandbox.dialect import Dialect
 
 TERMINAL_ERROR = "No action was executed because the current game state is terminal or stopping."
 STOP_DETAIL = {
@@ -49,15 +47,15 @@ STOP_DETAIL = {
 }
 
 
-def parse(items: list[dict[str, Any]], names: ModelNames) -> tuple[list[Action], str | None]:
+def parse(items: list[dict[str, Any]]) -> tuple[list[Action], str | None]:
     """Model items -> Actions, or the Duck's error message (1-based index)."""
     out = []
     for i, item in enumerate(items, start=1):
         raw = item.get("action")
-        if (cell := names.click_text(raw)) is not None:  # 'MOUSE(row=20, col=20)', as results show clicks
+        if (cell := MODEL_NAMES.click_text(raw)) is not None:  # 'MOUSE(row=20, col=20)', as results show clicks
             out.append(Action.at(*cell))
             continue
-        aid = names.id(raw)
+        aid = MODEL_NAMES.id(raw)
         if aid is None:
             return [], f"Unknown action at index {i}: {raw!r}"
         if aid == CLICK_ID:
@@ -77,43 +75,22 @@ def terminal_reason(result: dict[str, Any]) -> str | None:
     return None
 
 
-Verdict = Literal["go", "end", "stop"]
-GateStage = Literal["request", "action"]
-
-
-class Gate(Protocol):
-    """A check the host makes for one call: when an `action()` request arrives ("request",
-    before its names are read) and before each of its actions ("action"), given how many
-    actions the call has executed so far. "go" carries on; "end" ends the snippet there (the
-    worker raises StopSnippet: CallResult kind "stopped"); "stop" declares the run's time up
-    (this action and every later one get the terminal result)."""
-
-    def __call__(self, executed: int, stage: GateStage) -> Verdict: ...
-
-
 @dataclass
 class CallActions:
-    """Per-snippet action state: the call's gate, what ran, and the terminal result if any."""
+    """Per-snippet action state: what ran, and the terminal result if any."""
 
-    gate: Gate | None = None
     executed: list[str] = field(default_factory=list)  # display strings
     terminal: dict[str, Any] | None = None
     steps: list[Step] = field(default_factory=list)  # every executed action with its frames
     ineffective: str | None = None  # the first action that changed nothing away from the HUD border
 
-    def ask(self, stage: GateStage) -> Verdict:
-        return "go" if self.gate is None else self.gate(len(self.executed), stage)
-
 
 class ActionHost:
     """Executes action batches on one Session in the Duck's semantics."""
 
-    def __init__(self, session: Session, dialect: Dialect, time_limit_s: float | None) -> None:
+    def __init__(self, session: Session) -> None:
         self.session = session
-        self.dialect = dialect
-        self.time_limit_s = time_limit_s
         self.t0 = time.monotonic()
-        self.stopping = False  # the run's time is up (a gate said so)
         self.guards: Guards | None = None  # duck.sandbox.batch_guards; installed by the agent
 
     @property
@@ -126,15 +103,15 @@ class ActionHost:
         return n if obs.state == "WIN" else max(1, min(n, obs.levels_completed + 1))
 
     def names(self) -> list[str]:
-        return self.dialect.names.valid(self.session.obs.available_actions)
+        return MODEL_NAMES.valid(self.session.obs.available_actions)
 
     def timers(self) -> dict[str, float | None]:
-        elapsed = max(0.0, time.monotonic() - self.t0)
-        left = None if self.time_limit_s is None else max(0.0, self.time_limit_s - elapsed)
-        return {"run_elapsed_seconds": elapsed, "time_remaining_seconds": left}
+        """The Duck's timer fields of a result (it had a run time limit; our games have none here)."""
+        return {"run_elapsed_seconds": max(0.0, time.monotonic() - self.t0), "time_remaining_seconds": None}
 
     def should_stop(self) -> bool:
-        return self.stopping or self.session.stop_reason() is not None
+        """Whether play must stop before the next action (the session's budget, deadline or stop)."""
+        return self.session.stop_reason() is not None
 
     def error_result(self, message: str) -> dict[str, Any]:
         return {"executed": False, "action_num": None, "level": None, "score": None, "reward": None,
@@ -175,10 +152,8 @@ class ActionHost:
                   ) -> tuple[dict[str, Any], list[tuple[str, Any, int, int]], bool]:
         """Execute one `action(...)` request. Returns (result, [(display, observation, step,
         level)] of the executed actions, end) where `end` asks the worker to end the snippet
-        (the call's gate said so; the result is then {} if nothing ran)."""
-        if call.ask("request") == "end":
-            return {}, [], True
-        actions, error = parse(items, self.dialect.names)
+        (a guard refused a further action of the call)."""
+        actions, error = parse(items)
         if error:
             return self.error_result(error), [], False
         if call.terminal is not None:
@@ -187,97 +162,110 @@ class ActionHost:
             return self.guard_result(self.guards.block_line(call.ineffective, self.level_number()),
                                      len(actions)), [], True
         state = self.session.obs.state
-        refused = state == "WIN" or state == "GAME_OVER" and not (
-            self.dialect.reset_after_game_over and actions[:1] == [RESET])
-        done: list[tuple[str, Any, int, int]] = []
-        changed = False
-        reward = 0.0
-        stop_reason = None
-        guard: str | None = None
-        end = False
-        n_levels = max(1, self.game.win_levels)
+        if self.should_stop() or state == "WIN" or state == "GAME_OVER" and actions[:1] != [RESET]:
+            return self.terminal_result(len(actions)), [], False
+        batch = Batch(actions)
         for i, action in enumerate(actions):
             if i and self.guards and self.guards.blocks(call.ineffective, self.level_number()):
-                stop_reason, end = "guard_blocked", True
-                guard = self.guards.block_line(call.ineffective, self.level_number())
+                batch.stop("guard_blocked", self.guards.block_line(call.ineffective, self.level_number()), end=True)
                 break
-            verdict = call.ask("action")
-            if verdict == "end":
-                end = True
+            if i and self.should_stop():
+                batch.stop("stopped")
                 break
-            if verdict == "stop":
-                self.stopping = True
-            if i == 0 and (refused or self.should_stop()):
-                return self.terminal_result(len(actions)), [], False
-            if self.should_stop():
-                stop_reason = "stopped"
+            refused = self._play(action, i, batch, call, info)
+            if refused is not None:
+                return self.error_result(refused), [], False
+            if batch.stop_reason is not None:
                 break
-            before = self.session.obs
-            if action.id != RESET_ID and action.id not in before.available_actions:
-                if done:
-                    stop_reason = "invalid_action"
-                    break
-                return self.error_result(f"{display(action)} is not valid right now."), [], False
-            n_before = self.game.actions
-            try:
-                after = self.session.step(action, info)
-            except PlayStopped:
-                stop_reason = "stopped"
-                break
-            except GameError as e:
-                if done:
-                    stop_reason = "action_error"
-                    break
-                return self.error_result(f"{type(e).__name__}: {e}"), [], False
-            if self.game.actions == n_before:  # refused (a RESET that would restart the game)
-                if done:
-                    stop_reason = "action_error"
-                    break
-                return self.error_result(f"{display(action)} was refused: this level has no "
-                                         "actions yet, so it would restart the whole game."), [], False
-            text = display(action)
-            call.executed.append(text)
-            call.steps.append(Step(text, before.grid, tuple(after.frames), after.state, after.levels_completed))
-            done.append((text, after, self.game.actions, self.level_number()))
-            changed = changed or not np.array_equal(before.grid, after.grid)
-            reward += (after.levels_completed - before.levels_completed) / n_levels
-            if after.state == "WIN":
-                stop_reason = "run_complete"
-                break
-            if after.state == "GAME_OVER":
-                stop_reason = "game_over"
-                break
-            if after.levels_completed > before.levels_completed:
-                stop_reason = "level_completed"
-                break
-            if self.guards and self.guards.ineffective(before.grid, after.grid):
-                call.ineffective = call.ineffective or f"{text}, action {len(call.executed)} of this call"
-                if self.guards.stop_on_no_effect and i < len(actions) - 1:
-                    stop_reason = "no_effect"
-                    guard = self.guards.stop_line(text, len(call.executed), len(actions) - 1 - i)
-                    break
-        if not done:
-            if end:
-                return {}, [], True
-            return (self.terminal_result(len(actions)) if stop_reason == "stopped"
+        if not batch.done:
+            return (self.terminal_result(len(actions)) if batch.stop_reason == "stopped"
                     else self.error_result("No action was executed.")), [], False
+        result = self._result(batch)
+        if terminal_reason(result):
+            call.terminal = result
+        return result, batch.done, batch.end
+
+    def _play(self, action: Action, i: int, batch: "Batch", call: CallActions,
+              info: dict[str, Any] | None) -> str | None:
+        """Play one action of a batch. Returns the error when the batch's first action is
+        refused (nothing was played); a later refusal, or what the action did that ends the
+        batch, is the batch's stop reason."""
+        before = self.session.obs
+        if action.id != RESET_ID and action.id not in before.available_actions:
+            return batch.refuse("invalid_action", f"{display(action)} is not valid right now.")
+        n_before = self.game.actions
+        try:
+            after = self.session.step(action, info)
+        except PlayStopped:
+            batch.stop("stopped")
+            return None
+        except GameError as e:
+            return batch.refuse("action_error", f"{type(e).__name__}: {e}")
+        if self.game.actions == n_before:  # refused (a RESET that would restart the game)
+            return batch.refuse("action_error", f"{display(action)} was refused: this level has no actions yet, "
+                                "so it would restart the whole game.")
+        text = display(action)
+        call.executed.append(text)
+        call.steps.append(Step(text, before.grid, tuple(after.frames), after.state, after.levels_completed))
+        batch.played(text, before, after, self.game.actions, self.level_number(), max(1, self.game.win_levels))
+        if batch.stop_reason is None and self.guards and self.guards.ineffective(before.grid, after.grid):
+            call.ineffective = call.ineffective or f"{text}, action {len(call.executed)} of this call"
+            if self.guards.stop_on_no_effect and i < len(batch.actions) - 1:
+                batch.stop("no_effect", self.guards.stop_line(text, len(call.executed), len(batch.actions) - 1 - i))
+        return None
+
+    def _result(self, batch: "Batch") -> dict[str, Any]:
+        """The result of a batch that played at least one action."""
         last = self.session.obs
         win = last.state == "WIN"
         result: dict[str, Any] = {
             "executed": True, "action_num": self.game.actions, "level": self.level_number(),
-            "score": last.levels_completed, "reward": reward, "state": last.state,
-            "valid_actions": self.names(), "board_changed": changed, "done": win,
-            "level_completed": stop_reason == "level_completed", "game_over": last.state == "GAME_OVER",
-            "run_complete": win, "action_display": done[-1][0],
-            "executed_actions": [d[0] for d in done]}
-        if len(actions) > 1 or len(done) < len(actions):
-            result |= {"requested_count": len(actions), "executed_count": len(done),
-                       "stopped_early": len(done) < len(actions)}
-        if stop_reason:
-            result["stop_reason"] = stop_reason
-        if guard:
-            result["guard"] = guard
-        result |= self.timers()
-        if terminal_reason(result):
-            call.terminal = result
-        return result, done, end
+            "score": last.levels_completed, "reward": batch.reward, "state": last.state,
+            "valid_actions": self.names(), "board_changed": batch.changed, "done": win,
+            "level_completed": batch.stop_reason == "level_completed", "game_over": last.state == "GAME_OVER",
+            "run_complete": win, "action_display": batch.done[-1][0],
+            "executed_actions": [d[0] for d in batch.done]}
+        n = len(batch.actions)
+        if n > 1 or len(batch.done) < n:
+            result |= {"requested_count": n, "executed_count": len(batch.done), "stopped_early": len(batch.done) < n}
+        if batch.stop_reason:
+            result["stop_reason"] = batch.stop_reason
+        if batch.guard:
+            result["guard"] = batch.guard
+        return result | self.timers()
+
+
+@dataclass
+class Batch:
+    """One `action(...)` request being played: what ran, and why it stopped."""
+
+    actions: list[Action]
+    done: list[tuple[str, Observation, int, int]] = field(default_factory=list)
+    changed: bool = False
+    reward: float = 0.0
+    stop_reason: str | None = None
+    guard: str | None = None  # the guard's line, when a guard stopped it
+    end: bool = False  # end the snippet (a guard refused a further action)
+
+    def stop(self, reason: str, guard: str | None = None, *, end: bool = False) -> None:
+        self.stop_reason, self.guard, self.end = reason, guard, end
+
+    def refuse(self, reason: str, error: str) -> str | None:
+        """An action the game would not play: the batch's stop after an action played, else
+        the error of the whole request."""
+        if self.done:
+            self.stop(reason)
+            return None
+        return error
+
+    def played(self, text: str, before: Observation, after: Observation, step: int, level: int,
+               n_levels: int) -> None:
+        self.done.append((text, after, step, level))
+        self.changed = self.changed or not np.array_equal(before.grid, after.grid)
+        self.reward += (after.levels_completed - before.levels_completed) / n_levels
+        if after.state == "WIN":
+            self.stop("run_complete")
+        elif after.state == "GAME_OVER":
+            self.stop("game_over")
+        elif after.levels_completed > before.levels_completed:
+            self.stop("level_completed")

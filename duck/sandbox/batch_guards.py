@@ -10,12 +10,12 @@ between two actions, so model code cannot catch, skip or undo them.
   `except Exception` does not catch; a bare `except:` that swallows it gains nothing, since
   every later request of the call is refused too).
 * No action after GAME_OVER, a level change or a win in the same call: the host's own rule
-  (duck.sandbox.actions, `previous_<reason>`), in every dialect.
+  (duck.sandbox.actions, `previous_<reason>`), always.
 
 Each guard that fires puts one line in the action result (`guard`), which the tool message and
 the next turn show (duck.agent.turn). The agent installs the guards on its kernel
-(`install`, from `agent.guard_*`); a kernel without them (the Duck dialect's replays) plays
-every action it is asked to, as the Duck's harness did.
+(`install`, from `agent.guards`); a kernel without them (the replays of the Duck's recorded
+code) plays every action it is asked to, as the Duck's harness did.
 """
 
 from __future__ import annotations
@@ -28,10 +28,13 @@ import numpy as np
 from duck.game.change import HUD_BORDER, changed_inside
 
 
+BLOCK_FROM_LEVEL = 2  # Franzen's: level 1 is for probing
+
+
 @dataclass(frozen=True)
 class Guards:
     stop_on_no_effect: bool = True
-    block_from_level: int = 2  # 0: never block
+    block_from_level: int = BLOCK_FROM_LEVEL  # 0: never block
     border: int = HUD_BORDER
 
     @property
@@ -58,20 +61,16 @@ class Guards:
 
 
 def from_config(agent: Any) -> Guards:
-    """The guards an agent config asks for (`agent.guard_stop_on_no_effect`,
-    `agent.guard_block_from_level`, `agent.hud_border`)."""
-    return Guards(stop_on_no_effect=agent.guard_stop_on_no_effect, block_from_level=agent.guard_block_from_level,
-                  border=agent.hud_border)
+    """The guards an agent config asks for (`agent.guards`: both, or none)."""
+    return Guards() if agent.guards else Guards(stop_on_no_effect=False, block_from_level=0)
 
 
 def install(kernel: Any, guards: Guards) -> bool:
     """Put `guards` on a kernel's action host (duck.sandbox.host.Kernel.host); True when the
-    kernel has one in our dialect and takes guards (the Duck dialect, and a replay of recorded
-    calls, `takes_guards = False`, replay the Duck, which had none)."""
+    kernel has one and takes guards (a replay of the Duck's recorded calls, `takes_guards =
+    False`, replays the Duck, which had none)."""
     host = getattr(kernel, "host", None)
-    dialect = getattr(kernel, "dialect", None)
-    if (host is None or not hasattr(host, "guards") or getattr(dialect, "name", None) != "ours"
-            or getattr(kernel, "takes_guards", True) is False):
+    if host is None or not hasattr(host, "guards") or getattr(kernel, "takes_guards", True) is False:
         return False
     host.guards = guards if guards.active else None
     return host.guards is not None

@@ -236,7 +236,7 @@ def confine(plan: dict[str, Any]) -> dict[str, str]:
     """Apply the plan's layers to this process, in order; returns what was verified."""
     layers: dict[str, str] = {}
     try:  # before any file-system rule: the binding finds and loads libseccomp
-        from duck.sandbox import seccomp_filter
+        from duck.sandbox import seccomp_filter  # noqa: F401 - imported now, loaded by _seccomp()
         _import_pyseccomp()
         seccomp_error = None
     except (ImportError, OSError, AttributeError, TypeError) as e:
@@ -270,38 +270,11 @@ def confine(plan: dict[str, Any]) -> dict[str, str]:
     if "/proc hides" in layers["mounts"] and uid is not None and (err := verify.hidepid(int(plan["host_pid"]))):
         layers["mounts"] = f"off: {err}"
     _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)  # before Landlock, always
-    nnp = verify.no_new_privs()
-    if not plan.get("landlock", True):
-        layers["filesystem"] = "off: " + ("turned off" if "landlock" in off else "no landlock on this kernel")
-    elif nnp:
-        layers["filesystem"] = f"off: {nnp}"
-    else:
-        try:
-            abi = landlock.restrict([*plan["read"], *SYSTEM_READ], [plan["workdir"]], rw_files=["/dev/null"])
-            err = verify.landlock(plan["workdir"])
-            layers["filesystem"] = (f"on: landlock ABI {abi} (read: Python and system libraries; write: "
-                                    f"the temp dir){'; no TCP' if abi >= 4 else ''}"
-                                    f"{'; no signals outside' if abi >= 6 else ''}" if err is None
-                                    else f"off: landlock did not hold ({err})")
-        except OSError as e:
-            layers["filesystem"] = f"off: {e}"
-    if not layers["filesystem"].startswith("on"):
-        if mounts:
-            layers["filesystem"] += "; the mount namespace hides the games and the records"
-        elif modes is None:
-            layers["filesystem"] = ("on: file modes (the worker's uid cannot open the host's root-only files: the "
-                                    f"games copy, records and conversations); landlock {layers['filesystem']}")
-        else:
-            layers["filesystem"] += f"; file modes do not hold ({modes})"
+    layers["filesystem"] = _filesystem(plan, off, mounts, modes)
     if "seccomp" in off:
         layers["seccomp"] = "off: turned off"
     elif seccomp_error is None:
-        try:
-            n = seccomp_filter.load()
-            err = verify.seccomp()
-            layers["seccomp"] = f"on: {n} rules (libseccomp)" if err is None else f"off: {err}"
-        except OSError as e:
-            layers["seccomp"] = f"off: {e}"
+        layers["seccomp"] = _seccomp()
     else:
         layers["seccomp"] = f"off: {seccomp_error}"
     sec = layers["seccomp"].startswith("on")
@@ -314,6 +287,44 @@ def confine(plan: dict[str, Any]) -> dict[str, str]:
                          "on: a session of its own; seccomp denies setpgid, setsid and stop signals" if sec
                          else "partly: a session of its own; nothing stops a stop signal")
     return {k: layers[k] for k in LAYERS if k in layers}
+
+
+def _filesystem(plan: dict[str, Any], off: set[str], mounts: bool, modes: str | None) -> str:
+    """Landlock (no_new_privs is set), and what stands in where it does not hold: the mount
+    namespace, or file modes (`modes`: None when they hold, else why not). Its layer line."""
+    nnp = verify.no_new_privs()
+    if not plan.get("landlock", True):
+        line = "off: " + ("turned off" if "landlock" in off else "no landlock on this kernel")
+    elif nnp:
+        line = f"off: {nnp}"
+    else:
+        try:
+            abi = landlock.restrict([*plan["read"], *SYSTEM_READ], [plan["workdir"]], rw_files=["/dev/null"])
+            err = verify.landlock(plan["workdir"])
+            line = (f"on: landlock ABI {abi} (read: Python and system libraries; write: the temp dir)"
+                    f"{'; no TCP' if abi >= 4 else ''}{'; no signals outside' if abi >= 6 else ''}" if err is None
+                    else f"off: landlock did not hold ({err})")
+        except OSError as e:
+            line = f"off: {e}"
+    if line.startswith("on"):
+        return line
+    if mounts:
+        return line + "; the mount namespace hides the games and the records"
+    if modes is None:
+        return ("on: file modes (the worker's uid cannot open the host's root-only files: the games copy, records "
+                f"and conversations); landlock {line}")
+    return line + f"; file modes do not hold ({modes})"
+
+
+def _seccomp() -> str:
+    """Load the seccomp filter and verify it: its layer line."""
+    from duck.sandbox import seccomp_filter
+    try:
+        n = seccomp_filter.load()
+        err = verify.seccomp()
+        return f"on: {n} rules (libseccomp)" if err is None else f"off: {err}"
+    except OSError as e:
+        return f"off: {e}"
 
 
 # The layers in the order the header and `duck doctor` show them.

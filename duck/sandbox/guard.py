@@ -8,9 +8,9 @@ limits). What stays here tells a careless model at once, in words, why something
 * an audit hook (`Guard`) refusing new processes, signals to other processes, sockets,
   ctypes, and any write, rename or delete outside the kernel's temp directory; reads of
   the games' source folders are refused too (no peeking at the rules);
-* `import` at snippet level in our dialect (`kernel_import`): everything but process, thread,
-  network and host modules (numpy and the standard library work). The Duck dialect's
-  narrower whitelist is in `duck.sandbox.dialect`.
+* `import` at snippet level (`kernel_import`, the `__import__` of the namespace's builtins,
+  `namespace_builtins`): everything but process, thread, network and host modules (numpy and
+  the standard library work).
 """
 
 from __future__ import annotations
@@ -73,3 +73,8 @@ def kernel_import(name: str, globals: Any = None, locals: Any = None, fromlist: 
                           "threads, network or host access); numpy and the rest of the "
                           "standard library are.")
     return builtins.__import__(name, globals, locals, fromlist, level)
+
+
+def namespace_builtins() -> dict[str, Any]:
+    """The model namespace's `__builtins__`: all of them, with `kernel_import` as `__import__`."""
+    return dict(builtins.__dict__) | {"__import__": kernel_import}

@@ -6,8 +6,7 @@ game, so the host plays: it gives the explorer callable it was built with
 duck.policies, passes the non-LLM explorer — the sandbox never imports it) a `Handoff`, a view
 of the session whose `step` records each action like any other (the game's record through the
 real `Session.step`, the kernel's own history for the worker), and that ends the explorer
-(`PlayStopped`) after n actions, a level change, GAME_OVER or WIN, when the call's gate says so,
-or when the run must stop. The answer has the shape of an `action()` result (executed actions,
+(`PlayStopped`) after n actions, a level change, GAME_OVER or WIN, or when the run must stop. The answer has the shape of an `action()` result (executed actions,
 state, level, what stopped it), so the turn ends and is described as after any action.
 """
 
@@ -46,10 +45,7 @@ class Handoff:
     def step(self, action: Action, info: dict[str, Any] | None = None) -> Any:
         if self.reason is None and len(self.done) >= self.n:
             self.reason = "explored"
-        verdict = self.call.ask("action") if self.reason is None else "go"
-        if verdict == "stop":
-            self.kernel.host.stopping = True
-        if self.reason is None and (verdict != "go" or self.kernel.host.should_stop()):
+        if self.reason is None and self.kernel.host.should_stop():
             self.reason = "stopped"
         if self.reason is not None:
             raise PlayStopped(self.reason)
@@ -64,7 +60,7 @@ class Handoff:
             text = display(action)
             self.done.append(text)
             self.call.executed.append(text)
-            self.kernel._append(text, obs)
+            self.kernel.append(text, obs)
             self.changed = self.changed or not np.array_equal(before.grid, obs.grid)
             if obs.state == "WIN":
                 self.reason = "run_complete"
@@ -110,8 +106,8 @@ def run(kernel: Any, msg: dict[str, Any], call: Any, info: dict[str, Any] | None
               "run_complete": win, "action_display": h.done[-1], "executed_actions": list(h.done),
               "requested_count": n, "executed_count": len(h.done), "stopped_early": len(h.done) < n,
               "stop_reason": h.reason or "explorer_done"} | host.timers()
-    kernel.last_result = result
-    kernel.valid = host.names()
+    kernel.state.last_result = result
+    kernel.state.valid = host.names()
     if result["run_complete"] or result["game_over"] or result["level_completed"]:
         call.terminal = result  # later action() calls of this snippet do nothing, as after a batch
     return result

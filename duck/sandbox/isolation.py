@@ -50,8 +50,8 @@ def _probe_plan(workdir: str, uid: int | None) -> dict[str, Any]:
     from duck.config import KernelConfig  # the defaults every kernel starts from
 
     k = KernelConfig()
-    return plan(workdir=workdir, uid=uid, memory_mb=k.memory_mb, file_mb=k.file_mb, open_files=k.open_files,
-                disk_mb=k.disk_mb, disk_inodes=k.disk_inodes, hide=[])
+    return plan(workdir=workdir, uid=uid, memory_mb=k.memory_mb, disk_mb=k.disk_mb, disk_inodes=k.disk_inodes,
+                hide=[])
 
 
 @functools.cache
@@ -69,7 +69,7 @@ def report() -> dict[str, str]:
         p = _probe_plan(workdir, lease.uid if lease else None)
         cg, p["cgroup_off"] = cgroup.make(cgroup_limit(p)) if os.geteuid() == 0 else (None, "not root")
         p["cgroup"] = cg
-        got = process.probe({"plan": p, "deny_read": [], "notes_chars": 100, "dialect": "ours", "tools": False},
+        got = process.probe({"plan": p, "deny_read": [], "notes_chars": 100, "tools": False},
                             workdir)
     except OSError as e:
         got = f"{type(e).__name__}: {e}"
@@ -109,12 +109,16 @@ def _closed_probe() -> str:
     return path
 
 
-def plan(*, workdir: str, uid: int | None, memory_mb: int, file_mb: int, open_files: int,
-         disk_mb: int, disk_inodes: int, hide: list[str], off: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
+FILE_MB = 16  # the largest file model code may write in its temp dir
+OPEN_FILES = 64  # its open files
+
+
+def plan(*, workdir: str, uid: int | None, memory_mb: int, disk_mb: int, disk_inodes: int, hide: list[str],
+         off: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
     """What the worker applies to itself (duck.sandbox.confine); `off`: layers left out. The
     host adds `cgroup` (duck.sandbox.cgroup) before it starts the worker."""
-    return {"workdir": workdir, "uid": uid, "gid": uid, "memory_mb": memory_mb, "file_mb": file_mb,
-            "open_files": open_files, "disk_mb": disk_mb, "disk_inodes": disk_inodes, "read": python_paths(),
+    return {"workdir": workdir, "uid": uid, "gid": uid, "memory_mb": memory_mb, "file_mb": FILE_MB,
+            "open_files": OPEN_FILES, "disk_mb": disk_mb, "disk_inodes": disk_inodes, "read": python_paths(),
             "hide": sorted({os.path.realpath(h) for h in hide}), "off": sorted(off),
             "landlock": landlock.abi() >= 1 and "landlock" not in off, "host_pid": os.getpid(),
             "closed_probe": _closed_probe() if uid is not None else None, "cgroup": None}

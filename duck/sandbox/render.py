@@ -1,16 +1,12 @@
-"""What the model receives after a snippet, per dialect, and the Duck transcript's rendering.
+"""The tool message the model receives after a snippet, rendered once from its `CallResult`.
 
-`render_duck_dialect` builds the Duck's tool message exactly (../shared/duck-traces/README.md,
-"What the model receives"): printing hides the action results, a time-out discards the
-output, each of stdout/error/result is cut to 4,096 characters with `... [truncated N chars]`.
-`render_our_dialect` keeps the shape but shows more, because hidden results and lost output
-cost the model turns: stdout (head and tail), the `result` variable and the last action result
-(with its animation summary) together, on a time-out the output so far plus whether the
-definitions survived, whether the kernel had to be restarted, and `stopped` (the guard's line)
-when a host guard ended the snippet (duck.sandbox.batch_guards).
-
-`transcript` renders a message the way the Duck's transcripts (and so the traces'
-`result` field) show it; the replay compares printed output through it.
+Plain text, one part per line or block, in this order: the error (or why the call was
+stopped: a time-out and whether the definitions survived, a restarted kernel), where a
+time-out interrupted the code, what it printed (head and tail, with a note when cut), the
+`result` variable, one line for the actions the call played and one per refusal or guard
+(duck.sandbox.batch_guards), why `notes` was not kept, and what the host did about the worker.
+The action results themselves (the Duck's dicts) stay in Python (`last_action_result`); the
+next turn message shows the board.
 """
 
 from __future__ import annotations
@@ -18,102 +14,94 @@ from __future__ import annotations
 import json
 from typing import Any
 
-TRUNCATION_NOTE = "Tool output was cut off to stay within the ~1024-token response budget."
+from duck.game.actions import compress
+
+OUTPUT_CHARS = 4096  # printed output kept of a call (head and tail); an error or `result` is cut to it (the Duck's cap)
+MESSAGE_CHARS = 32_000  # the whole message, whatever the worker sent
+
+_STOPS = {"level_completed": "the level was completed", "game_over": "GAME_OVER", "run_complete": "the game is won",
+          "invalid_action": "the next action is not valid now", "stopped": "stopped: out of time",
+          "action_error": "the next action was refused"}
+_PREVIOUS = {"previous_level_completed": "an earlier action of this call completed a level",
+             "previous_game_over": "an earlier action of this call reached GAME_OVER",
+             "previous_run_complete": "the game is won", "previous_done": "the game is won"}
+_GONE = "your functions and variables are gone (game variables and notes are restored)"
 
 
-def _trim(text: str, limit: int, total: int | None = None) -> tuple[str, bool]:
-    total = len(text) if total is None else max(total, len(text))
-    if total <= limit:
-        return text, False
-    return f"{text[:limit]}\n... [truncated {total - limit} chars]", True
-
-
-def render_duck_dialect(res: Any, *, timeout: float, limit: int, notes_error: str | None = None,
-                        died: bool = False) -> dict[str, Any]:
-    """The Duck's message for a CallResult (it had no notes; a dead kernel was not news: it
-    started a process per call)."""
-    if res.kind == "syntax":
-        return {"error": res.error}
-    if res.kind in ("timeout", "stopped"):
-        return {"tool": "python", "error": f"Tool timed out after {timeout:g}s"}
-    if res.kind == "crash":
-        return {"tool": "python", "error": "Sandbox process exited unexpectedly."}
-    msg: dict[str, Any] = {"tool": "python"}
-    cut = False
-    if res.error:
-        msg["error"], c1 = _trim(res.error, limit)
-        cut = cut or c1
-        if res.stdout:
-            msg["stdout"], c2 = _trim(res.stdout, limit, res.stdout_total)
-            cut = cut or c2
-    else:
-        msg["returncode"] = 0
-        if res.stdout:
-            msg["stdout"], c2 = _trim(res.stdout, limit, res.stdout_total)
-            cut = cut or c2
-        elif res.result is not None:
-            msg["result"] = res.result
-            if isinstance(res.result, str):
-                msg["result"], c3 = _trim(res.result, limit)
-                cut = cut or c3
-        elif res.action_results:
-            msg["result"] = (res.action_results[-1] if len(res.action_results) == 1 else
-                             {"action_calls": len(res.action_results),
-                              "last_action_result": res.action_results[-1]})
-    if cut:
-        msg |= {"truncated": True, "truncation_note": TRUNCATION_NOTE}
-    return msg
-
-
-def render_our_dialect(res: Any, *, timeout: float, limit: int, notes_error: str | None = None,
-                       died: bool = False) -> dict[str, Any]:
-    """Our message for a CallResult; `died`: the worker had died since the previous call."""
-    msg: dict[str, Any] = {"tool": "python"}
-    guard = res.action_results[-1].get("guard") if res.action_results else None
-    if res.kind == "stopped" and guard:  # a host guard ended the snippet (duck.sandbox.batch_guards)
-        msg["stopped"] = guard
-    elif res.kind in ("timeout", "stopped"):
-        kept = "your definitions were kept" if not res.restarted else (
-            "the kernel was restarted: your functions and variables are gone (game variables "
-            "and notes are restored)")
-        msg["error"] = f"Tool timed out after {timeout:g}s; {kept}."
-        if res.error and not res.restarted:
-            msg["interrupted_at"], _ = _trim(res.error, limit)
-    elif res.kind == "crash" and str(res.error_kind).startswith(("protocol", "its temp")):
-        msg["error"] = (f"The kernel was stopped ({res.error_kind}) and restarted: your functions and "
-                        "variables are gone (game variables and notes are restored).")
-    elif res.kind == "crash":
-        msg["error"] = (f"The kernel process died ({res.error_kind}); it was restarted: your "
-                        "functions and variables are gone (game variables and notes are restored).")
-    elif res.error:
-        msg["error"], _ = _trim(res.error, limit)
-    else:
-        msg["returncode"] = 0
+def tool_text(res: Any) -> str:
+    """The tool message of a duck.sandbox.host.CallResult."""
+    out: list[str] = []
+    error, interrupted = _error(res)
+    if error:
+        out.append(f"error:\n{error}" if "\n" in error else f"error: {error}")
+    if interrupted:
+        out.append(f"interrupted at:\n{interrupted}")
     if res.stdout:
-        msg["stdout"] = res.stdout
+        out.append("stdout:\n" + res.stdout.rstrip("\n"))
         if res.stdout_total > len(res.stdout):
-            msg["truncated"] = True
-            msg["truncation_note"] = (f"printed {res.stdout_total} characters; only the first and "
-                                      "last parts are shown")
+            out.append(f"(printed {res.stdout_total} characters; only the first and last parts are shown)")
     if res.result is not None:
         text = _dumps(res.result)
-        msg["result"] = res.result if len(text) <= limit else _trim(text, limit)[0]
-    if res.action_results:
-        msg["action_calls"] = len(res.action_results)
-        msg["last_action_result"] = res.action_results[-1]
-    elif res.actions:
-        msg["executed_actions"] = list(res.actions)
-    if notes_error:
-        msg["notes_error"] = notes_error
-    kernel = []
-    if died:
-        kernel.append("the kernel process had died since the last call and was restarted: your "
-                      "functions and variables are gone")
-    if getattr(res, "notice", None):
+        value = res.result if len(text) <= OUTPUT_CHARS else _trim(text, OUTPUT_CHARS)
+        out.append("result: " + (value if isinstance(value, str) else json.dumps(value, default=str)))
+    out += action_lines(res)
+    if res.notes_error:
+        out.append(f"notes error: {res.notes_error}")
+    kernel = ["the kernel process had died since the last call and was restarted: your functions and variables "
+              "are gone"] if res.died else []
+    if res.notice:
         kernel.append(res.notice)
     if kernel:
-        msg["kernel"] = "; ".join(kernel)
-    return msg
+        out.append("kernel: " + "; ".join(kernel))
+    text = "\n".join(out) if out else "(no output)"
+    cap = MESSAGE_CHARS
+    return text if len(text) <= cap else f"{text[:cap * 2 // 3]}\n... [{len(text) - cap} chars cut] ...\n{text[-cap // 3:]}"
+
+
+def _error(res: Any) -> tuple[str, str]:
+    """(the error line or block, where a time-out interrupted the code)."""
+    guard = res.action_results[-1].get("guard") if res.action_results else None
+    if res.kind == "stopped" and guard:  # a host guard ended the snippet: its line is an action line
+        return "", ""
+    if res.kind in ("timeout", "stopped"):
+        kept = "your definitions were kept" if not res.restarted else f"the kernel was restarted: {_GONE}"
+        where = _trim(res.error, OUTPUT_CHARS) if res.error and not res.restarted else ""
+        return f"Tool timed out after {res.timeout_s:g}s; {kept}.", where
+    if res.kind == "crash" and str(res.error_kind).startswith(("protocol", "its temp")):
+        return f"The kernel was stopped ({res.error_kind}) and restarted: {_GONE}.", ""
+    if res.kind == "crash":
+        return f"The kernel process died ({res.error_kind}); it was restarted: {_GONE}.", ""
+    return (_trim(res.error, OUTPUT_CHARS) if res.error else ""), ""
+
+
+def action_lines(res: Any) -> list[str]:
+    """The lines about a call's actions: one for what it played, one per refusal or guard."""
+    results = [x for x in res.action_results or [] if isinstance(x, dict)]
+    lines: list[str] = []
+    if res.actions:
+        played = [x for x in results if x.get("executed")]
+        stop = _STOPS.get(str(played[-1].get("stop_reason"))) if played else None
+        lines.append(f"actions: {len(res.actions)} played: {compress(list(res.actions))}"
+                     + (f" ({stop})" if stop else "") + "; the next message shows the board")
+    for x in results:
+        reason = str(x.get("stop_reason") or "")
+        if isinstance(x.get("guard"), str):
+            line = x["guard"]
+        elif reason.startswith("previous_"):
+            line = f"not played: {_PREVIOUS.get(reason, 'the game state is terminal')}; no further action in this call"
+        elif not x.get("executed") and x.get("error"):
+            line = f"not played: {x['error']}"
+        else:
+            continue
+        if line not in lines:
+            lines.append(line)
+    return lines
+
+
+def _trim(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}\n... [truncated {len(text) - limit} chars]"
 
 
 def _dumps(value: Any) -> str:
@@ -122,73 +110,3 @@ def _dumps(value: Any) -> str:
         return json.dumps(value)
     except (ValueError, TypeError, RecursionError):
         return json.dumps(str(value)[:100_000])
-
-
-# --- the Duck transcript's rendering (for comparing with the traces) -------------------
-
-def _scalar(v: Any) -> str:
-    return v if isinstance(v, str) else json.dumps(v, ensure_ascii=True)
-
-
-def _lines(value: Any, indent: int = 0) -> list[str]:
-    pre = " " * indent
-    if isinstance(value, dict):
-        if not value:
-            return [pre + "{}"]
-        out = []
-        for k, v in value.items():
-            if isinstance(v, (dict, list)):
-                out.append(f"{pre}{k}:")
-                out += _lines(v, indent + 2)
-            elif isinstance(v, str) and "\n" in v:
-                out.append(f"{pre}{k}: |")
-                out += [f"{pre}  {line}" for line in (v.splitlines() or [""])]
-            else:
-                out.append(f"{pre}{k}: {_scalar(v)}")
-        return out
-    if isinstance(value, list):
-        if not value:
-            return [pre + "[]"]
-        out = []
-        for v in value:
-            if isinstance(v, (dict, list)):
-                out.append(pre + "-")
-                out += _lines(v, indent + 2)
-            elif isinstance(v, str) and "\n" in v:
-                out.append(pre + "- |")
-                out += [f"{pre}  {line}" for line in (v.splitlines() or [""])]
-            else:
-                out.append(f"{pre}- {_scalar(v)}")
-        return out
-    if isinstance(value, str):
-        if "\n" in value:
-            return [pre + "|"] + [f"{pre}  {line}" for line in (value.splitlines() or [""])]
-        return [pre + value]
-    return [pre + _scalar(value)]
-
-
-def transcript(message: dict[str, Any]) -> str:
-    """The transcript text of a tool message (a round trip through JSON, as the Duck did;
-    the transcript strips each section)."""
-    return _transcript(message).strip()
-
-
-def _transcript(message: dict[str, Any]) -> str:
-    parsed = json.loads(json.dumps(message))
-    stdout = str(parsed.get("stdout", "") or "").rstrip("\n")
-    error = str(parsed.get("error", "") or "").rstrip("\n")
-    result = parsed.get("result")
-    has_result = result not in (None, "", [], {})
-    if stdout and not error and not has_result:
-        return stdout
-    blocks = []
-    if stdout:
-        blocks.append(stdout)
-    if has_result:
-        text = "\n".join(_lines(result))
-        blocks.append(f"result:\n{text}" if stdout else text)
-    if error:
-        blocks.append(f"error:\n{error}" if (stdout or has_result) else error)
-    if blocks:
-        return "\n\n".join(b for b in blocks if b.strip())
-    return "\n".join(_lines(parsed))

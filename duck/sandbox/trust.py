@@ -11,7 +11,6 @@ worker and tells the model why).
 
 from __future__ import annotations
 
-import json
 import math
 from typing import Any
 
@@ -73,26 +72,6 @@ def clean(value: Any, depth: int = 0, *, budget: list[int] | None = None) -> Any
             out_l.append(clean(v, depth + 1, budget=budget))
         return out_l
     return text(repr(value)[:200])
-
-
-def bounded(message: dict[str, Any], cap: int) -> dict[str, Any]:
-    """`message` with at most `cap` characters of JSON in all: its largest values become
-    their JSON's head, one by one, until it fits (the host's own fields are small; what
-    grows is what the worker sent)."""
-    def size(v: Any) -> int:
-        return len(json.dumps(v, default=str))
-
-    if size(message) <= cap:
-        return message
-    out = dict(message)
-    for key in sorted(out, key=lambda k: -size(out[k])):
-        room = max(200, cap - (size(out) - size(out[key])) - 100)
-        text_ = json.dumps(out[key], default=str)
-        if len(text_) > room:
-            out[key] = text(text_[:room], room) + f"... [{len(text_) - room} chars cut]"
-        if size(out) <= cap:
-            break
-    return out
 
 
 _SHAPES: dict[str, dict[str, tuple[type, ...]]] = {

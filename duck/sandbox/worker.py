@@ -3,21 +3,18 @@
 Started by `duck.sandbox.host.Kernel` (through duck.sandbox.process) as `python -s -m
 duck.sandbox.worker RFD WFD` in a session of its own, a temporary working directory and a
 scrubbed environment; its config is the first message on the pipe. It keeps
-the game variables (frames, history, transitions, ...) as Python objects and receives only
-*new* observations from the host, so an `action()` call costs the same at step 1,000 as at
-step 10. The host owns the game: `action()` sends the requested actions over the pipe and
-waits for the result and the new boards.
+the game variables (frames, history, transitions, ...: duck.sandbox.views) as Python objects
+and receives only *new* observations from the host, so an `action()` call costs the same at
+step 1,000 as at step 10. The host owns the game: `action()` (and the tools' `explore`) send
+a request over the pipe and wait for the result and the new boards (`Worker.request`).
 
 Before it reads anything from the host it confines itself (duck.sandbox.confine: namespaces,
 Landlock, hard limits, its own uid, seccomp) and reports the layers in its `ready` message.
 The in-process fences (audit hook, imports: `duck.sandbox.guard`) only give clear messages.
-At the call's time
-limit the host sends SIGUSR1, which raises `KernelTimeout` in the snippet (the namespace
-survives); the host kills the process group if the snippet swallows it or is stuck in C code.
-
-The dialect (builtins and imports, fresh or persistent namespace, our additions
-`last_animation` and `notes`, traceback formats: `duck.sandbox.dialect`) is named in
-its config and fixed for the process's life.
+At the call's time limit the host sends SIGUSR1, which raises `KernelTimeout` in the snippet
+(the namespace survives); the host kills the process group if the snippet swallows it or is
+stuck in C code. Tracebacks show the snippet's frames with their source lines (`<cell-N>`),
+never the sandbox's own.
 """
 
 from __future__ import annotations
@@ -30,17 +27,20 @@ import resource
 import signal
 import sys
 import time
+import traceback
 from typing import Any
 
 import numpy as np
 
 from duck.game.animation import summarize_animation
-from duck.game.frames import Frame
 from duck.sandbox import wire
-from duck.sandbox.dialect import DIALECTS
 from duck.sandbox.confine import confine
-from duck.sandbox.guard import GUARD, Guard
+from duck.sandbox.guard import GUARD, Guard, namespace_builtins
 from duck.sandbox.tools import Tools
+from duck.sandbox.views import FrameView, HistoryEntryView, TransitionView, normalize_actions
+
+RECURSION_LIMIT = 10_000
+_SANDBOX_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
 class KernelTimeout(BaseException):
@@ -48,38 +48,7 @@ class KernelTimeout(BaseException):
 
 
 class StopSnippet(BaseException):
-    """Raised by action() when the host ends the snippet (the call's gate said so)."""
-
-
-class FrameView(Frame):
-    """The Duck's frame class name shows in error messages; keep it."""
-
-
-class HistoryEntryView:
-    def __init__(self, action: str, frame: FrameView) -> None:
-        self.action = action
-        self.frame = frame
-
-    def __str__(self) -> str:
-        return f"AsciiHistoryEntryView(action={self.action!r}, frame={self.frame})"
-
-    __repr__ = __str__
-
-
-class TransitionView:
-    def __init__(self, action: str, before_frame: FrameView | None, after_frame: FrameView) -> None:
-        self.action = action
-        self.before_frame = before_frame
-        self.after_frame = after_frame
-        self.frame = after_frame
-        self.frames = [after_frame]  # every frame the action returned (ours: its animation)
-        self.result: dict[str, Any] = {}
-
-    def __str__(self) -> str:
-        return (f"ActionTransitionView(action={self.action!r}, before_frame={self.before_frame}, "
-                f"after_frame={self.after_frame})")
-
-    __repr__ = __str__
+    """Raised by action() when the host ends the snippet (a guard said so)."""
 
 
 class Capture(io.TextIOBase):
@@ -146,27 +115,46 @@ def sized(value: Any, what: str) -> Any:
     return value if n <= MAX_RESULT_CHARS else f"<{what} of {n} characters: too large to send; print a part of it>"
 
 
+def format_error(exc: BaseException) -> str:
+    """The snippet's frames with their source lines, plus the library frame where it failed
+    (never the sandbox's own frames, e.g. inside `action()`). Of a very deep traceback
+    (runaway recursion) only the first and last 30 frames, so formatting stays fast."""
+    pairs = []
+    tb = exc.__traceback__
+    while tb is not None:
+        pairs.append((tb.tb_frame, tb.tb_lineno))
+        tb = tb.tb_next
+    if len(pairs) > 60:
+        pairs = pairs[:30] + pairs[-30:]
+    stack = traceback.StackSummary.extract(iter(pairs), lookup_lines=False)
+    keep = [f for f in stack if f.filename.startswith("<cell-")]
+    if stack and not stack[-1].filename.startswith("<cell-") and not stack[-1].filename.startswith(_SANDBOX_DIR):
+        keep.append(stack[-1])
+    out = ["Traceback (most recent call last):\n"] + traceback.format_list(keep)
+    out += traceback.format_exception_only(exc)
+    return "".join(out).rstrip()
+
+
 class Worker:
     def __init__(self, rfd: int, wfd: int, cfg: dict[str, Any]) -> None:
         self.reader = wire.Reader(rfd)
         self.wfd = wfd
         self.cfg = cfg
-        self.dialect = DIALECTS[cfg["dialect"]]
         self.entries: list[HistoryEntryView] = []
         self.transitions: list[TransitionView] = []
         self.last_anim: list[FrameView] = []
         self.last_result: dict[str, Any] = {}  # `last_action_result`
         self.valid: list[str] = []
         self.notes: dict[str, Any] = {}
-        self.ns: dict[str, Any] = {}
+        self.ns: dict[str, Any] = {"__builtins__": namespace_builtins(), "__name__": "__main__"}
         self.armed = False
         self.pending = False
-        self.ended = False  # the host ended this snippet (its gate): no more actions
+        self.ended = False  # the host ended this snippet (a guard): no more actions
         self.results: list[dict[str, Any]] = []
         self.call = 0
-        self.cur_ns: dict[str, Any] = {}
+        self.cur_ns = self.ns
         # The world-model tools (duck.sandbox.tools), when the kernel was started with them.
-        self.tools = Tools(self) if cfg.get("tools") and self.dialect.additions else None
+        self.tools = Tools(self) if cfg.get("tools") else None
 
     def send(self, obj: dict[str, Any]) -> None:
         """Send while deaf to the time-out signal: a message cut in half by KernelTimeout
@@ -223,37 +211,41 @@ class Worker:
         ns["valid_actions"] = list(self.valid)
         ns["last_action_result"] = dict(self.last_result)
         ns["action"] = self.action
-        if self.dialect.additions:
-            ns["last_animation"] = list(self.last_anim)
-            if not isinstance(ns.get("notes"), dict):
-                ns["notes"] = self.notes
+        ns["last_animation"] = list(self.last_anim)
+        if not isinstance(ns.get("notes"), dict):
+            ns["notes"] = self.notes
         if self.tools is not None:
             self.tools.publish(ns)
 
-    # --- action() --------------------------------------------------------------------
+    # --- requests the host answers with actions ----------------------------------------
     def action(self, actions: Any) -> dict[str, Any]:
-        items = normalize_actions(actions)
+        return self.request({"op": "action", "actions": normalize_actions(actions)})
+
+    def request(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """Ask the host for something it answers by playing (`action()`, the tools' `explore`):
+        the result comes back with the new boards as a delta, the game variables are refreshed,
+        and the result is kept for the call's tool message (every `action()` result; of the
+        others, those that played)."""
         if self.ended:
             raise StopSnippet()
         self.armed = False  # a time-out during the host's work is delivered afterwards
         try:
-            wire.send(self.wfd, {"op": "action", "actions": items})
-            got = self.reader.recv()
+            wire.send(self.wfd, msg)
+            reply, blob = self.reader.recv()
         finally:
             self.armed = True
-        msg, blob = got
-        self.apply(msg, blob)
-        result = dict(msg.get("result") or {})
-        if self.dialect.additions and result.get("executed") and self.last_anim:
+        self.apply(reply, blob)
+        result = dict(reply.get("result") or {})
+        if msg["op"] == "action" and result.get("executed") and self.last_anim:
             result["animation"] = summarize_animation(self.transitions[-1].before_frame, self.last_anim)
             self.last_result = dict(result)
             self.transitions[-1].result = dict(result)
-        if result:
+        if result and (result.get("executed") or msg["op"] == "action"):
             self.results.append(result)
         self.publish(self.cur_ns)
-        if msg.get("error"):
-            raise RuntimeError(msg["error"])
-        if msg.get("end"):
+        if reply.get("error"):
+            raise RuntimeError(reply["error"])
+        if reply.get("end"):
             self.ended = True
             raise StopSnippet()
         if self.pending:
@@ -261,50 +253,16 @@ class Worker:
             raise KernelTimeout()
         return result
 
-    def host_call(self, request: dict[str, Any]) -> dict[str, Any]:
-        """A request to the host other than action() (the tools' `explore`), answered like an
-        action: the host may play actions, whose boards come back as a delta."""
-        if self.ended:
-            raise StopSnippet()
-        self.armed = False  # as in action(): a time-out during the host's work comes afterwards
-        try:
-            wire.send(self.wfd, request)
-            msg, blob = self.reader.recv()
-        finally:
-            self.armed = True
-        self.apply(msg, blob)
-        result = dict(msg.get("result") or {})
-        if result.get("executed"):
-            self.results.append(result)
-        self.publish(self.cur_ns)
-        if msg.get("error"):
-            raise RuntimeError(msg["error"])
-        if self.pending:
-            self.pending = False
-            raise KernelTimeout()
-        return result
-
     # --- running a snippet -----------------------------------------------------------
-    def namespace(self) -> dict[str, Any]:
-        """The persistent namespace, or in a dialect without one a new one per call."""
-        if self.dialect.fresh_namespace or not self.ns:
-            ns = {"__builtins__": self.dialect.builtins(), "__name__": "__main__"}
-            if not self.dialect.fresh_namespace:
-                self.ns = ns
-            return ns
-        return self.ns
-
     def run(self, msg: dict[str, Any]) -> None:
         self.call = int(msg.get("call", self.call + 1))
         self.ended = self.pending = False
         self.results = []
-        ns = self.cur_ns = self.namespace()
-        self.publish(ns)
-        ns["result"] = None
+        self.publish(self.ns)
+        self.ns["result"] = None
         cap = Capture(self.send, int(msg["head"]), int(msg["tail"]))
         old = sys.stdout, sys.stderr
-        sys.stdout = cap
-        sys.stderr = cap if self.dialect.stderr_shown else io.StringIO()
+        sys.stdout = sys.stderr = cap
         _, hard = resource.getrlimit(resource.RLIMIT_CPU)
         usage = resource.getrusage(resource.RUSAGE_SELF)  # every thread's CPU time, user and system
         used = usage.ru_utime + usage.ru_stime
@@ -312,31 +270,8 @@ class Worker:
             resource.setrlimit(resource.RLIMIT_CPU, (int(used + msg.get("timeout", 30) + 5), hard))
         except (ValueError, OSError):
             pass
-        filename = self.dialect.cell_filename(self.call)
-        error = kind = None
-        code = msg["code"]
         try:
-            try:
-                compiled = compile(code, filename, "exec")
-            except (SyntaxError, ValueError) as e:
-                kind = "syntax"
-                error = self.dialect.syntax_error(e)
-            else:
-                # Our dialect's tracebacks show the snippet's source lines.
-                linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
-                self.armed = True
-                try:
-                    exec(compiled, ns)
-                finally:
-                    self.armed = False
-        except KernelTimeout as e:
-            kind = "timeout"
-            error = self.dialect.format_error(e, filename)  # where the time ran out
-        except StopSnippet:
-            kind = "stopped"
-        except BaseException as e:  # noqa: BLE001 - SystemExit, KeyboardInterrupt too
-            kind = type(e).__name__
-            error = self.dialect.format_error(e, filename)
+            kind, error = self.execute(msg["code"], f"<cell-{self.call}>")
         finally:
             self.armed = False
             sys.stdout, sys.stderr = old
@@ -345,32 +280,56 @@ class Worker:
                                 "total": cap.total, "tail": cap.tailbuf, "last_result": self.last_result}
         if not isinstance(done["results"], list):
             done["results"] = []
-        # Converting `result` and `notes` runs model code (__str__, __iter__): under the
-        # call's time limit too.
+        self.convert(done)
+        wire.send(self.wfd, done)
+
+    def execute(self, code: str, filename: str) -> tuple[str | None, str | None]:
+        """Run the snippet in the namespace: (kind, error); kind None when it ended normally,
+        else syntax, timeout, stopped (the host ended it) or the exception's class name."""
+        try:
+            compiled = compile(code, filename, "exec")
+        except (SyntaxError, ValueError) as e:
+            return "syntax", "".join(traceback.format_exception_only(e)).rstrip()
+        linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)  # tracebacks show the source
+        try:
+            self.armed = True
+            try:
+                exec(compiled, self.ns)
+            finally:
+                self.armed = False
+        except KernelTimeout as e:
+            return "timeout", format_error(e)  # where the time ran out
+        except StopSnippet:
+            return "stopped", None
+        except BaseException as e:  # noqa: BLE001 - SystemExit, KeyboardInterrupt too
+            return type(e).__name__, format_error(e)
+        return None, None
+
+    def convert(self, done: dict[str, Any]) -> None:
+        """`result` and `notes` into the done message. Converting them runs model code
+        (__str__, __iter__): under the call's time limit too."""
         self.pending = False
         try:
             self.armed = True
             try:
-                done["result"] = sized(json_safe(ns.get("result")), "result")
+                done["result"] = sized(json_safe(self.ns.get("result")), "result")
             except BaseException:  # noqa: BLE001 - a hostile __str__, a time-out
                 done["result"] = "<result could not be converted>"
-            if self.dialect.additions:
-                notes = ns.get("notes")
-                if isinstance(notes, dict):
-                    try:
-                        text = json.dumps(json_safe(notes))
-                        if len(text) <= int(self.cfg["notes_chars"]):
-                            self.notes = json.loads(text)
-                        else:
-                            done["notes_error"] = f"notes too large ({len(text)} chars); not kept"
-                    except BaseException as e:  # noqa: BLE001
-                        done["notes_error"] = f"notes not kept: {type(e).__name__}: {e}"[:500]
-                done["notes"] = self.notes
+            notes = self.ns.get("notes")
+            if isinstance(notes, dict):
+                try:
+                    text = json.dumps(json_safe(notes))
+                    if len(text) <= int(self.cfg["notes_chars"]):
+                        self.notes = json.loads(text)
+                    else:
+                        done["notes_error"] = f"notes too large ({len(text)} chars); not kept"
+                except BaseException as e:  # noqa: BLE001
+                    done["notes_error"] = f"notes not kept: {type(e).__name__}: {e}"[:500]
+            done["notes"] = self.notes
         except KernelTimeout:
             done["result"] = "<result could not be converted in time>"
         finally:
             self.armed = False
-        wire.send(self.wfd, done)
 
     def on_interrupt(self, _signum: int, _frame: Any) -> None:
         if self.armed:
@@ -394,41 +353,6 @@ class Worker:
                 return
 
 
-def normalize_actions(actions: Any) -> list[dict[str, Any]]:
-    """The Duck's client-side checks, with its exact messages."""
-    if isinstance(actions, (str, dict)):
-        items = [actions]
-    elif isinstance(actions, (list, tuple)):
-        items = list(actions)
-    else:
-        raise TypeError("action(actions) expects a string, an action object, or a list of "
-                        "action strings/objects.")
-    if not items:
-        raise ValueError("action(actions) requires at least one action.")
-    out = []
-    for i, item in enumerate(items, start=1):
-        if isinstance(item, str):
-            name = item.strip()
-            if not name:
-                raise ValueError(f"Action {i} is empty.")
-            out.append({"action": name})
-        elif isinstance(item, dict):
-            name = str(item.get("action", "")).strip()
-            if not name:
-                raise ValueError(f"Action {i} is missing an `action` field.")
-            if name.upper() == "MOUSE" and ("x" in item or "y" in item):
-                raise ValueError(f"Action {i} uses legacy MOUSE x/y fields; use row and col.")
-            entry = {"action": name}
-            for key in ("row", "col"):
-                if key in item:
-                    v = item[key]
-                    entry[key] = v if isinstance(v, (int, float, str)) or v is None else str(v)
-            out.append(entry)
-        else:
-            raise TypeError(f"Action {i} must be a string or a dict.")
-    return out
-
-
 def main(argv: list[str]) -> None:
     """`python -m duck.sandbox.worker RFD WFD`: the plan comes as the first message on RFD (a
     command line is readable by every process on the machine; the plan names the games'
@@ -440,7 +364,7 @@ def main(argv: list[str]) -> None:
         raise SystemExit("the kernel worker expected its config first")
     cfg = first[0]["cfg"]
     layers = confine(cfg["plan"])
-    sys.setrecursionlimit(DIALECTS[cfg["dialect"]].recursion_limit)
+    sys.setrecursionlimit(RECURSION_LIMIT)
     worker = Worker(rfd, wfd, cfg)
     signal.signal(signal.SIGUSR1, worker.on_interrupt)
     signal.signal(signal.SIGINT, worker.on_interrupt)

@@ -247,7 +247,7 @@ CODES = {
 
 def test_code_comes_back_exactly(standin):
     c = standin.client()
-    tools = python_tool(4096)
+    tools = python_tool()
     for name, code in CODES.items():
         standin.script(out("I will run it.", "Plan: run", code))
         r = c.chat(MSGS, tools, seed=1)
@@ -276,7 +276,7 @@ def stream_snippets(standin, n: int = N_SNIPPETS, **stream: int) -> Counter:
         part = pairs[k:k + 50]
         standin.script(*(reply(text, code) for text, code in part), **stream)
         for _, code in part:
-            got[_outcome(c.chat(MSGS, python_tool(4096), seed=11), code)] += 1
+            got[_outcome(c.chat(MSGS, python_tool(), seed=11), code)] += 1
     return got
 
 
@@ -324,11 +324,11 @@ def test_reasoning_efforts_the_template_accepts(standin):
     prompts = {}
     for effort in ("xhigh", "medium", "low"):
         standin.script(out("ok", "fine"))
-        r = standin.client(reasoning_effort=effort).chat(MSGS, python_tool(4096), seed=12)
+        r = standin.client(reasoning_effort=effort).chat(MSGS, python_tool(), seed=12)
         assert r.content.strip() == "fine", effort
         prompts[effort] = standin.log()[-1]["prompt"]
     standin.script(out("ok", "fine"))
-    standin.client().chat(MSGS, python_tool(4096), seed=12)
+    standin.client().chat(MSGS, python_tool(), seed=12)
     assert standin.log()[-1]["prompt"] == prompts["xhigh"]  # none sent: the template's default
     assert len({prompts["xhigh"], prompts["medium"], prompts["low"]}) == 3  # each changes the system turn
     cfg = ModelConfig(name=NAME, retries=0, timeout_s=60)
@@ -336,7 +336,7 @@ def test_reasoning_efforts_the_template_accepts(standin):
     c = ModelClient(standin.url, cfg)
     standin.script(out("never", "reached"))
     with pytest.raises(ModelError) as e:
-        c.chat(MSGS, python_tool(4096))
+        c.chat(MSGS, python_tool())
     print("vLLM", PIN, "on reasoning_effort 'high':", str(e.value)[:200])
     assert e.value.status in (400, 500)
     with pytest.raises(Exception, match="reasoning_effort"):
@@ -346,7 +346,7 @@ def test_reasoning_efforts_the_template_accepts(standin):
 def _history_ok(standin, messages: list[dict]) -> None:
     """The next request with this history is accepted (vLLM 0.19 answers 400 otherwise)."""
     standin.script(out("ok", "fine"))
-    r = standin.client().chat(messages + [{"role": "user", "content": "Go on."}], python_tool(4096), seed=2)
+    r = standin.client().chat(messages + [{"role": "user", "content": "Go on."}], python_tool(), seed=2)
     assert r.content.strip() == "fine"  # (vLLM keeps the blank line after </think> in content)
 
 
@@ -356,7 +356,7 @@ def test_tag_strings_in_code_never_leave_an_unreadable_call(standin):
     for tag in TAGS:
         code = f"s = '{tag}'\nprint(s)"
         standin.script(out("Write the tag.", "", code))
-        r = c.chat(MSGS, python_tool(4096), seed=3)
+        r = c.chat(MSGS, python_tool(), seed=3)
         for t in r.tool_calls:
             assert isinstance(json.loads(t.arguments), dict)
         kept = [json.loads(t.arguments).get("code") for t in r.tool_calls]
@@ -374,7 +374,7 @@ CUT_CALL_IN_HISTORY = "accepted"  # 0.33 (0.19: "HTTP 400": the client never sen
 def test_a_reply_cut_by_the_output_cap_inside_a_tool_call(standin):
     code = "\n".join(f"print({i} * {i})" for i in range(200))
     standin.script(out("short", "", code))
-    r = standin.client(max_output_tokens=300).chat(MSGS, python_tool(4096), seed=4)
+    r = standin.client(max_output_tokens=300).chat(MSGS, python_tool(), seed=4)
     assert standin.log()[-1]["finish"] == "length"
     assert r.cut == "length" and not r.tool_calls and r.dropped and r.dropped[0]["why"] == "length"
     print("vLLM", PIN, "on a length cut inside a call: finish_reason", r.finish_reason, "; the call's streamed "
@@ -386,7 +386,7 @@ def test_a_reply_cut_by_the_output_cap_inside_a_tool_call(standin):
     standin.script(out("seen", "fine"))
     try:
         standin.client().chat(MSGS + [bad, {"role": "tool", "tool_call_id": "call_x", "content": "cut"}],
-                              python_tool(4096))
+                              python_tool())
         rendered = standin.log()[-1]["prompt"]
         outcome = "accepted, the cut call rendered as " + ("no parameters" if "<parameter=" not in
                                                           rendered.split("<tool_call>")[-1] else "its text")
@@ -398,7 +398,7 @@ def test_a_reply_cut_by_the_output_cap_inside_a_tool_call(standin):
 
 def test_reasoning_round_trip_with_preserve_thinking(standin):
     c = standin.client(preserve_thinking=True)
-    tools = python_tool(4096)
+    tools = python_tool()
     standin.script(out("The board is empty; look at it first.", "World model: empty", "print(current_frame.shape)"),
                    out("Now act.", "Plan: right", "action('RIGHT')"))
     r1 = c.chat(MSGS, tools, seed=5)
@@ -430,7 +430,7 @@ def test_reasoning_round_trip_with_preserve_thinking(standin):
 def test_a_tool_call_written_before_the_end_of_thinking(standin):
     text = "I will call it now <tool_call>\n<function=python>\n<parameter=code>\nprint(1)\n</parameter>\n</function>\n</tool_call>"
     standin.script(text)
-    r = standin.client().chat(MSGS, python_tool(4096), seed=7)
+    r = standin.client().chat(MSGS, python_tool(), seed=7)
     outcome = "call kept" if r.tool_calls else "call lost in the reasoning" if "<tool_call>" in r.reasoning else "?"
     print("a <tool_call> before </think> on vLLM", PIN, ":", outcome)
     assert not r.dropped or all(d["why"] == "invalid" for d in r.dropped)
@@ -461,7 +461,7 @@ def test_images_and_several_tool_results_render_as_our_stub_renders_them(standin
     import numpy as np
     a = image_part(grid_png(np.zeros((64, 64), int)))
     b = image_part(grid_png(np.arange(64 * 64).reshape(64, 64) % 16))
-    tools = python_tool(4096)
+    tools = python_tool()
     msgs = [MSGS[0], {"role": "user", "content": [{"type": "text", "text": "Turn 1."}, a]},
             {"role": "assistant", "content": "Plan: two looks", "reasoning": "Two calls.",
              "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "python", "arguments": '{"code": "print(1)"}'}},
@@ -486,7 +486,7 @@ def test_a_prompt_over_the_context_is_a_context_overflow(standin):
     with pytest.raises(ContextOverflow):
         # (over the 131,072-token window with any merges: at least one token per number)
         standin.client().chat([MSGS[0], {"role": "user", "content": " ".join(map(str, range(140_000)))}],
-                              python_tool(4096))
+                              python_tool())
 
 
 def test_the_agent_plays_on_through_malformed_calls(standin, tmp_path):

@@ -8,7 +8,7 @@ standard library and duck.game.frames only) and are put into the model's namespa
 them for the model, one example each):
 
 * `objects(frame)`, `diff(a, b)`, `controlled()`: perception with stable object ids
-  (duck.sandbox.tools.perceive);
+  (duck.sandbox.tools.perceive; what changed: .changes);
 * `check(step, encode)`: the simulator replayed over every recorded transition (.check);
 * `plan(step, start, is_goal)`: shortest action list in the simulator (.search);
 * `explore(n)`: n real actions handed to the non-LLM explorer, summarised (.explore; the host
@@ -26,7 +26,8 @@ from typing import Any, Callable
 from duck.sandbox.tools import keep
 from duck.sandbox.tools.check import Report, check as run_check
 from duck.sandbox.tools.explore import summarize
-from duck.sandbox.tools.perceive import Tracker, controlled as find_controlled, diff as frame_diff
+from duck.sandbox.tools.changes import diff as frame_diff
+from duck.sandbox.tools.perceive import Tracker, controlled as find_controlled
 from duck.sandbox.tools.search import DEFAULT_KEYS, plan as run_plan
 
 NAMES = ("objects", "diff", "controlled", "check", "plan", "explore")
@@ -118,7 +119,7 @@ class Tools:
             if tools.seen is None:
                 tools.seen = {e.frame.grid.tobytes() for e in tools.worker.entries}
             start = len(tools.worker.transitions)
-            result = tools.worker.host_call({"op": "explore", "n": n})
+            result = tools.worker.request({"op": "explore", "n": n})
             if not result.get("executed") and result.get("error"):
                 raise RuntimeError(result["error"])
             return summarize(tools.worker.transitions[start:], result, tools.seen, tools.tracker)

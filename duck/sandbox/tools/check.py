@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import re
 import time
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
@@ -110,6 +111,21 @@ def _err(e: BaseException) -> str:
     return f"{type(e).__name__}: {e}"
 
 
+@dataclass
+class _Tally:
+    """What the replay of the recorded transitions found."""
+
+    n: int = 0  # compared
+    exact: int = 0
+    unpredicted: int = 0
+    resets: int = 0
+    mismatches: list[dict[str, Any]] = field(default_factory=list)
+    level_ups: list[tuple[int, Any]] = field(default_factory=list)
+    false_goals: int = 0
+    goal_error: str | None = None
+    cut: bool = False
+
+
 def check(transitions: list[Any], current_level: int, step: Callable[[Any, Any], Any],
           encode: Callable[[Any], Any] | None = None, *, level: int | str | None = None,
           is_goal: Callable[[Any], bool] | None = None, show: int = 3, max_seconds: float = 15.0) -> Report:
@@ -124,90 +140,100 @@ def check(transitions: list[Any], current_level: int, step: Callable[[Any, Any],
             cache[k] = (frame, enc(frame))
         return cache[k][1]
 
-    n = exact = unpredicted = resets = 0
-    errors: list[str] = []
-    mismatches: list[dict[str, Any]] = []
-    level_ups: list[Any] = []
-    false_goals = 0
-    goal_error = None
-    cut = False
-    for i, t in enumerate(transitions):
-        b, a = t.before_frame, t.after_frame
-        if b is None or (want != "all" and b.level != want):
-            continue
-        if t.action == "RESET":
-            resets += 1
-            continue
-        if b.level != a.level or (getattr(t, "result", None) or {}).get("state") == "WIN":
-            level_ups.append((i, t))  # the last level's win keeps the level number
-            continue
-        if time.perf_counter() - t0 > max_seconds:
-            cut = True
-            break
-        n += 1
-        try:
-            s0, s1 = state(b), state(a)
-        except Exception as e:  # noqa: BLE001 - the model's encoder
-            return Report(ok=False, compared=n - 1, exact=exact, error=f"encode raised: {_err(e)}",
-                          text=f"check stopped: encode raised on transition {i} (step {a.step}): {_err(e)}")
-        act = as_action(t.action)
-        try:
-            pred = step(s0, act)
-        except Exception as e:  # noqa: BLE001 - the model's simulator
-            errors.append(f"transition {i} (step {a.step}) {t.action}: step raised {_err(e)}")
-            mismatches.append({"transition": i, "step": a.step, "action": t.action, "error": _err(e)})
-            continue
-        if pred is None:
-            unpredicted += 1
-            continue
-        if same(pred, s1):
-            exact += 1
-        else:
-            mismatches.append({"transition": i, "step": a.step, "action": t.action,
-                               "detail": describe(pred, s1, s0)})
-        if is_goal is not None and goal_error is None:
-            try:
-                false_goals += bool(is_goal(s1))
-            except Exception as e:  # noqa: BLE001
-                goal_error = _err(e)
+    t = _Tally()
+    stopped = _compare(transitions, want, step, state, is_goal, t, t0 + max_seconds)
+    if stopped is not None:
+        return stopped
     scope = f"level {want}" if want != "all" else "all levels"
     notes = []
-    if unpredicted:
-        notes.append(f"step returned None (no prediction) for {unpredicted}")
-    if resets:
-        notes.append(f"{resets} RESET not compared")
-    if level_ups:
-        notes.append(f"{len(level_ups)} level change{'s' if len(level_ups) != 1 else ''} not compared")
-    if cut:
+    if t.unpredicted:
+        notes.append(f"step returned None (no prediction) for {t.unpredicted}")
+    if t.resets:
+        notes.append(f"{t.resets} RESET not compared")
+    if t.level_ups:
+        notes.append(f"{len(t.level_ups)} level change{'s' if len(t.level_ups) != 1 else ''} not compared")
+    if t.cut:
         notes.append(f"stopped after {max_seconds:g}s")
-    lines = [f"check: {exact} of {n} transitions predicted exactly ({scope}"
+    lines = [f"check: {t.exact} of {t.n} transitions predicted exactly ({scope}"
              + (f"; {'; '.join(notes)}" if notes else "") + ")"]
-    for m in mismatches[:show]:
+    for m in t.mismatches[:show]:
         what = m.get("detail") or f"step raised {m['error']}"
         lines.append(f"mismatch at transition {m['transition']} (step {m['step']}) {m['action']}: {what}")
-    if len(mismatches) > show:
-        lines.append(f"... {len(mismatches) - show} more mismatches (transitions "
-                     f"{', '.join(str(m['transition']) for m in mismatches[show:show + 10])}"
-                     f"{', ...' if len(mismatches) > show + 10 else ''})")
-    out: dict[str, Any] = dict(ok=not mismatches and n > 0, compared=n, exact=exact, unpredicted=unpredicted,
-                               mismatches=mismatches[:show], mismatch_count=len(mismatches))
+    if len(t.mismatches) > show:
+        lines.append(f"... {len(t.mismatches) - show} more mismatches (transitions "
+                     f"{', '.join(str(m['transition']) for m in t.mismatches[show:show + 10])}"
+                     f"{', ...' if len(t.mismatches) > show + 10 else ''})")
+    out: dict[str, Any] = dict(ok=not t.mismatches and t.n > 0, compared=t.n, exact=t.exact,
+                               unpredicted=t.unpredicted, mismatches=t.mismatches[:show],
+                               mismatch_count=len(t.mismatches))
     if is_goal is not None:
-        hits, goal_lines = 0, []
-        for i, t in level_ups:
-            try:
-                p = step(state(t.before_frame), as_action(t.action))
-                hit = p is not None and bool(is_goal(p))
-            except Exception as e:  # noqa: BLE001
-                goal_lines.append(f"transition {i}: {_err(e)}")
-                hit = False
-            hits += hit
-        lines.append(f"goal: is_goal held after {hits} of {len(level_ups)} level-completing actions (predicted); "
-                     f"it also held on {false_goals} recorded states that did not complete a level"
-                     + (f"; is_goal raised {goal_error}" if goal_error else "")
-                     + ("; " + "; ".join(goal_lines[:2]) if goal_lines else ""))
-        out.update(goal_hits=hits, level_ups=len(level_ups), false_goals=false_goals)
-        out["ok"] = out["ok"] and hits == len(level_ups) and not false_goals
-    if n == 0:
+        lines.append(_goals(t, step, state, is_goal, out))
+    if t.n == 0:
         lines.append("(nothing to compare yet on this level: play an action, or pass level='all')")
     out["text"] = "\n".join(lines)
     return Report(out)
+
+
+def _compare(transitions: list[Any], want: int | str, step: Callable[[Any, Any], Any], state: Callable[[Any], Any],
+             is_goal: Callable[[Any], bool] | None, t: _Tally, deadline: float) -> Report | None:
+    """Replay every recorded transition of the level(s) through `step` into `t`; the answer
+    itself when the encoder raised."""
+    for i, tr in enumerate(transitions):
+        b, a = tr.before_frame, tr.after_frame
+        if b is None or (want != "all" and b.level != want):
+            continue
+        if tr.action == "RESET":
+            t.resets += 1
+            continue
+        if b.level != a.level or (getattr(tr, "result", None) or {}).get("state") == "WIN":
+            t.level_ups.append((i, tr))  # the last level's win keeps the level number
+            continue
+        if time.perf_counter() > deadline:
+            t.cut = True
+            break
+        t.n += 1
+        try:
+            s0, s1 = state(b), state(a)
+        except Exception as e:  # noqa: BLE001 - the model's encoder
+            return Report(ok=False, compared=t.n - 1, exact=t.exact, error=f"encode raised: {_err(e)}",
+                          text=f"check stopped: encode raised on transition {i} (step {a.step}): {_err(e)}")
+        try:
+            pred = step(s0, as_action(tr.action))
+        except Exception as e:  # noqa: BLE001 - the model's simulator
+            t.mismatches.append({"transition": i, "step": a.step, "action": tr.action, "error": _err(e)})
+            continue
+        if pred is None:
+            t.unpredicted += 1
+            continue
+        if same(pred, s1):
+            t.exact += 1
+        else:
+            t.mismatches.append({"transition": i, "step": a.step, "action": tr.action,
+                                 "detail": describe(pred, s1, s0)})
+        if is_goal is not None and t.goal_error is None:
+            try:
+                t.false_goals += bool(is_goal(s1))
+            except Exception as e:  # noqa: BLE001
+                t.goal_error = _err(e)
+    return None
+
+
+def _goals(t: _Tally, step: Callable[[Any, Any], Any], state: Callable[[Any], Any],
+           is_goal: Callable[[Any], bool], out: dict[str, Any]) -> str:
+    """Whether `is_goal` holds where a level was completed (predicted) and only there: the
+    report's line; its numbers go into `out`."""
+    hits, goal_lines = 0, []
+    for i, tr in t.level_ups:
+        try:
+            p = step(state(tr.before_frame), as_action(tr.action))
+            hit = p is not None and bool(is_goal(p))
+        except Exception as e:  # noqa: BLE001
+            goal_lines.append(f"transition {i}: {_err(e)}")
+            hit = False
+        hits += hit
+    out.update(goal_hits=hits, level_ups=len(t.level_ups), false_goals=t.false_goals)
+    out["ok"] = out["ok"] and hits == len(t.level_ups) and not t.false_goals
+    return (f"goal: is_goal held after {hits} of {len(t.level_ups)} level-completing actions (predicted); "
+            f"it also held on {t.false_goals} recorded states that did not complete a level"
+            + (f"; is_goal raised {t.goal_error}" if t.goal_error else "")
+            + ("; " + "; ".join(goal_lines[:2]) if goal_lines else ""))

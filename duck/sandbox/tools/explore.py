@@ -17,7 +17,8 @@ import numpy as np
 
 from duck.game.frames import LETTERS
 from duck.sandbox.tools.check import Report, as_action
-from duck.sandbox.tools.perceive import KINDS, Tracker, diff
+from duck.sandbox.tools.changes import KINDS, diff
+from duck.sandbox.tools.perceive import Tracker
 
 
 def action_class(t: Any, tracker: Tracker) -> str:

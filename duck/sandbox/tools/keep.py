@@ -5,8 +5,7 @@ functions the model gives `check` and `plan` (its `step`, `encode`, `is_goal`, .
 it has learnt; the namespace holds them across GAME_OVER, levels and fresh conversations, but
 a kernel restart (a time-out that had to kill the worker) loses them. So each `check`/`plan`
 writes their source into the notes dict, which the host keeps and gives back to a new worker,
-whose first call defines them again (`restore`); the agent shows a one-line pointer to it
-among the notes (duck.agent.notes).
+whose first call defines them again (`restore`).
 
 The source is each named function as written in its cell, plus what it uses from the
 namespace: other functions defined in cells, modules (`import numpy as np`), and plain
@@ -27,7 +26,7 @@ from typing import Any, Iterable
 import numpy as np
 
 KEY = "simulator"
-MAX_CHARS = 6000  # of source; the notes dict as a whole is capped by kernel.notes_dict_chars
+MAX_CHARS = 6000  # of source; the notes dict as a whole is capped by duck.sandbox.host.NOTES_CHARS
 _FILE = "<simulator>"
 
 

@@ -77,106 +77,134 @@ def plan(step: Callable[[Any, Any], Any], start: Any, is_goal: Callable[[Any], b
          actions: Iterable[Any] | Callable[[Any], Iterable[Any]] | None = None, *, max_states: int = 200_000,
          max_seconds: float = 10.0, heuristic: Callable[[Any], float] | None = None,
          key: Callable[[Any], Any] | None = None, default_actions: Iterable[Any] = DEFAULT_KEYS) -> Plan:
-    t0 = time.perf_counter()
-    per_state = actions if callable(actions) else None
-    fixed = list(default_actions if actions is None else ([] if per_state else actions))
-    k = key if key is not None else key_function(start)
-    arrays = isinstance(start, np.ndarray)
-    if arrays:
-        start = _frozen(start)
-    errors = [0, ""]
-    out = dict(found=False, actions=None, length=None, states=1, expanded=0, errors=0)
+    search = _Search(step, is_goal, actions, default_actions, heuristic, key if key is not None else key_function(start),
+                     max_states, max_seconds)
+    return search.run(start)
 
-    def done(reason: str, path: list[Any] | None = None, states: int = 1, expanded: int = 0) -> Plan:
-        out.update(reason=reason, states=states, expanded=expanded, seconds=round(time.perf_counter() - t0, 4),
-                   errors=errors[0])
-        if errors[0]:
-            out["first_error"] = errors[1]
-        if path is not None:
-            out.update(found=True, actions=path, length=len(path))
+
+class _Search:
+    """One `plan` call: breadth-first (the first goal reached is the nearest), or best-first on
+    actions so far + `heuristic` (a goal counts when it is popped)."""
+
+    def __init__(self, step: Callable[[Any, Any], Any], is_goal: Callable[[Any], bool], actions: Any,
+                 default_actions: Iterable[Any], heuristic: Callable[[Any], float] | None,
+                 key: Callable[[Any], Any] | None, max_states: int, max_seconds: float) -> None:
+        self.t0 = time.perf_counter()
+        self.step, self.is_goal, self.heuristic, self.key = step, is_goal, heuristic, key
+        self.per_state = actions if callable(actions) else None
+        self.fixed = list(default_actions if actions is None else ([] if self.per_state else actions))
+        self.max_states, self.max_seconds = max_states, max_seconds
+        self.errors: list[Any] = [0, ""]
+        self.parent: dict[Any, tuple[Any, Any] | None] = {}
+        self.expanded = 0
+        self.arrays = False
+
+    def run(self, start: Any) -> Plan:
+        self.arrays = isinstance(start, np.ndarray)
+        if self.arrays:
+            start = _frozen(start)
+        try:
+            if self.is_goal(start):
+                return self.done("the start is a goal", [])
+        except Exception as e:  # noqa: BLE001 - the model's code
+            return self.done(f"is_goal raised on the start state: {type(e).__name__}: {e}")
+        k0 = start if self.key is None else self.key(start)
+        self.parent = {k0: None}
+        self.deadline = self.t0 + self.max_seconds
+        out = self._breadth_first(start, k0) if self.heuristic is None else self._best_first(start, k0)
+        if out is not None:
+            return out
+        if self.errors[0] and len(self.parent) == 1:
+            return self.done("the simulator raised on every action from the start")
+        return self.done(f"no goal reachable: all {len(self.parent)} states explored", states=len(self.parent))
+
+    def done(self, reason: str, path: list[Any] | None = None, states: int = 1) -> Plan:
+        out = dict(found=path is not None, actions=path, length=None if path is None else len(path), states=states,
+                   expanded=self.expanded, errors=self.errors[0], reason=reason,
+                   seconds=round(time.perf_counter() - self.t0, 4))
+        if self.errors[0]:
+            out["first_error"] = self.errors[1]
         return Plan(out)
 
-    try:
-        if is_goal(start):
-            return done("the start is a goal", [])
-    except Exception as e:  # noqa: BLE001 - the model's code
-        return done(f"is_goal raised on the start state: {type(e).__name__}: {e}")
-    k0 = start if k is None else k(start)
-    parent: dict[Any, tuple[Any, Any] | None] = {k0: None}
-    deadline = t0 + max_seconds
-    expanded = 0
-
-    def path_to(kn: Any) -> list[Any]:
+    def _path(self, kn: Any) -> list[Any]:
         acts = []
-        while parent[kn] is not None:
-            kn, a = parent[kn]
+        while self.parent[kn] is not None:
+            kn, a = self.parent[kn]
             acts.append(a)
         return acts[::-1]
 
-    def successors(s: Any) -> Iterable[Any]:
-        return fixed if per_state is None else per_state(s)
+    def _tick(self) -> Plan | None:
+        """One more state expanded; the end of the search when its time is spent."""
+        self.expanded += 1
+        if not self.expanded & 63 and time.perf_counter() > self.deadline:
+            return self.done(f"time budget of {self.max_seconds:g}s spent", states=len(self.parent))
+        return None
 
-    if heuristic is None:
-        frontier: Any = deque([(start, k0)])
-        pop = frontier.popleft
-    else:
-        frontier = [(0.0, 0, 0, start, k0)]
-        g_of = {k0: 0}
-        counter = 1
-    while frontier:
-        if heuristic is None:
-            s, ks = pop()
-        else:
+    def _next(self, s: Any) -> Iterable[tuple[Any, Any, Any]]:
+        """(action, state, key) of each state the simulator reaches from `s`; its errors are
+        counted and reported, and the search goes on without that edge."""
+        try:
+            acts = self.fixed if self.per_state is None else self.per_state(s)
+        except Exception as e:  # noqa: BLE001
+            _error(self.errors, e, "actions(state)")
+            return
+        for a in acts:
+            try:
+                n = self.step(s, a)
+            except Exception as e:  # noqa: BLE001 - the model's simulator: count, report, go on
+                _error(self.errors, e, a)
+                continue
+            if n is not None:
+                n = _frozen(n) if self.arrays else n
+                yield a, n, (n if self.key is None else self.key(n))
+
+    def _full(self) -> Plan | None:
+        if len(self.parent) >= self.max_states:
+            return self.done(f"state budget of {self.max_states} spent", states=len(self.parent))
+        return None
+
+    def _breadth_first(self, start: Any, k0: Any) -> Plan | None:
+        frontier = deque([(start, k0)])
+        while frontier:
+            s, ks = frontier.popleft()
+            if out := self._tick():
+                return out
+            for a, n, kn in self._next(s):
+                if kn in self.parent:
+                    continue
+                self.parent[kn] = (ks, a)
+                if _goal(self.is_goal, n, self.errors):
+                    return self.done("goal reached", self._path(kn), len(self.parent))
+                if out := self._full():
+                    return out
+                frontier.append((n, kn))
+        return None
+
+    def _best_first(self, start: Any, k0: Any) -> Plan | None:
+        frontier: list[Any] = [(0.0, 0, 0, start, k0)]
+        g_of, counter = {k0: 0}, 1
+        while frontier:
             _, _, g, s, ks = heapq.heappop(frontier)
             if g > g_of.get(ks, g):
                 continue
-            if ks != k0 and _goal(is_goal, s, errors):  # best-first: a goal counts when popped
-                return done("goal reached", path_to(ks), len(parent), expanded)
-        expanded += 1
-        if not expanded & 63 and time.perf_counter() > deadline:
-            return done(f"time budget of {max_seconds:g}s spent", states=len(parent), expanded=expanded)
-        try:
-            acts = successors(s)
-        except Exception as e:  # noqa: BLE001
-            _error(errors, e, "actions(state)")
-            continue
-        for a in acts:
-            try:
-                n = step(s, a)
-            except Exception as e:  # noqa: BLE001 - the model's simulator: count, report, go on
-                _error(errors, e, a)
-                continue
-            if n is None:
-                continue
-            if arrays:
-                n = _frozen(n)
-            kn = n if k is None else k(n)
-            if heuristic is None:
-                if kn in parent:
-                    continue
-                parent[kn] = (ks, a)
-            else:
+            if ks != k0 and _goal(self.is_goal, s, self.errors):
+                return self.done("goal reached", self._path(ks), len(self.parent))
+            if out := self._tick():
+                return out
+            for a, n, kn in self._next(s):
                 if g + 1 >= g_of.get(kn, 1 << 60):
                     continue
-                g_of[kn] = g + 1
-                parent[kn] = (ks, a)
-            if heuristic is None and _goal(is_goal, n, errors):  # breadth-first: the first goal is nearest
-                return done("goal reached", path_to(kn), len(parent), expanded)
-            if len(parent) >= max_states:
-                return done(f"state budget of {max_states} spent", states=len(parent), expanded=expanded)
-            if heuristic is None:
-                frontier.append((n, kn))
-            else:
+                g_of[kn], self.parent[kn] = g + 1, (ks, a)
+                if out := self._full():
+                    return out
                 try:
-                    h = float(heuristic(n))
+                    h = float(self.heuristic(n))
                 except Exception as e:  # noqa: BLE001
-                    _error(errors, e, "heuristic")
+                    _error(self.errors, e, "heuristic")
                     h = 0.0
                 heapq.heappush(frontier, (g + 1 + h, counter, g + 1, n, kn))
                 counter += 1
-    if errors[0] and len(parent) == 1:
-        return done("the simulator raised on every action from the start", states=1, expanded=expanded)
-    return done(f"no goal reachable: all {len(parent)} states explored", states=len(parent), expanded=expanded)
+        return None
 
 
 def _goal(is_goal: Callable[[Any], bool], s: Any, errors: list[Any]) -> bool:

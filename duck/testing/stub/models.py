@@ -25,7 +25,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from duck.game.actions import OUR_DIALECT_NAMES, Action
+from duck.game.actions import MODEL_NAMES, Action
 
 if TYPE_CHECKING:  # (imported where used: numpy and arc_agi would slow the stand-in vLLM's start)
     from duck.play.conversation import Conversation
@@ -91,13 +91,14 @@ class TraceModel(FixedModel):
 
 def action_code(actions: list[list[int]]) -> str:
     """Python that plays recorded actions ([id] or [6, x, y]) through the kernel's action()."""
-    items = [repr(OUR_DIALECT_NAMES.item(Action.from_json(a))) for a in actions]
+    items = [repr(MODEL_NAMES.item(Action.from_json(a))) for a in actions]
     return f"result = action([{', '.join(items)}])"
 
 
 class SolutionModel:
     """Plays the bundled games' solution.json, one conversation per game: each level is one
-    turn with a look-around call (notes in the text) and then one call playing the level."""
+    turn with a look-around call (writing the model's `notes` dict) and then one call playing
+    the level."""
 
     def __init__(self, games_dir: str | Path) -> None:
         self.solutions: dict[str, list[list[list[int]]]] = {}
@@ -123,7 +124,9 @@ class SolutionModel:
             return {"status": 410, "error": "the solution is played out"}
         if step == 0:
             return {"content": f"World model: level {level + 1} of {game}.\nPlan: play the known solution.",
-                    "reasoning": "Look first.", "code": "print(current_frame.level, valid_actions)"}
+                    "reasoning": "Look first.",
+                    "code": f"notes['Plan'] = 'play the known solution of level {level + 1}'\n"
+                            "print(current_frame.level, valid_actions)"}
         return {"content": f"Goal model: reach the end of level {level + 1}.",
                 "code": action_code(levels[level])}
 

@@ -1,0 +1,210 @@
+"""The kernel's worker process, host side: start it, end it, restart it, and watch what it
+leaves (processes, threads, files).
+
+Starting: a uid of its own where the host is root (`isolation.UidLease`), a temp dir, the
+plan of the layers (`isolation.plan`: limits, mounts, Landlock, seccomp), a memory cgroup
+where one can be made, then `process.spawn` and the worker's `ready` message with the layers
+it verified (reported once in a `sandbox` event, again when a restart got other ones).
+Ending: `process.end` (by pid, group and uid, every wait with a time-out), then its cgroup,
+what its uid left outside the temp dir where nothing kept it in, the temp dir. After each
+call: processes it left are killed, a thread it left means a restart, and where no tmpfs
+bounds the temp dir its size and files are counted against `kernel.disk_mb` and
+`kernel.disk_inodes` (`over_quota`). The threat model and the layers: duck/sandbox/__init__.py.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from typing import Any, Callable
+
+from duck.config import KernelConfig
+from duck.sandbox import cgroup, isolation, process, quota, trust, wire
+
+WRITE_DEADLINE_S = 10.0  # a worker that reads nothing for this long is dead to the host
+MAX_WORKER_MESSAGE = 8 << 20  # bytes; larger is a protocol violation
+
+
+class WorkerProcess:
+    """At most one worker process at a time. `hide`: folders the worker must not see (the
+    games, the records, the conversations); `event(kind, message, data)`: the game record's.
+    A subclass says what else the worker is told at start (`worker_config`)."""
+
+    def __init__(self, cfg: KernelConfig, hide: list[str], event: Callable[..., None]) -> None:
+        self.cfg, self.hide, self.event = cfg, hide, event
+        self.lease: isolation.UidLease | None = None
+        self.layers: dict[str, str] = {}
+        self.tmpfs = False
+        self.proc: subprocess.Popen | None = None
+        self.worker: process.Started | None = None
+        self.cgroup: dict[str, Any] | None = None  # the worker's memory cgroup (duck.sandbox.cgroup)
+        self.workdir: str | None = None
+        self._starting: threading.Thread | None = None  # start_soon()'s thread
+
+    def worker_config(self) -> dict[str, Any]:
+        """What the worker is told at start besides its plan."""
+        return {}
+
+    def start(self) -> None:
+        t0 = time.monotonic()
+        if os.geteuid() == 0 and self.lease is None and "uid" not in self.cfg.layers_off:
+            self.lease = isolation.UidLease.take()
+        uid = self.lease.uid if self.lease else None
+        self.workdir = tempfile.mkdtemp(prefix="duck-kernel-")
+        if uid is not None:
+            os.chown(self.workdir, uid, uid)
+        plan = isolation.plan(workdir=self.workdir, uid=uid, memory_mb=self.cfg.memory_mb, disk_mb=self.cfg.disk_mb,
+                              disk_inodes=self.cfg.disk_inodes, hide=self.hide, off=self.cfg.layers_off)
+        if "cgroup" in self.cfg.layers_off or os.geteuid() != 0:
+            plan["cgroup_off"] = "turned off" if os.geteuid() == 0 else "not root"
+        else:
+            self.cgroup, plan["cgroup_off"] = cgroup.make(isolation.cgroup_limit(plan))
+            plan["cgroup"] = self.cgroup
+        self.worker = process.spawn({"plan": plan, **self.worker_config()}, self.workdir, MAX_WORKER_MESSAGE)
+        self.proc = self.worker.proc
+        msg = process.ready(self.worker, time.monotonic() + process.START_S)
+        if msg is None:
+            log = self._worker_log()
+            self.kill()
+            raise RuntimeError(f"the kernel worker did not start{': ' + log if log else ''}")
+        layers = {trust.text(k, 40): trust.text(v, 300) for k, v in msg["layers"].items()}
+        if layers != self.layers:  # the first start, or a restart that got other layers
+            self.event("sandbox", f"kernel worker confined in {(time.monotonic() - t0) * 1000:.0f} ms", layers)
+            self.layers = layers
+        self.tmpfs = layers.get("disk_quota", "").startswith("on: tmpfs")
+
+    def _worker_log(self) -> str:
+        try:
+            with open(os.path.join(self.workdir or "", ".worker.log"), "rb") as f:
+                lines = f.read()[-2000:].decode("utf-8", "replace").strip().splitlines()
+            return lines[-1] if lines else ""
+        except OSError:
+            return ""
+
+    def send(self, msg: dict[str, Any], blob: bytes = b"") -> None:
+        assert self.worker is not None
+        wire.send(self.worker.wfd, msg, blob, deadline=time.monotonic() + WRITE_DEADLINE_S)
+
+    def recv(self, deadline: float) -> tuple[dict[str, Any], bytes] | None:
+        """The worker's next message, or None at the deadline."""
+        assert self.worker is not None
+        return self.worker.reader.recv(deadline)
+
+    def start_soon(self) -> None:
+        """Start the worker now, in a background thread, instead of at the first call: a
+        game's first model reply takes tens of seconds, and 28 workers starting together when
+        their first replies arrived together kept those replies waiting up to 1.4 s on 2
+        cores (`python -m duck.bench load`, experiments/LOG.md). A call and close() wait for
+        it; a start that failed is tried again by the call, which reports it as before."""
+        if self.proc is None and self._starting is None:
+            self._starting = threading.Thread(target=self._start_quietly, name="kernel-start", daemon=True)
+            self._starting.start()
+
+    def _start_quietly(self) -> None:
+        try:
+            self.start()
+        except Exception:  # noqa: BLE001 - the next call starts it again and reports what fails
+            pass
+
+    def started(self) -> None:
+        """Wait for start_soon()'s start, if one is under way."""
+        if self._starting is not None:
+            self._starting.join()
+            self._starting = None
+
+    def kill(self) -> None:
+        """End the worker whatever its code did (duck.sandbox.process.end: by pid, group and
+        uid, every wait with a time-out), then what it left: its cgroup, its files outside
+        the temp dir (where no tmpfs or Landlock kept it in), the temp dir."""
+        uid = self.lease.uid if self.lease else None
+        if self.worker is not None:
+            note = process.end(self.worker, uid)
+            if note:
+                self.event("error", note)
+            self.worker = self.proc = None
+        elif uid is not None:
+            process.end_uid(uid)
+        cgroup.remove(self.cgroup)
+        self.cgroup = None
+        if uid is not None and self._shared_writable():
+            quota.remove_owned(uid, skip=self.workdir)
+        if self.workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+            self.workdir = None
+
+    def restart(self) -> None:
+        self.kill()
+        self.start()
+
+    def close(self) -> None:
+        self.started()
+        if self.proc is not None:
+            try:
+                self.send({"op": "exit"})
+                self.proc.wait(timeout=2)
+            except (OSError, wire.WireError, subprocess.TimeoutExpired):
+                pass
+        self.kill()
+        if self.lease:
+            self.lease.release()
+            self.lease = None
+
+    def __enter__(self) -> "WorkerProcess":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # --- what outlives a call --------------------------------------------------------
+    def _shared_writable(self) -> bool:
+        """Whether the worker can write /tmp, /var/tmp or /dev/shm (no Landlock holds)."""
+        return not self.layers.get("filesystem", "").startswith("on: landlock")
+
+    def counted(self) -> bool:
+        """Whether the host must count the worker's disk use (no tmpfs, or shared folders open)."""
+        return bool(self.workdir) and (not self.tmpfs or (self.lease is not None and self._shared_writable()))
+
+    def over_quota(self) -> bool:
+        """Past `kernel.disk_mb` or `kernel.disk_inodes`, counting what no tmpfs bounds
+        (duck.sandbox.quota): the temp dir where it is a plain folder, the worker's unlinked
+        open files, and what its uid owns in the shared folders where no Landlock closes them."""
+        if not self.counted():
+            return False
+        limit = quota.Usage(self.cfg.disk_mb << 20, self.cfg.disk_inodes)
+        uid = self.lease.uid if self.lease and self._shared_writable() else None
+        pid = self.proc.pid if self.proc else None
+        used = quota.Usage() if self.tmpfs else quota.usage(self.workdir, None, pid, limit)
+        if uid is not None:
+            for p in quota.owned(uid, skip=self.workdir):
+                used.add(quota.tree(p, limit))
+        return used.over(limit.bytes, limit.inodes)
+
+    def end_leftovers(self) -> tuple[str | None, bool]:
+        """End what outlived the call: processes are killed; a thread cannot be ended alone,
+        so the worker is restarted. Returns what was done, for the model, and whether the
+        worker was restarted."""
+        if self.proc is None or self.proc.poll() is not None:
+            return None, False
+        said = []
+        # Where the kernel itself refuses new processes (one process for the uid, or the
+        # seccomp rule) there is nothing to look for; the scan of /proc costs ~8 ms.
+        no_children = "one process" in self.layers.get("limits", "") or self.layers.get("seccomp", "").startswith("on")
+        others = [] if no_children else process.leftovers(self.proc.pid, self.lease.uid if self.lease else None)
+        for p in others:
+            try:
+                os.kill(p, signal.SIGKILL)
+            except OSError:
+                pass
+        if others:
+            said.append(f"{len(others)} process(es) started by your code outlived the call and were ended")
+        restarted = process.threads(self.proc.pid) > 1
+        if restarted:
+            self.restart()
+            said.append("a thread started by your code outlived the call: the kernel was restarted, your "
+                        "functions and variables are gone (game variables and notes are restored)")
+        return "; ".join(said) or None, restarted
