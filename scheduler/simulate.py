@@ -14,6 +14,7 @@ turn's tokens at the per-stream rate of the moment, runs its tool call, and repo
 and levels; a completed level is a yield point too. The policy is asked at every yield point,
 end and start, when a running game's tokens reach the `recheck` count the policy gave, and at
 its `wake_at`. At the scenario's end everything stops; a turn cut there counts for nothing.
+The slot rules are the runner's own (scheduler.book); a stop ends a game on the spot.
 
 Scores are percent (the official per-level score from the actions spent on each level and its
 human baseline, weighted by level). The idle slot share is the share of slot-seconds up to the
