@@ -3,14 +3,17 @@
 * `policy`   pure policies by name (`fixed`: the Duck's equal split; `field`, `ucb`, `adaptive`:
              slot gates on generated tokens and actions, in `field`, `ucb`, `adaptive`), the
              state they see and the gate they share in `state`
+* `book`     the slot rules (grant, release, stop, deadlines), once, for the runner and the
+             simulator
 * `runner`   executes a policy over real game workers: every game admitted, at most S holding
-             a model-server slot, slots handed on at the games' yield points
+             a model-server slot, slots handed on at the games' yield points (a thread per
+             game, one condition)
 * `simulate` replays progress curves under a policy through the server model (`throughput`)
 * `traces`   the Duck's recorded runs as token curves; `trajectories` and `synthetic` the two
              curve sets the simulator plays; `compare` the policy x slots x curves table
 * `extend`   the hazard model that extends curves past their recorded end (seconds or tokens)
 * `curves`   reading runs.jsonl, and the official per-level / per-game score
-* `clock`    the real clock and a virtual one for deterministic tests
+* `clock`    the real clock and a virtual one for deterministic tests (each owns the condition)
 * `cli`      `duck simulate ...` (registered into the duck CLI)
 
 Its thresholds are the config's `scheduler` section (duck/config.py); synthetic runs and a

@@ -1,31 +1,38 @@
-"""Clocks for the runner: the real monotonic clock, and a virtual one for tests.
+"""Clocks for the runner: the real monotonic clock, and a virtual one for tests. Each owns the
+run's one condition (`cond`): the runner and its game threads share state under it and wait
+on it, so a clock can see who is waiting.
 
 Why a virtual clock: the runner's job is timing (who starts when, who is stopped, whether
 every deadline holds), and testing that against wall-clock sleeps is slow and flaky. The
-virtual clock advances only when *everyone* is waiting - the runner in `wait`, every
-worker thread in `sleep` - and then jumps straight to the earliest wake-up. A worker that
-is computing, or a runner with news to process, holds time still, so a test plays hours of
-schedule in milliseconds and always the same way.
+virtual clock advances only when *everyone* waits - the runner and every game thread in
+`wait` or `sleep` - and then jumps straight to the earliest wake-up. A thread that computes,
+or one whose wait is over but has not woken yet, holds time still, so a test plays hours of
+schedule in milliseconds. The runner waits `quiet`: it acts on news only once every game
+thread waits too, so it always decides on everything that happened at that instant, and a
+schedule plays the same way every time.
 
-Contract between the runner and a clock:
+Contract (every call but `now`, `to_monotonic` and `sleep` with `cond` held):
 * `now()`: seconds on this clock; `to_monotonic(t)`: the `time.monotonic()` value a worker
-  must compare with (its `deadline`), identity for the real clock.
-* `attach()` before a worker thread starts, `detach()` once the runner has seen it finish.
-* `notify()` from any thread that has news for the runner (before returning to work).
-* `await wait(until, event)`: the runner sleeps until `until` (None: forever) or news.
-* `park(event, until)` in a worker thread: wait until the runner `unpark(event)`s it or
-  `until` passes (a game that gave up its slot waits for the next one this way).
+  must compare with (its `deadline`), identity for both clocks.
+* `attach()` for every thread that takes part (the runner's and each game's) before it runs,
+  `detach()` when it is done.
+* `wait(until, ready, quiet=False)`: return once `ready()` or the clock reaches `until` (None:
+  never). Whoever changes what a `ready` reads does it under `cond` and `cond.notify_all()`s.
+* `sleep(seconds)` (the virtual clock's): pass time in a game thread (scripted workers).
 """
 
 from __future__ import annotations
 
-import asyncio
 import math
 import threading
 import time
+from typing import Callable
 
 
 class RealClock:
+    def __init__(self) -> None:
+        self.cond = threading.Condition()
+
     def now(self) -> float:
         return time.monotonic()
 
@@ -38,38 +45,22 @@ class RealClock:
     def detach(self) -> None:
         pass
 
-    def notify(self) -> None:
-        pass
-
-    def park(self, event: threading.Event, until: float | None) -> None:
-        event.wait(None if until is None else max(0.0, until - self.now()))
-
-    def unpark(self, event: threading.Event) -> None:
-        event.set()
-
-    async def wait(self, until: float | None, event: asyncio.Event) -> None:
-        timeout = None if until is None else max(0.0, until - self.now())
-        try:
-            await asyncio.wait_for(event.wait(), timeout)
-        except asyncio.TimeoutError:
-            pass
-        event.clear()
+    def wait(self, until: float | None, ready: Callable[[], bool], quiet: bool = False) -> None:
+        while not ready():
+            left = math.inf if until is None else until - time.monotonic()
+            if left <= 0:
+                return
+            self.cond.wait(None if left == math.inf else left)
 
 
 class VirtualClock:
-    """Deterministic time shared by an asyncio runner and its worker threads."""
+    """Deterministic time shared by the runner's thread and its game threads."""
 
     def __init__(self, start: float = 0.0):
         self._t = float(start)
-        self._cv = threading.Condition()
-        self._workers = 0  # attached worker threads
-        self._sleeping: dict[int, float] = {}  # sleeping thread -> wake time
-        self._parked: dict[int, threading.Event] = {}  # parked thread -> what unparks it
-        self._runner: tuple[float, asyncio.AbstractEventLoop, asyncio.Future] | None = None
-        # News that came while the runner was not waiting: its asyncio event is set from
-        # the loop's callback queue, which has not run yet when the runner next waits, so
-        # without this the next wait could let time jump past the news.
-        self._pending = False
+        self.cond = threading.Condition()
+        self._threads = 0  # attached threads
+        self._waiting: dict[int, tuple[float, Callable[[], bool], bool]] = {}  # thread -> (until, ready, quiet)
 
     def now(self) -> float:
         return self._t
@@ -78,84 +69,48 @@ class VirtualClock:
         return t  # workers under a virtual clock read this clock, not time.monotonic()
 
     def attach(self) -> None:
-        with self._cv:
-            self._workers += 1
+        self._threads += 1
 
     def detach(self) -> None:
-        with self._cv:
-            self._workers -= 1
-            self._advance()
+        self._threads -= 1
+        self._advance()
 
-    def notify(self) -> None:
-        with self._cv:
-            if self._runner is None:
-                self._pending = True
-            self._wake_runner()
+    def wait(self, until: float | None, ready: Callable[[], bool], quiet: bool = False) -> None:
+        """Block the calling thread until `ready()` or virtual time `until`; `quiet`: and then
+        until every other thread waits without being due. One quiet waiter at most (the runner)."""
+        me = threading.get_ident()
+        self._waiting[me] = (math.inf if until is None else until, ready, quiet)
+        try:
+            if not self._due(me):
+                self._advance()  # only here and in detach: the only moments everyone may wait
+                while not self._due(me):
+                    self.cond.wait()
+        finally:
+            del self._waiting[me]
 
     def sleep(self, seconds: float) -> None:
-        """Block the calling worker thread for `seconds` of virtual time."""
-        me = threading.get_ident()
-        with self._cv:
-            target = self._t + max(0.0, seconds)
-            self._sleeping[me] = target
-            self._advance()
-            while self._t < target:
-                self._cv.wait()
-            del self._sleeping[me]
-
-    def park(self, event: threading.Event, until: float | None) -> None:
-        """Block the calling worker thread until `unpark(event)` or virtual time `until`."""
-        me = threading.get_ident()
-        with self._cv:
-            if event.is_set():
-                return
-            target = math.inf if until is None else until
-            self._sleeping[me], self._parked[me] = target, event
-            self._advance()
-            while not event.is_set() and self._t < target:
-                self._cv.wait()
-            self._sleeping.pop(me, None)
-            self._parked.pop(me, None)
-
-    def unpark(self, event: threading.Event) -> None:
-        """Wake the thread parked on `event`; it counts as busy (holds time still) at once,
-        before it has even woken, so that time cannot jump under its feet."""
-        with self._cv:
-            event.set()
-            for tid, e in list(self._parked.items()):
-                if e is event:
-                    self._sleeping.pop(tid, None)
-            self._cv.notify_all()
-
-    async def wait(self, until: float | None, event: asyncio.Event) -> None:
-        loop = asyncio.get_running_loop()
-        fut = loop.create_future()
-        with self._cv:
-            if self._pending or event.is_set() or (until is not None and until <= self._t):
-                self._pending = False
-                event.clear()
-                return
-            self._runner = (math.inf if until is None else until, loop, fut)
-            self._advance()
-        await fut
-        event.clear()
+        """Pass `seconds` of virtual time in the calling (attached) thread."""
+        with self.cond:
+            self.wait(self._t + max(0.0, seconds), lambda: False)
 
     # -- under the lock --------------------------------------------------------------------
-    def _wake_runner(self) -> None:
-        if self._runner is not None:
-            _, loop, fut = self._runner
-            self._runner = None
-            loop.call_soon_threadsafe(lambda: fut.done() or fut.set_result(None))
+    def _due(self, tid: int) -> bool:
+        """May waiting thread `tid` go on?"""
+        until, ready, quiet = self._waiting[tid]
+        if self._t < until and not ready():
+            return False
+        return not quiet or all(not self._due(o) for o in self._waiting if o != tid) and self._all_wait()
+
+    def _all_wait(self) -> bool:
+        return len(self._waiting) >= self._threads
 
     def _advance(self) -> None:
-        """If everyone waits, jump to the earliest wake-up and wake whoever is due."""
-        if self._runner is None or len(self._sleeping) < self._workers:
+        """If everyone waits: wake whoever may go on, else jump to the earliest wake-up."""
+        if not self._waiting or not self._all_wait():
             return
-        nxt = min([self._runner[0], *self._sleeping.values()])
-        if nxt == math.inf:
-            self._wake_runner()  # nobody would ever wake: let the runner see it
-            return
-        self._t = max(self._t, nxt)
-        self._cv.notify_all()
-        if self._runner[0] <= self._t:
-            self._wake_runner()
+        if not any(self._due(t) for t in self._waiting):
+            nxt = min(u for u, _, _ in self._waiting.values())
+            if nxt == math.inf:
+                return  # nobody would ever wake (the runner always waits with a time-out)
+            self._t = max(self._t, nxt)
+        self.cond.notify_all()

@@ -1,64 +1,41 @@
 """Execute a scheduling policy over real game workers: every game admitted, at most `slots`
-holding a model-server slot (asyncio + one thread per started game).
+holding a model-server slot.
 
-The runner owns the slots, the clock and the hard deadline; the policy (scheduler.policy)
-decides who gets a free slot, who is preempted and who stops; the worker
-(duck.play.play_game by default) plays one game and ends it cleanly between two actions when
-its `stop` event is set or its `deadline` (a time.monotonic() value) passes, closing its
-record. The runner never looks inside a game: it sees the worker's progress reports
-(actions, levels, generated tokens), its yields and its result.
+The slot book (scheduler.book) holds the slot rules and asks the policy who gets a free slot,
+who is preempted and who stops; the worker (duck.play.play_game by default) plays one game and
+ends it cleanly between two actions when its `stop` event is set or its `deadline` (a
+time.monotonic() value) passes, closing its record. The runner never looks inside a game: it
+sees the worker's progress reports (actions, levels, generated tokens), its yields and its end.
 
-Slots: a started game holds its slot across its tool calls and model requests. At a yield
-point (Session.yield_slot: a trim, a level change, or a model request after a preemption)
-its worker calls its `SlotGate`: the slot is released, the policy decides, and the gate
-returns once the game holds a slot again (at once when it is still the best choice), or
-when it must end. So a paused game keeps its thread, its kernel and its context, and
-resumes where it was; the pool has one thread per game for that reason (`asyncio.to_thread`'s
-default pool holds only cpu_count + 4 threads and would silently queue games).
+One concurrency model: `Runner.run` blocks (a notebook cell calls it directly) and decides in
+the calling thread; each started game plays in a thread of its own; what they share is read
+and written under the clock's one condition, and every wait is a wait on it (`clock.wait`),
+which lets the virtual clock (scheduler.clock) see when everyone waits.
 
-Safety: whatever the policy says, at most `slots` games hold a slot, no game is given one at
-or after the budget's end, every game's deadline is clipped to it, and the runner sets a
-game's stop event (waking it if paused) when its deadline passes. `timeline` records every
-grant and release, for the tests and the summary's idle slot share.
+A started game holds its slot across its tool calls and model requests. At a yield point
+(Session.yield_slot: a trim, a level, a model request after a preemption) its worker calls its
+`SlotGate`, which releases the slot and returns once the game holds one again, or must end:
+a paused game keeps its thread, kernel and context. The runner stops a game when its deadline
+passes; a worker that has not returned `grace_s` after the budget's end is left behind (a
+daemon thread) with an error, so that a hung game cannot hold up what comes after the run.
 """
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import logging
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from duck.play.session import play_game
 
+from .book import SlotBook
 from .clock import RealClock
 from .policy import GameState, Policy
 
 log = logging.getLogger(__name__)
-
-
-class SlotGate:
-    """The worker's side of its game's slot; `gate(reason)` is called in the game's thread
-    (Session.yield_slot). `reason` None: yield only if `preempt` is set."""
-
-    def __init__(self, game_id: str, clock: Any, post: Callable[[str, str], None], until: float | None):
-        self.game_id, self.clock, self.post, self.until = game_id, clock, post, until
-        self.preempt = threading.Event()
-        self.resume = threading.Event()
-
-    def __call__(self, reason: str | None) -> None:
-        if reason is None:
-            if not self.preempt.is_set():
-                return
-            reason = "preempted"
-        self.preempt.clear()
-        self.resume.clear()  # before posting: the runner may grant at once
-        self.post(self.game_id, reason)
-        self.clock.park(self.resume, self.until)
 
 
 @dataclass
@@ -67,7 +44,6 @@ class GameRun:
 
     state: GameState
     stop: threading.Event = field(default_factory=threading.Event)
-    gate: SlotGate | None = None
     deadline: float | None = None
     ended_at: float | None = None
     result: Any = None
@@ -132,7 +108,8 @@ class Runner:
 
     `play_policy(game_id)` builds the per-game playing policy (random, explorer, llm) that
     is handed to the worker; `worker` has the signature of duck.play.session.play_game
-    (the default), `gate` included.
+    (the default), `gate` included. `grace_s`: how long past the budget's end to wait for
+    workers that have not returned (None: for ever).
     """
 
     def __init__(
@@ -148,6 +125,7 @@ class Runner:
         worker: Callable | None = None,
         clock: Any = None,
         max_poll_s: float = 30.0,
+        grace_s: float | None = None,
     ):
         if slots < 1:
             raise ValueError(f"slots must be >= 1, got {slots}")
@@ -159,141 +137,157 @@ class Runner:
         # Look again at least this often: progress, yields and ends wake the runner, but a
         # threshold passing in silence does not (policies give wake_at; this is a backstop).
         self.max_poll_s = max_poll_s
+        self.grace_s = grace_s
 
-    async def run(self, game_ids: Sequence[str]) -> ScheduleResult:
-        loop = asyncio.get_running_loop()
-        event = asyncio.Event()
-        clock = self.clock
-        t0 = clock.now()
-        runs = {gid: GameRun(GameState(gid)) for gid in game_ids}
-        order = [runs[g].state for g in game_ids]
-        result = ScheduleResult(runs, self.budget_s, self.slots, t0)
-        lock = threading.Lock()
-        tasks: dict[asyncio.Future, str] = {}
-        yields: list[tuple[str, str]] = []
-        recheck: dict[str, int] = {}
-
-        def news() -> None:  # any thread: the runner must look
-            clock.notify()
-            loop.call_soon_threadsafe(event.set)
-
-        def post(gid: str, reason: str) -> None:  # a worker thread at a yield point
-            with lock:
-                yields.append((gid, reason))
-            news()
-
-        def progress_cb(gid: str) -> Callable:
-            def cb(p: Any) -> None:  # in the worker thread, after every action and reply
-                with lock:
-                    st = runs[gid].state
-                    first = st.actions == 0
-                    if getattr(p, "total_levels", None):
-                        st.total_levels = int(p.total_levels)
-                    levelled = st.progress(levels=int(getattr(p, "levels", st.levels)),
-                                           actions=int(getattr(p, "actions", st.actions)),
-                                           tokens=int(getattr(p, "tokens", st.tokens)), now=clock.now() - t0)
-                    due = recheck.get(gid)
-                    wake = levelled or (first and st.actions > 0) or (due is not None and st.tokens >= due)
-                if wake:
-                    news()
-
-            return cb
-
-        def launch(pool: ThreadPoolExecutor, gid: str, deadline: float) -> None:
-            g = runs[gid]
-            g.deadline = deadline
-            until = clock.to_monotonic(t0 + deadline)
-            g.gate = SlotGate(gid, clock, post, until)
-            kwargs = dict(max_actions=self.max_actions, record_path=self.records_dir / f"{gid}.jsonl",
-                          stop=g.stop, deadline=until, on_progress=progress_cb(gid), gate=g.gate)
-            pol = self.play_policy(gid) if self.play_policy else None
-            call = functools.partial(self.worker, self.source, gid, pol, **kwargs)
-            clock.attach()
-            fut = loop.run_in_executor(pool, call)
-            fut.add_done_callback(lambda _f: news())
-            tasks[fut] = gid
-
-        def note(now: float, gid: str, what: str, why: str) -> None:
-            result.timeline.append((now, gid, what, why))
-
+    def run(self, game_ids: Sequence[str]) -> ScheduleResult:
+        """Play `game_ids` to the end of the budget (blocking; call it from any thread)."""
         self.records_dir.mkdir(parents=True, exist_ok=True)
-        with ThreadPoolExecutor(max_workers=max(1, len(game_ids)), thread_name_prefix="game") as pool:
-            while True:
-                now = clock.now() - t0
-                for fut in [f for f in tasks if f.done()]:
-                    g = runs[tasks.pop(fut)]
-                    clock.detach()
-                    try:
-                        g.result = fut.result()
-                    except Exception as e:  # the worker contract says never; be safe anyway
-                        g.error = f"{type(e).__name__}: {e}"
-                        log.error("worker for %s raised: %s", g.state.game_id, g.error)
-                    with lock:
-                        if g.state.status == "running":
-                            note(now, g.state.game_id, "release", "end")
-                        g.state.status, g.ended_at = "done", now
-                        g.state.levels = max(g.state.levels, int(getattr(g.result, "levels", 0)))
-                with lock:
-                    for gid, reason in yields:
-                        st = runs[gid].state
-                        if st.status == "running":
-                            st.release(reason)
-                            note(now, gid, "release", reason)
-                        if runs[gid].stop.is_set():  # stopped while it played: end it from here
-                            clock.unpark(runs[gid].gate.resume)
-                    yields.clear()
-                    for g in runs.values():  # second lock on every deadline
-                        if g.state.status in ("running", "waiting") and now >= g.deadline and not g.stop.is_set():
-                            self._stop(g)
-                    queued = any(s.status == "queued" for s in order)
-                    if not tasks and (not queued or now >= self.budget_s):
-                        break
-                    d = self.policy.decide(now, self.budget_s, self.slots, order)
-                    for gid in d.stop:
-                        if runs[gid].state.status in ("running", "waiting") and not runs[gid].stop.is_set():
-                            self._stop(runs[gid])
-                    for gid in d.preempt:
-                        g = runs[gid]
-                        if g.state.status == "running" and g.gate is not None and not g.stop.is_set():
-                            g.gate.preempt.set()
-                            g.state.preempt_requested = True
-                    recheck.clear()
-                    recheck.update(d.recheck)
-                    free = self.slots - sum(s.status == "running" for s in order)
-                    granted = 0
-                    for gid in d.start if now < self.budget_s else []:
-                        g = runs[gid]
-                        if granted >= free:
-                            break
-                        if g.state.status == "queued":
-                            g.state.grant(now)
-                            launch(pool, gid, min(d.deadlines.get(gid, self.budget_s), self.budget_s))
-                            note(now, gid, "grant", "start")
-                        elif g.state.status == "waiting" and not g.stop.is_set():
-                            g.state.grant(now)
-                            clock.unpark(g.gate.resume)
-                            note(now, gid, "grant", "resume")
-                        else:
-                            continue
-                        granted += 1
-                if not tasks and not granted and d.wake_at is None:
-                    log.error("policy starts nothing and nothing runs: %d games unplayed",
-                              sum(s.status == "queued" for s in order))
-                    break
-                marks = [d.wake_at, self.budget_s, now + self.max_poll_s]
-                marks += [runs[g].deadline for g in tasks.values()]
-                wake = min(m for m in marks if m is not None and m > now)
-                await clock.wait(t0 + wake, event)
-        return result
+        with self.clock.cond:
+            return _Run(self, game_ids).loop()
 
-    def _stop(self, g: GameRun) -> None:
-        """End a game: between two actions if it plays, from its yield point if it waits."""
-        g.stop.set()
-        g.state.stop_requested = True
-        if g.state.status == "waiting" and g.gate is not None:
-            self.clock.unpark(g.gate.resume)
+
+class _Run:
+    """One run's state, all of it read and written under `clock.cond`."""
+
+    def __init__(self, runner: Runner, game_ids: Sequence[str]):
+        self.r, self.clock = runner, runner.clock
+        self.t0 = self.clock.now()
+        self.games = {gid: GameRun(GameState(gid)) for gid in game_ids}
+        self.book = SlotBook([self.games[g].state for g in game_ids], slots=runner.slots,
+                             budget_s=runner.budget_s, policy=runner.policy,
+                             on_stop=lambda gid, now: self.games[gid].stop.set())
+        self.result = ScheduleResult(self.games, runner.budget_s, runner.slots, self.t0, self.book.timeline)
+        self.news = False  # something the runner must look at happened
+        self.over = False  # the runner has returned: a late worker changes nothing
+
+    def now(self) -> float:
+        return self.clock.now() - self.t0
+
+    def tell(self) -> None:
+        """A game thread has news for the runner."""
+        self.news = True
+        self.clock.cond.notify_all()
+
+    def loop(self) -> ScheduleResult:
+        clock = self.clock
+        clock.attach()
+        try:
+            self.schedule()
+        except BaseException:  # a broken policy, or Ctrl-C: end the games cleanly, then say so
+            for gid in self.games:
+                self.book.stop(gid, self.now())
+            clock.cond.notify_all()
+            raise
+        finally:
+            self.over = True
+            clock.detach()
+        return self.result
+
+    def schedule(self) -> None:
+        """Decide, launch, wait for news or the next mark; until every game is over."""
+        r, book, clock = self.r, self.book, self.clock
+        while True:
+            now = self.now()
+            book.overdue(now)  # a second lock on every deadline (the workers hold the first)
+            if not book.live() and (not book.queued() or now >= r.budget_s):
+                break
+            if book.live() and r.grace_s is not None and now >= r.budget_s + r.grace_s:
+                self.abandon()
+                break
+            grants = book.decide(now)
+            for gid, kind in grants:
+                if kind == "start":
+                    self.launch(gid)
+            clock.cond.notify_all()  # resumed and stopped games see it
+            if not book.live() and not grants and book.wake_at is None:
+                log.error("policy starts nothing and nothing runs: %d games unplayed", book.queued())
+                break
+            marks = [book.wake_at, r.budget_s, now + r.max_poll_s, book.next_deadline()]
+            if r.grace_s is not None:
+                marks.append(r.budget_s + r.grace_s)
+            wake = min(m for m in marks if m is not None and m > now)
+            self.news = False
+            clock.wait(self.t0 + wake, lambda: self.news, quiet=True)
+
+    def abandon(self) -> None:
+        """Leave the workers that did not end by the budget's end plus the grace."""
+        for gid, g in self.games.items():
+            if g.state.status in ("running", "waiting"):
+                g.error = f"the worker did not return {self.r.grace_s:.0f} s after the budget's end"
+                log.error("%s: %s", gid, g.error)
+
+    def launch(self, gid: str) -> None:
+        r, g = self.r, self.games[gid]
+        g.deadline = self.book.deadlines[gid]
+        until = self.clock.to_monotonic(self.t0 + g.deadline)
+        # Made here: a policy that cannot be made is a bug that ends the runner (the notebook's
+        # pool then plays the games it never started).
+        pol = r.play_policy(gid) if r.play_policy else None
+        call = functools.partial(r.worker, r.source, gid, pol, max_actions=r.max_actions,
+                                 record_path=r.records_dir / f"{gid}.jsonl", stop=g.stop, deadline=until,
+                                 on_progress=functools.partial(self.progress, gid), gate=SlotGate(self, gid, until))
+        self.clock.attach()
+        threading.Thread(target=self.play, args=(gid, call), name=f"game-{gid}", daemon=True).start()
+
+    # -- in a game's thread ---------------------------------------------------------------------
+    def play(self, gid: str, call: Callable[[], Any]) -> None:
+        g = self.games[gid]
+        result = error = None
+        try:
+            result = call()
+        except Exception as e:  # the worker contract says never; be safe anyway
+            error = f"{type(e).__name__}: {e}"
+            log.error("worker for %s raised: %s", gid, error)
+        with self.clock.cond:
+            if not self.over:
+                now = self.now()
+                g.result, g.error, g.ended_at = result, error, now
+                self.book.end(gid, now)
+                g.state.levels = max(g.state.levels, int(getattr(result, "levels", 0)))
+                self.tell()
+            self.clock.detach()
+
+    def progress(self, gid: str, p: Any) -> None:
+        """After every action and reply: the state the policy sees; news on what it acts on."""
+        with self.clock.cond:
+            st = self.games[gid].state
+            first = st.actions == 0
+            if getattr(p, "total_levels", None):
+                st.total_levels = int(p.total_levels)
+            levelled = st.progress(levels=int(getattr(p, "levels", st.levels)),
+                                   actions=int(getattr(p, "actions", st.actions)),
+                                   tokens=int(getattr(p, "tokens", st.tokens)))
+            due = self.book.recheck.get(gid)
+            if levelled or (first and st.actions > 0) or (due is not None and st.tokens >= due):
+                self.tell()
+
+
+class SlotGate:
+    """The worker's side of its game's slot; `gate(reason)` is called in the game's thread
+    (Session.yield_slot). `reason` None: yield only if the policy preempted the game.
+
+    It releases the slot in the book and waits on the one condition until the game holds a
+    slot again or must end (stopped, or its deadline `until` passed)."""
+
+    def __init__(self, run: _Run, game_id: str, until: float):
+        self.run, self.game_id, self.until = run, game_id, until
+        self.state = run.games[game_id].state
+
+    @property
+    def preempted(self) -> bool:
+        """Will the next `gate(None)` yield? (read without the lock: a hint for logs)"""
+        return self.state.preempt_requested
+
+    def __call__(self, reason: str | None) -> None:
+        run, st = self.run, self.state
+        with run.clock.cond:
+            if reason is None and not st.preempt_requested:
+                return
+            run.book.release(self.game_id, reason or "preempted", run.now())
+            run.tell()
+            run.clock.wait(self.until, lambda: st.status == "running" or st.stop_requested)
 
 
 def run_schedule(policy: Policy, game_ids: Sequence[str], **kwargs) -> ScheduleResult:
-    """Synchronous wrapper: `asyncio.run(Runner(policy, **kwargs).run(game_ids))`."""
-    return asyncio.run(Runner(policy, **kwargs).run(game_ids))
+    """`Runner(policy, **kwargs).run(game_ids)`."""
+    return Runner(policy, **kwargs).run(game_ids)

@@ -14,6 +14,7 @@ turn's tokens at the per-stream rate of the moment, runs its tool call, and repo
 and levels; a completed level is a yield point too. The policy is asked at every yield point,
 end and start, when a running game's tokens reach the `recheck` count the policy gave, and at
 its `wake_at`. At the scenario's end everything stops; a turn cut there counts for nothing.
+The slot rules are the runner's own (scheduler.book); a stop ends a game on the spot.
 
 Scores are percent (the official per-level score from the actions spent on each level and its
 human baseline, weighted by level). The idle slot share is the share of slot-seconds up to the
@@ -30,6 +31,7 @@ from typing import Sequence
 
 import numpy as np
 
+from .book import SlotBook
 from .policy import GameState, Policy
 from .throughput import Server
 from .trajectories import Trajectory, score
@@ -75,8 +77,7 @@ class Outcome:
 
 
 class _Game:
-    __slots__ = ("traj", "st", "ctx", "turn", "trimmed", "prefill", "phase", "epoch", "deadline",
-                 "yielded_at", "levels_seen")
+    __slots__ = ("traj", "st", "ctx", "turn", "trimmed", "prefill", "phase", "epoch", "yielded_at")
 
     def __init__(self, traj: Trajectory):
         self.traj, self.st = traj, GameState(traj.game_id, total_levels=len(traj.baselines))
@@ -86,205 +87,192 @@ class _Game:
         self.prefill = 0  # tokens to prefill before the next decode
         self.phase = "idle"  # idle | prefill | decode | tool
         self.epoch = 0  # invalidates heap entries of an ended phase
-        self.deadline = math.inf
         self.yielded_at: float | None = None
-        self.levels_seen = 0
 
 
 def simulate(trajs: Sequence[Trajectory], policy: Policy, scenario: Scenario,
              server: Server | None = None) -> Outcome:
     """Run `policy` over one drawn set in virtual time (event-driven, processor sharing)."""
-    server = server or Server()
-    sc, slots, budget = scenario, scenario.slots, scenario.budget_s
-    trim_at = sc.context_tokens - sc.output_tokens
-    trim_to = int(sc.evict_to * sc.context_tokens)
-    games = {t.game_id: _Game(t) for t in trajs}
-    order = [g.st for g in games.values()]
-    now = V = 0.0  # V: tokens one stream has decoded since the start (all streams decode alike)
-    decoding = 0
-    dec_heap: list = []  # (V at which the turn's decode ends, seq, epoch, gid)
-    busy_heap: list = []  # (time the prefill or tool call ends, seq, epoch, gid)
-    dead_heap: list = []  # (a game's own deadline, gid), for those before the budget's end
-    hold = max_hold = 0  # games holding a slot
-    seq = 0
-    ready: deque[_Game] = deque()  # games at a model request
-    consult = True
-    recheck: dict[str, int] = {}
-    wake_at: float | None = None
-    idle = 0.0
-    yields = preempts = 0
-    last_end = 0.0
+    return _Sim(trajs, policy, scenario, server or Server()).run()
 
-    def push(heap, key, g):
-        nonlocal seq
-        seq += 1
-        heapq.heappush(heap, (key, seq, g.epoch, g.st.game_id))
 
-    def end(g: _Game, t: float) -> None:
-        nonlocal decoding, last_end, hold
+class _Sim:
+    """One simulated run: the slot book's games played through the server model.
+
+    Time: `now`; `V`: tokens one stream has decoded since the start (all streams decode
+    alike), so a decode ends at a fixed V whatever the number of streams does meanwhile.
+    """
+
+    def __init__(self, trajs: Sequence[Trajectory], policy: Policy, sc: Scenario, server: Server):
+        self.sc, self.server, self.budget = sc, server, sc.budget_s
+        self.trim_at = sc.context_tokens - sc.output_tokens
+        self.trim_to = int(sc.evict_to * sc.context_tokens)
+        self.games = {t.game_id: _Game(t) for t in trajs}
+        self.book = SlotBook([g.st for g in self.games.values()], slots=sc.slots, budget_s=sc.budget_s,
+                             policy=policy, on_stop=lambda gid, now: self.end(self.games[gid], now))
+        self.now = self.V = 0.0
+        self.decoding = 0
+        self.dec_heap: list = []  # (V at which the turn's decode ends, seq, epoch, gid)
+        self.busy_heap: list = []  # (time the prefill or tool call ends, seq, epoch, gid)
+        self.seq = 0
+        self.ready: deque[_Game] = deque()  # games at a model request
+        self.consult = True
+        self.idle = 0.0
+        self.yields = self.preempts = 0
+
+    def push(self, heap: list, key: float, g: _Game) -> None:
+        self.seq += 1
+        heapq.heappush(heap, (key, self.seq, g.epoch, g.st.game_id))
+
+    # -- what a game does -----------------------------------------------------------------------
+    def end(self, g: _Game, t: float) -> None:
         if g.phase == "decode":
-            decoding -= 1
-        hold -= g.st.status == "running"
+            self.decoding -= 1
+        self.book.end(g.st.game_id, t)
         g.epoch += 1
-        g.phase, g.st.status = "idle", "done"
-        last_end = max(last_end, t)
+        g.phase = "idle"
 
-    def give_up(g: _Game, reason: str) -> None:
-        nonlocal consult, yields, preempts, hold
-        hold -= 1
-        g.st.release(reason)
-        g.yielded_at = now
-        yields += 1
-        preempts += reason == "preempted"
-        consult = True
+    def give_up(self, g: _Game, reason: str) -> None:
+        self.book.release(g.st.game_id, reason, self.now)
+        g.yielded_at = self.now
+        self.yields += 1
+        self.preempts += reason == "preempted"
+        self.consult = True
 
-    def request(g: _Game) -> None:
+    def request(self, g: _Game) -> None:
         """The game is at a model request and holds a slot."""
-        nonlocal consult, decoding
         if g.turn is None:
             g.turn, g.trimmed = g.traj.next_turn(), False
             if g.turn is None:
-                end(g, now)
-                consult = True
+                self.end(g, self.now)
+                self.consult = True
                 return
-        if not g.trimmed and g.ctx > trim_at:
-            g.ctx, g.trimmed, g.prefill = trim_to, True, trim_to
-            give_up(g, "trim")
+        if not g.trimmed and g.ctx > self.trim_at:
+            g.ctx, g.trimmed, g.prefill = self.trim_to, True, self.trim_to
+            self.give_up(g, "trim")
             return
         g.trimmed = True
         if g.st.preempt_requested:
-            give_up(g, "preempted")
+            self.give_up(g, "preempted")
             return
         if g.prefill > 0:
             g.phase = "prefill"
-            push(busy_heap, now + server.prefill_s(g.prefill), g)
+            self.push(self.busy_heap, self.now + self.server.prefill_s(g.prefill), g)
             g.prefill = 0
         else:
             g.phase = "decode"
-            decoding += 1
-            push(dec_heap, V + g.turn[0], g)
+            self.decoding += 1
+            self.push(self.dec_heap, self.V + g.turn[0], g)
 
-    def apply(d) -> None:
-        nonlocal recheck, wake_at, hold, max_hold
-        for gid in d.stop:
-            g = games[gid]
-            if g.st.status in ("running", "waiting"):
-                end(g, now)
-        for gid in d.preempt:
-            if games[gid].st.status == "running":
-                games[gid].st.preempt_requested = True
-        recheck, wake_at = d.recheck, d.wake_at
-        free = slots - hold
-        for gid in d.start:
-            if free <= 0 or now >= budget:
-                break
-            g = games[gid]
-            if g.st.status == "queued":
-                g.ctx, g.prefill = server.first_prompt_tokens, server.first_prompt_tokens
-            elif g.st.status == "waiting":
-                if g.yielded_at is not None and g.yielded_at < now:  # its cached prefix is gone
-                    g.prefill = max(g.prefill, g.ctx)
-            else:
-                continue
-            g.st.grant(now)
-            if g.deadline == math.inf:  # as the runner does: never past the budget
-                g.deadline = min(d.deadlines.get(gid, budget), budget)
-                if g.deadline < budget:
-                    heapq.heappush(dead_heap, (g.deadline, gid))
-            free -= 1
-            hold += 1
-            max_hold = max(max_hold, hold)
-            ready.append(g)
+    def decide(self) -> None:
+        """The book asks the policy; a granted game comes to its model request."""
+        now = self.now
+        for gid, kind in self.book.decide(now):
+            g = self.games[gid]
+            if kind == "start":
+                g.ctx, g.prefill = self.server.first_prompt_tokens, self.server.first_prompt_tokens
+            elif g.yielded_at is not None and g.yielded_at < now:  # its cached prefix is gone
+                g.prefill = max(g.prefill, g.ctx)
+            self.ready.append(g)
 
-    for _ in range(10_000_000):
-        while True:
-            while ready:
-                g = ready.popleft()
-                if g.st.status == "running":
-                    request(g)
-            if not consult:
-                break
-            consult = False
-            apply(policy.decide(now, budget, slots, order))
-        # The next event.
-        rate = server.per_stream(decoding)
-        while dec_heap and dec_heap[0][2] != games[dec_heap[0][3]].epoch:
-            heapq.heappop(dec_heap)
-        while busy_heap and busy_heap[0][2] != games[busy_heap[0][3]].epoch:
-            heapq.heappop(busy_heap)
-        t_dec = now + (dec_heap[0][0] - V) / rate if dec_heap and rate > 0 else math.inf
-        t_busy = busy_heap[0][0] if busy_heap else math.inf
-        while dead_heap and games[dead_heap[0][1]].st.status not in ("running", "waiting"):
-            heapq.heappop(dead_heap)
-        t_dead = dead_heap[0][0] if dead_heap else math.inf
-        t_wake = wake_at if wake_at is not None and wake_at > now else math.inf
-        t = min(t_dec, t_busy, t_dead, t_wake, budget)
-        idle += (slots - hold) * (t - now)
-        V += rate * (t - now)
-        now = t
-        if now >= budget:
-            for g in games.values():
-                if g.st.status in ("running", "waiting"):
-                    end(g, budget)
-            break
-        if t == t_dec:
-            _, _, _, gid = heapq.heappop(dec_heap)
-            g = games[gid]
-            decoding -= 1
-            g.st.progress(levels=g.st.levels, actions=g.st.actions, tokens=g.st.tokens + g.turn[0], now=now)
-            due = recheck.get(gid)
-            if due is not None and g.st.tokens >= due:
-                consult = True
-            g.phase = "tool"
-            g.epoch += 1
-            push(busy_heap, now + server.tool_s + server.prefill_s(g.turn[1] - g.turn[0]), g)
-        elif t == t_busy:
-            _, _, _, gid = heapq.heappop(busy_heap)
-            g = games[gid]
-            g.epoch += 1
-            if g.phase == "prefill":
-                g.phase = "decode"
-                decoding += 1
-                push(dec_heap, V + g.turn[0], g)
-            else:  # the tool call is over: the turn's actions and levels are in
-                gen, growth, actions, levels = g.turn
-                g.turn, g.ctx, g.phase = None, g.ctx + growth, "idle"
-                first = g.st.actions == 0 and actions > 0
-                levelled = g.st.progress(levels=levels, actions=actions, tokens=g.st.tokens, now=now)
-                if first and recheck.get(gid) is not None:
-                    consult = True
-                if levels >= len(g.traj.baselines):
-                    end(g, now)
-                    consult = True
-                elif levelled:
-                    give_up(g, "level")
-                else:
-                    ready.append(g)
-        elif t == t_dead:
-            while dead_heap and dead_heap[0][0] <= now:
-                g = games[heapq.heappop(dead_heap)[1]]
-                if g.st.status in ("running", "waiting"):
-                    end(g, now)
-            consult = True
+    # -- events ---------------------------------------------------------------------------------
+    def decoded(self, g: _Game) -> None:
+        self.decoding -= 1
+        g.st.progress(levels=g.st.levels, actions=g.st.actions, tokens=g.st.tokens + g.turn[0])
+        due = self.book.recheck.get(g.st.game_id)
+        if due is not None and g.st.tokens >= due:
+            self.consult = True
+        g.phase = "tool"
+        g.epoch += 1
+        self.push(self.busy_heap, self.now + self.server.tool_s + self.server.prefill_s(g.turn[1] - g.turn[0]), g)
+
+    def busy_over(self, g: _Game) -> None:
+        g.epoch += 1
+        if g.phase == "prefill":
+            g.phase = "decode"
+            self.decoding += 1
+            self.push(self.dec_heap, self.V + g.turn[0], g)
+            return
+        # The tool call is over: the turn's actions and levels are in.
+        gen, growth, actions, levels = g.turn
+        g.turn, g.ctx, g.phase = None, g.ctx + growth, "idle"
+        first = g.st.actions == 0 and actions > 0
+        levelled = g.st.progress(levels=levels, actions=actions, tokens=g.st.tokens)
+        if first and self.book.recheck.get(g.st.game_id) is not None:
+            self.consult = True
+        if levels >= len(g.traj.baselines):
+            self.end(g, self.now)
+            self.consult = True
+        elif levelled:
+            self.give_up(g, "level")
         else:
-            consult = True
-    else:
-        raise RuntimeError("simulation did not converge")
-    scores = [score(g.traj, g.st.levels) for g in games.values()]
-    span = slots * max(now, 1e-9)
-    return Outcome(
-        score=float(np.mean(scores)),
-        levels=sum(g.st.levels for g in games.values()),
-        unplayed=sum(1 for s in order if s.started_at is None),
-        idle_slot_share=idle / span,
-        tokens=sum(s.tokens for s in order),
-        yields=yields,
-        preemptions=preempts,
-        last_end=last_end,
-        all_started_s=max((s.started_at if s.started_at is not None else math.inf) for s in order),
-        max_holding=max_hold,
-        per_game_scores=scores,
-    )
+            self.ready.append(g)
+
+    def _top(self, heap: list) -> float | None:
+        while heap and heap[0][2] != self.games[heap[0][3]].epoch:
+            heapq.heappop(heap)
+        return heap[0][0] if heap else None
+
+    def step(self) -> bool:
+        """Settle what happens at `now`, then go to the next event; False at the end."""
+        while True:
+            while self.ready:
+                g = self.ready.popleft()
+                if g.st.status == "running":
+                    self.request(g)
+            if not self.consult:
+                break
+            self.consult = False
+            self.decide()
+        rate = self.server.per_stream(self.decoding)
+        dec, busy = self._top(self.dec_heap), self._top(self.busy_heap)
+        t_dec = self.now + (dec - self.V) / rate if dec is not None and rate > 0 else math.inf
+        t_busy = busy if busy is not None else math.inf
+        t_dead = self.book.next_deadline()
+        wake_at = self.book.wake_at
+        t_wake = wake_at if wake_at is not None and wake_at > self.now else math.inf
+        t = min(t_dec, t_busy, t_dead, t_wake, self.budget)
+        self.idle += (self.sc.slots - self.book.held) * (t - self.now)
+        self.V += rate * (t - self.now)
+        self.now = t
+        if self.now >= self.budget:
+            for g in self.games.values():
+                if g.st.status in ("running", "waiting"):
+                    self.end(g, self.budget)
+            return False
+        if t == t_dec:
+            self.decoded(self.games[heapq.heappop(self.dec_heap)[3]])
+        elif t == t_busy:
+            self.busy_over(self.games[heapq.heappop(self.busy_heap)[3]])
+        elif t == t_dead:
+            self.book.overdue(self.now)
+            self.consult = True
+        else:  # the policy's wake_at
+            self.consult = True
+        return True
+
+    def run(self) -> Outcome:
+        for _ in range(10_000_000):
+            if not self.step():
+                break
+        else:
+            raise RuntimeError("simulation did not converge")
+        games, order = self.games.values(), self.book.order
+        scores = [score(g.traj, g.st.levels) for g in games]
+        span = self.sc.slots * max(self.now, 1e-9)
+        return Outcome(
+            score=float(np.mean(scores)),
+            levels=sum(g.st.levels for g in games),
+            unplayed=sum(1 for s in order if s.started_at is None),
+            idle_slot_share=self.idle / span,
+            tokens=sum(s.tokens for s in order),
+            yields=self.yields,
+            preemptions=self.preempts,
+            last_end=self.book.last_end,
+            all_started_s=max((s.started_at if s.started_at is not None else math.inf) for s in order),
+            max_holding=self.book.max_held,
+            per_game_scores=scores,
+        )
 
 
 def mean_ci(xs: Sequence[float], digits: int = 4) -> dict:

@@ -24,16 +24,13 @@ class GameState:
     status: Status = "queued"  # queued: never played; waiting: yielded, resumable
     total_levels: int | None = None  # the game's levels, when it says
     started_at: float | None = None  # first given a slot
-    granted_at: float | None = None  # given its current (or last) slot
     levels: int = 0
-    last_level_at: float | None = None
     actions: int = 0
     tokens: int = 0  # generated tokens, all requests
     level_actions0: int = 0  # actions when the current level began
     level_tokens0: int = 0  # tokens when the current level began
     stint_tokens0: int = 0  # tokens when it was given its current slot
     yields: int = 0
-    yield_reason: str | None = None  # why it last gave up its slot: trim, level, preempted
     stop_requested: bool = False  # a stop was sent; the worker has not returned yet
     preempt_requested: bool = False  # it yields at its next model request
 
@@ -58,11 +55,11 @@ class GameState:
     def played(self) -> bool:
         return self.started_at is not None
 
-    def progress(self, *, levels: int, actions: int, tokens: int, now: float) -> bool:
+    def progress(self, *, levels: int, actions: int, tokens: int) -> bool:
         """Apply a progress report; True when a level was completed."""
         self.actions, self.tokens = max(self.actions, actions), max(self.tokens, tokens)
         if levels > self.levels:
-            self.levels, self.last_level_at = levels, now
+            self.levels = levels
             self.level_actions0, self.level_tokens0 = self.actions, self.tokens
             return True
         return False
@@ -70,12 +67,12 @@ class GameState:
     def grant(self, now: float) -> None:
         if self.started_at is None:
             self.started_at = now
-        self.status, self.granted_at, self.stint_tokens0 = "running", now, self.tokens
+        self.status, self.stint_tokens0 = "running", self.tokens
         self.preempt_requested = False
 
-    def release(self, reason: str) -> None:
+    def release(self) -> None:
         """It gave up its slot at a yield point (or a preemption landed)."""
-        self.status, self.yield_reason, self.preempt_requested = "waiting", reason, False
+        self.status, self.preempt_requested = "waiting", False
         self.yields += 1
 
 

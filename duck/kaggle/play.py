@@ -1,18 +1,16 @@
 """How the notebook reaches and plays the games: the wait for the rerun's gateway, the
-scheduler's runner in a thread of its own, and the plain pool that plays whatever the
-runner never started. Both runners end by the notebook's deadline (wall clock) plus the
-stop grace (`kaggle.stop_grace_s`), so that a hung game cannot hold up the scorecard's closing.
+scheduler's runner, and the plain pool that plays whatever the runner never started. Both
+runners end by the notebook's deadline (wall clock) plus the stop grace
+(`kaggle.stop_grace_s`), so that a hung game cannot hold up the scorecard's closing.
 """
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import json
 import logging
 import threading
 import time
-import traceback
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
@@ -62,28 +60,13 @@ def scheduler_runner(cfg: Config, source: GameSource, play_policy: Callable[[str
 
 
 def run_scheduler(runner: Runner, game_ids: list[str], deadline: float, grace_s: float) -> dict[str, dict[str, Any]]:
-    """Run `runner` in a thread of its own (a notebook cell already runs inside an event loop,
-    so asyncio.run cannot be called here), joined by the deadline plus `grace_s`: a hung game
-    cannot hold up the scorecard's closing. Returns the started games' results."""
-    box: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            box["result"] = asyncio.run(runner.run(game_ids))
-        except BaseException as e:  # reported below; the pool plays what is left
-            box["error"] = e
-            box["trace"] = traceback.format_exc(limit=8)
-
-    t = threading.Thread(target=target, name="duck-runner", daemon=True)
-    t.start()
-    t.join(max(0.0, deadline - time.time()) + grace_s)
-    if t.is_alive():
-        raise TimeoutError("the runner did not return by the deadline plus the stop grace; "
-                           "its games are left to end on their own deadlines")
-    if "error" in box:
-        log.error("the runner failed: %s", box["trace"])
-        raise box["error"]
-    summary = box["result"].summary()
+    """Run `runner` here (a plain blocking call, fine inside a notebook cell's event loop); it
+    gives up on a worker that has not returned `grace_s` after the games' `deadline` (wall
+    clock, where its budget ends), so a hung game cannot hold up the scorecard's closing.
+    Returns the started games' results."""
+    runner.budget_s = min(runner.budget_s, max(0.0, deadline - time.time()))  # from now on
+    runner.grace_s = grace_s
+    summary = runner.run(game_ids).summary()
     log.info("runner: %d slots, at most %d held at once, idle slot share %.3f", summary["slots"],
              summary["max_holding"], summary["idle_slot_share"])
     out = {}

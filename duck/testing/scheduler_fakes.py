@@ -144,7 +144,7 @@ class ScriptedWorker:
             """The slot gate; True if the game must end."""
             if gate is None:
                 return False
-            if reason is not None or getattr(gate, "preempt", None) is not None and gate.preempt.is_set():
+            if reason is not None or getattr(gate, "preempted", False):
                 self._note(game_id, f"yield:{reason or 'preempted'}")
                 gate(reason)
                 self._note(game_id, "resume")
