@@ -148,7 +148,8 @@ def main(argv: list[str]) -> int:
                    "present, else tests/games)")
     p.add_argument("--game", default=None, help="game id or prefix (default: ls20 or the first)")
     p.add_argument("--samples", type=int, default=60)
-    p.add_argument("--lengths", type=int, nargs="+", default=list(LENGTHS), help="history lengths (default: %(default)s)")
+    p.add_argument("--lengths", type=int, nargs="+", default=list(LENGTHS),
+                   help="history lengths (default: %(default)s)")
     p.add_argument("--starts", type=int, default=10, help="worker starts timed for startup_ms")
     args = p.parse_args(argv)
     if min(args.lengths) < 1 or args.starts < 1 or args.samples < 1:
