@@ -68,14 +68,7 @@ from duck.paths import SHARED
 
 log = logging.getLogger(__name__)
 
-# Flags nothing varies (see the module docstring for why each has its value):
-# `--mm-processor-kwargs`: the image processor's cap. The agent's boards are at most 640 x 640
-# (a 64x64 grid at 10x, ~402 tokens); without a cap vLLM's start-up profiles a 4096 x 4096
-# dummy image (a 2.19 GiB activation peak, FIELD §4).
-MAX_PIXELS = 640 * 640
-# `--default-chat-template-kwargs`: what every request gets unless it says otherwise (the
-# client sends its own; this covers the smoke chat and the health probe).
-DEFAULT_CHAT_TEMPLATE_KWARGS = {"preserve_thinking": True}
+MAX_PIXELS = 640 * 640  # `--mm-processor-kwargs`: a 64x64 board at 10x (the module docstring says why)
 SMOKE_TIMEOUT_S = 120.0  # the first chat after start-up (CUDA graphs may still compile)
 
 
@@ -143,7 +136,7 @@ def command(serve: ServeConfig, model_name: str, port: int | None = None,
             "--reasoning-parser", "qwen3",
             "--limit-mm-per-prompt", json.dumps({"image": serve.images_per_prompt, "video": 0}),
             "--mm-processor-kwargs", json.dumps({"max_pixels": MAX_PIXELS}),
-            "--default-chat-template-kwargs", json.dumps(DEFAULT_CHAT_TEMPLATE_KWARGS)]
+            "--default-chat-template-kwargs", json.dumps({"preserve_thinking": True})]
     if serve.cudagraph_mode:
         argv += ["--compilation-config", json.dumps({"cudagraph_mode": serve.cudagraph_mode})]
     if serve.linear_backend:
