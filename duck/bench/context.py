@@ -174,6 +174,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=None, help="run folder for the records (default: a temp folder)")
     p.add_argument("--set", nargs="*", default=[], help="config overrides for both arms, e.g. kernel.output_chars=3000")
     args = p.parse_args(argv)
+    if (args.runs is not None and args.runs < 0) or (args.turns is not None and args.turns < 1):
+        p.error("--runs must be at least 0 and --turns at least 1")
     from duck.bench.context_measure import synthetic_game
     from duck.config import load_config
     from duck.testing.stub.render import default_template

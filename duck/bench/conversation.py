@@ -83,6 +83,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--slot-hours", type=float, default=9 * 28, help="game-slot hours of a Kaggle rerun")
     p.add_argument("--turns", type=int, default=None, help="replay only the first N recorded turns of each run")
     args = p.parse_args(argv)
+    if args.turns is not None and args.turns < 1:
+        p.error("--turns must be at least 1")
     spent = _timed_writer()
     from duck.lab.replay_loop import replay_check  # (after the stopwatch is in place)
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="bench_conversation_"))
