@@ -7,72 +7,30 @@ unknown key or a value out of range is an error (`ConfigError`, one line), never
 ignored. Experiments (experiments/*.toml) are config files that differ from the baseline in
 one field each, so an A/B compares exactly one change.
 
-When games end (the only time knobs; everything else is derived from them):
-
-* `kaggle.budget_s` / `kaggle.interactive_budget_s`: the notebook's whole budget, from its
-  first cell, in a competition rerun / in any other run (a Save & Run All).
-* `kaggle.margin_s`: in both modes, the games' deadline is this long before the budget's
-  end; the scheduler's runner gets what is left until then as its budget, and the notebook
-  waits up to a third of the margin (`KaggleConfig.stop_grace_s`) for games to return.
-* In `duck simulate`, a scenario's budget and margin (scheduler/simulate.py) play those roles.
+The sections of the model, its server, the kernel, the agent and the scheduler are here; those
+of a run (`play`, `explorer`, `kaggle`, with the time knobs) in duck.config_run; reading files,
+overrides and the environment, and the fields the serving profile's plan fills in, in
+duck.config_load. Import all of them from here.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import re
-import tomllib
 from pathlib import Path
-from typing import Annotated, Any, Literal, get_args
+from typing import Any, Literal, get_args
 
-from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, NonNegativeFloat, NonNegativeInt, PositiveFloat,
-                      PositiveInt, PrivateAttr, ValidationError, model_validator)
+from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, PrivateAttr, model_validator
 
 import duck.profiles as profiles
+from duck.config_load import (ConfigError, Section, gather, one_line, parse_value, plan_fields,  # noqa: F401
+                              read_config_file, set_dotted, unset_dotted, validate)
+from duck.config_run import ExplorerConfig, KaggleConfig, PlayConfig, PolicyName  # noqa: F401
 
-
-PolicyName = Literal["random", "explorer", "llm"]  # what duck.policies.make_policy knows
-
-
-def _policy_spec(value: str) -> str:
-    """A policy by name, or a user's policy class in a file: `path/to/file.py:ClassName`
-    (duck.policies.load_policy_file; `duck play --policy`)."""
-    if value in get_args(PolicyName):
-        return value
-    path, sep, cls = value.rpartition(":")
-    if not sep or not path.endswith(".py") or not cls.isidentifier():
-        raise ValueError(f"a policy is one of {', '.join(get_args(PolicyName))} or FILE.py:ClassName")
-    return value
-
-
-PolicySpec = Annotated[str, AfterValidator(_policy_spec)]
 ProfileName = Literal["flash-next", "qwen3.8-27b", "qwen3.6-27b", "hosted"]  # duck.profiles.PROFILES
 SchedulerName = Literal["fixed", "field", "ucb", "adaptive"]  # what scheduler.policy.make_policy knows
 # The default profile's plan: the defaults of the planned fields when a section is made on
 # its own (a test's KernelConfig()); in a Config, Config._resolve plans them for its profile.
 _PLAN = profiles.plan(profiles.DEFAULT_PROFILE)
-
-
-class ConfigError(ValueError):
-    """A config that does not validate, said in one line (field, problem, value)."""
-
-
-class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
-
-
-class PlayConfig(Section):
-    games_dir: str = "environment_files"  # the public games, fetched (see the README)
-    policy: PolicySpec = "explorer"  # the non-LLM default: runs anywhere, no GPU; or FILE.py:ClassName
-    seed: int = 0
-    max_actions: PositiveInt = 1000  # per game; ~7x the Duck's mean of 137 actions per game
-    workers: PositiveInt = 1  # parallel game processes (the engine is pure Python under the GIL)
-    conversations: bool = True  # a model-played game writes its conversation (duck.play.conversation)
-    # `duck play --policy llm` when no model server answers: False, an error before anything
-    # plays (a run that quietly played the explorer instead reads like a model's score); True,
-    # agent.fallback plays every game and the progress line and the summary say so.
-    model_fallback: bool = False
 
 
 class ServeConfig(Section):
@@ -90,7 +48,6 @@ class ServeConfig(Section):
     gpu_memory_utilization: float = Field(_PLAN.utilization, gt=0, le=1)
     max_num_seqs: PositiveInt = _PLAN.max_num_seqs  # the plan's slots + 1 (the health probe)
     gpu_memory_mib: PositiveInt = profiles.RTX_PRO_6000_MIB  # the card the plan is made for (Kaggle's)
-    host_memory_gb: PositiveFloat = profiles.KAGGLE_HOST_GB  # its host RAM (the n-gram table lives there)
     max_num_batched_tokens: PositiveInt = 8192  # what the field found stable on the RTX Pro 6000
     # Tokens per streamed chunk (the first is sent at once). 1: at 16, vLLM 0.19's streaming
     # qwen3_coder parser delivered most tool-call arguments as `{}` or broken JSON (83 of 400
@@ -120,13 +77,6 @@ class ServeConfig(Section):
     # groups' block sizes, known only on the GPU); a finer unit puts the checkpoint closer to
     # each prompt's end. The first-GPU sweep measures the hit rate with and without.
     prefix_match_unit: NonNegativeInt = 0
-    # `--mm-processor-kwargs '{"max_pixels": N}'`: the image processor's cap. The agent's
-    # boards are at most 640 x 640 (a 64x64 grid at 10x, ~402 tokens); without a cap vLLM's
-    # start-up profiles a 4096 x 4096 dummy image (a 2.19 GiB activation peak, FIELD §4).
-    max_pixels: PositiveInt = 640 * 640
-    # `--default-chat-template-kwargs`: what every request gets unless it says otherwise (the
-    # client sends its own; this covers the smoke chat and the health probe).
-    default_chat_template_kwargs: dict[str, Any] = {"preserve_thinking": True}
     # `--chat-template`: "" = the model folder's own, unless it lacks the `preserve_thinking`
     # branch the agent's prefix cache relies on; then `fallback_chat_template` is served.
     chat_template: str = ""
@@ -134,20 +84,12 @@ class ServeConfig(Section):
     # checkout; the notebook sets the copy shipped in the wheel dataset.
     fallback_chat_template: str = ""
     chat_template_family: Literal["qwen3.8", "qwen3.6"] = "qwen3.8"  # the profile's template copy
-    flashinfer_sampler: bool = False  # the FlashInfer top-k kernel livelocked (vLLM #43885)
     # Images one prompt may hold (vLLM answers 400 beyond): a 131K history of turns with a 402-token
     # board and a diff holds up to ~320; the agent leaves out a turn's optional images before the limit.
     images_per_prompt: NonNegativeInt = 400
     extra_args: list[str] = []
     ready_timeout_s: PositiveFloat = 900.0  # the Duck's vLLM took ~6.5 min to become ready
-    smoke_timeout_s: PositiveFloat = 120.0  # the first chat after start-up (CUDA graphs may still compile)
     log_path: str = "runs/vllm.log"
-
-
-class ExplorerConfig(Section):
-    # Options of duck.explorer.policy.Explorer by name; an unknown name is an error when the
-    # explorer is made (the defaults in its signature are the benchmarked ones).
-    options: dict[str, Any] = {}
 
 
 class ModelConfig(Section):
@@ -335,47 +277,6 @@ class SchedulerConfig(Section):
     adaptive: AdaptiveConfig = AdaptiveConfig()
 
 
-class KaggleConfig(Section):
-    """The Kaggle notebook (duck/kaggle/run.py): where things are, how long the run may take."""
-
-    input_dir: str = "/kaggle/input"  # attached competition data, datasets and models
-    working_dir: str = "/kaggle/working"  # Kaggle keeps what is written here as the output
-    competition_dir: str = ""  # "": the folder under input_dir with environment_files/
-    dataset_dir: str = ""  # our wheels; "": the folder under input_dir holding duck-dataset.json
-    model_dir: str = ""  # the weights; "": the folder under input_dir whose config.json fits
-    vllm_env_dir: str = "/tmp/vllm-env"  # vLLM's own venv: its numpy pin conflicts with ours
-    gateway_url: str = "http://gateway:8001/"  # the rerun's gateway (DESIGN §1)
-    api_key: str = "test-key-123"
-    gateway_wait_s: NonNegativeFloat = 600.0  # the official starter waits this long for /api/games
-    budget_s: PositiveFloat = 9 * 3600.0  # the rerun: Kaggle's limit for the whole notebook, from its first cell
-    interactive_budget_s: PositiveFloat = 2700.0  # any other run: install, vLLM, ~20 min of public games
-    # Both modes: the games' deadline is this long before the budget's end. A game stopped
-    # there returns after at most one model request (model.timeout_s) plus one kernel call;
-    # then records, the scorecard and vLLM's teardown. About three times that worst case, for
-    # a day's submission.
-    margin_s: NonNegativeFloat = 900.0
-    interactive_games: NonNegativeInt = 0  # 0: every public game; N: the first N (a quicker check)
-    use_model: bool = True  # False: the explorer only (no GPU, or a safe submission)
-    health_interval_s: PositiveFloat = 30.0  # a 1-token chat this often tells a wedged server
-    health_timeout_s: PositiveFloat = 120.0  # under 28 streams a 1-token request still lands in time
-    health_failures: PositiveInt = 2  # consecutive failed probes before the server counts as down
-    model_restarts: NonNegativeInt = 1  # restarts of a dead server (each ~6.5 min on Kaggle)
-    restart_min_left_s: NonNegativeFloat = 3600.0  # no restart with less than this left to play
-
-    @model_validator(mode="after")
-    def _margin_inside_budgets(self) -> "KaggleConfig":
-        if self.margin_s >= min(self.budget_s, self.interactive_budget_s):
-            raise ValueError(f"margin_s ({self.margin_s:g}) must be less than budget_s ({self.budget_s:g}) "
-                             f"and interactive_budget_s ({self.interactive_budget_s:g})")
-        return self
-
-    @property
-    def stop_grace_s(self) -> float:
-        """How long past the deadline the notebook waits for games to return (then gives up
-        on them): a third of the margin, one worst-case stop with room; the rest is teardown."""
-        return self.margin_s / 3
-
-
 class Config(Section):
     play: PlayConfig = PlayConfig()
     explorer: ExplorerConfig = ExplorerConfig()
@@ -391,41 +292,15 @@ class Config(Section):
 
     @model_validator(mode="after")
     def _resolve(self) -> "Config":
-        """Plan the fields no file or override set from the serving profile's memory plan."""
-        m, s = self.model, self.model.serve
-
-        def given(section: BaseModel, key: str) -> Any:
-            return getattr(section, key) if key in section.model_fields_set else None
-        try:
-            p = profiles.plan(m.profile, model_path=given(s, "model_path"), gpu_mib=s.gpu_memory_mib,
-                              host_gb=s.host_memory_gb, utilization=given(s, "gpu_memory_utilization"),
-                              kv_cache_dtype=given(s, "kv_cache_dtype"), window=given(s, "max_model_len"),
-                              context_tokens=given(self.agent, "context_tokens"),
-                              output_tokens=given(m, "max_output_tokens"), slots=given(self.scheduler, "slots"),
-                              max_num_seqs=given(s, "max_num_seqs"), low_water=self.agent.evict_to,
-                              kernel_disk_mb=given(self.kernel, "disk_mb"), mtp_tokens=given(s, "mtp_tokens"))
-        except profiles.ProfileError as e:
-            raise ValueError(str(e)) from None
-        prof = profiles.get(m.profile)
-        if m.reasoning_effort is not None and m.reasoning_effort not in prof.reasoning_efforts:
+        """Plan the fields no file or override set from the serving profile's memory plan
+        (duck.config_load.PLANNED)."""
+        m = self.model
+        self._derived, self._plan = plan_fields(self)
+        efforts = profiles.get(m.profile).reasoning_efforts
+        if m.reasoning_effort is not None and m.reasoning_effort not in efforts:
             raise ValueError(f"model.reasoning_effort {m.reasoning_effort!r}: the {m.profile} template accepts "
-                             f"{', '.join(prof.reasoning_efforts) or 'no reasoning effort'}")
-        _check_provider_fields(m, prof.hosted)
-        derived = []
-        for section, key, value in ((m, "name", p.served_name), (m, "api_key_env", prof.api_key_env),
-                                    (s, "model_path", p.checkpoint),
-                                    (s, "mtp_tokens", p.mtp_tokens), (s, "engram_offload", prof.engram_offload),
-                                    (s, "linear_backend", prof.linear_backend),
-                                    (s, "chat_template_family", prof.chat_template),
-                                    (s, "max_model_len", p.window), (s, "gpu_memory_utilization", p.utilization),
-                                    (s, "max_num_seqs", p.max_num_seqs), (s, "kv_cache_dtype", p.kv_cache_dtype),
-                                    (m, "max_output_tokens", p.output_tokens),
-                                    (self.agent, "context_tokens", p.context_tokens),
-                                    (self.scheduler, "slots", p.slots), (self.kernel, "disk_mb", p.kernel_disk_mb)):
-            if key not in section.model_fields_set:
-                setattr(section, key, value)
-                derived.append(_dotted(self, section, key))
-        self._derived, self._plan = tuple(derived), p
+                             f"{', '.join(efforts) or 'no reasoning effort'}")
+        _check_provider_fields(m, profiles.get(m.profile).hosted)
         return self
 
     @property
@@ -464,111 +339,21 @@ def _check_provider_fields(m: ModelConfig, hosted: bool) -> None:
                          "(model.reasoning_effort, where the provider takes one)")
 
 
-def _dotted(cfg: Config, section: BaseModel, key: str) -> str:
-    for name in type(cfg).model_fields:
-        top = getattr(cfg, name)
-        if top is section:
-            return f"{name}.{key}"
-        for sub in type(top).model_fields:
-            if getattr(top, sub) is section:
-                return f"{name}.{sub}.{key}"
-    raise KeyError(key)
-
-
-def _set(doc: dict[str, Any], dotted: str, value: Any) -> None:
-    *path, last = dotted.split(".")
-    for key in path:
-        doc = doc.setdefault(key, {})
-    doc[last] = value
-
-
-def parse_value(text: str) -> Any:
-    """`3` → 3, `true` → True, `[1,2]` → [1, 2]; anything else stays a string."""
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return text
-
-
-def one_line(error: ValidationError) -> str:
-    """pydantic's report as one line: `field: problem (got value)` for each problem."""
-    parts = []
-    for e in error.errors():
-        where = ".".join(str(x) for x in e["loc"]) or "config"
-        if e["type"] == "extra_forbidden":
-            parts.append(f"{where}: unknown field")
-        else:
-            got = f" (got {e['input']!r})" if e["type"] != "missing" and not isinstance(e["input"], dict) else ""
-            parts.append(f"{where}: {e['msg'].removeprefix('Value error, ')}{got}")
-    return "; ".join(parts)
-
-
 def load_config(files: list[str | Path] = (), overrides: list[str] = (),
                 env: dict[str, str] | None = None) -> Config:
     """Files in order, then `DUCK_SECTION__FIELD` environment variables (`__` between nested
     names: `DUCK_SCHEDULER__ADAPTIVE__STALL_FACTOR`), then `a.b=value` overrides. Raises
     ConfigError (one line) on an unknown key or a bad value."""
-    doc: dict[str, Any] = {}
-    for f in files:
-        part = read_config_file(f)
-        for section, values in part.items():
-            if isinstance(values, dict):
-                doc.setdefault(section, {}).update(values)
-            else:
-                doc[section] = values
-    for key, value in (os.environ if env is None else env).items():
-        if key.startswith("DUCK_") and "__" in key:
-            _set(doc, key[5:].lower().replace("__", "."), parse_value(value))
-    for item in overrides:
-        if "=" not in item:
-            raise ConfigError(f"override {item!r} is not of the form a.b=value")
-        key, value = item.split("=", 1)
-        _set(doc, key.strip(), parse_value(value))
-    return _validate(doc)
-
-
-def read_config_file(path: str | Path) -> dict[str, Any]:
-    """One config file (TOML by its `.toml` suffix, else JSON) as a dict; a missing,
-    unreadable or malformed file is a ConfigError naming the file and the problem."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-        part = tomllib.loads(text) if str(path).endswith(".toml") else json.loads(text)
-    except FileNotFoundError:
-        raise ConfigError(f"config file {path}: no such file") from None
-    except IsADirectoryError:
-        raise ConfigError(f"config file {path}: is a folder, not a file") from None
-    except OSError as e:
-        raise ConfigError(f"config file {path}: cannot be read ({e.strerror or e})") from None
-    except UnicodeDecodeError:
-        raise ConfigError(f"config file {path}: not UTF-8 text") from None
-    except (tomllib.TOMLDecodeError, json.JSONDecodeError) as e:
-        kind = "TOML" if str(path).endswith(".toml") else "JSON (a .toml suffix reads TOML)"
-        raise ConfigError(f"config file {path}: malformed {kind}: {e}") from None
-    if not isinstance(part, dict):
-        raise ConfigError(f"config file {path}: not a table of sections")
-    return part
+    return validate(Config, gather(files, overrides, env))
 
 
 def with_values(cfg: Config, values: dict[str, Any]) -> Config:
     """A copy of `cfg` with dotted fields replaced (`{"play.seed": 3}`), validated as
-    load_config validates (ConfigError)."""
-    doc = cfg.model_dump()
-    for key in cfg.derived:  # planned anew from what is set
-        *path, last = key.split(".")
-        d = doc
-        for k in path:
-            d = d[k]
-        d.pop(last, None)
+    load_config validates (ConfigError); the planned fields are planned anew from what is set."""
+    doc = unset_dotted(cfg.model_dump(), cfg.derived)
     for key, value in values.items():
-        _set(doc, key, value)
-    return _validate(doc)
-
-
-def _validate(doc: dict[str, Any]) -> Config:
-    try:
-        return Config.model_validate(doc)
-    except ValidationError as e:
-        raise ConfigError(one_line(e)) from None
+        set_dotted(doc, key, value)
+    return validate(Config, doc)
 
 
 POLICIES: tuple[str, ...] = get_args(PolicyName)

@@ -151,7 +151,7 @@ def make_policy(name: str, seed: int = 0, *, config: Config | None = None, model
         return _user_policy(name, seed)
     cfg = config or load_config()
     if name == "explorer":
-        return Explorer(seed=seed, **cfg.explorer.options)
+        return Explorer(seed, cfg.explorer)
     if name == "llm":
         from duck.agent.loop import AgentPolicy
         from duck.llm.client import join_urls
@@ -186,7 +186,7 @@ def world_model_kernel(cfg: Config, seed: int) -> Any:
 
         def explore(view: Any) -> None:
             calls[0] += 1
-            Explorer(seed=stable_hash(seed, "explore", calls[0]), **cfg.explorer.options).play(view)
+            Explorer(stable_hash(seed, "explore", calls[0]), cfg.explorer).play(view)
 
         return Kernel(session, kernel_config, tools=True, explore=explore)
 

@@ -156,6 +156,24 @@ def test_a_missing_or_unknown_benchmark_names_the_benchmarks(args):
     assert r.stdout == ""
 
 
+
+@pytest.mark.parametrize("args", [["kernel", "--lengths", "0"], ["context", "--runs", "-1"],
+                                  ["context", "--turns", "0"], ["conversation", "--turns", "0"]])
+def test_a_benchmark_size_out_of_range_is_an_error_naming_the_flag(args):
+    r = subprocess.run([sys.executable, "-m", "duck.bench", *args], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "Traceback" not in r.stderr and r.stdout == ""
+    assert args[1] in r.stderr.strip().splitlines()[-1] and "error:" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("option, says", [("nav_lop=3", "nav_lop: unknown field"), ("nav", "not NAME=VALUE"),
+                                          ("max_clicks=-1", "max_clicks")])
+def test_a_bad_explorer_option_of_the_benchmark_is_one_line(option, says):
+    r = subprocess.run([sys.executable, "-m", "duck.bench", "explorer", "--option", option], capture_output=True,
+                       text=True, timeout=120)
+    one_line_error(r, "--option", says)
+    assert r.stdout == ""
+
+
 # ---------------------------------------------------------------------------------------------
 # The catalog (issue 31): every kind of bad input a new user tried, through every command, is
 # one line on stderr (exit 2: bad input; 1: a full disk), never a traceback and never silence.
@@ -192,6 +210,10 @@ CATALOG: list[tuple[str, str, int, tuple[str, ...]]] = [
     ("--set value out of range", "play --games {G} --out {B}/p --set kernel.call_timeout_s=-1", 2,
      ("call_timeout_s",)),
     ("--set unknown profile", "play --games {G} --out {B}/p --set model.profile=bogus", 2, ("model.profile",)),
+    ("--set explorer option misspelt", "play --games {G} --out {B}/p --set explorer.nav_lop=3", 2,
+     ("explorer.nav_lop", "unknown field")),
+    ("--set explorer option bad value", "play --games {G} --out {B}/p --set explorer.nav=maybe", 2,
+     ("explorer.nav", "boolean")),
     ("DUCK_ variable malformed", "ENV:DUCK_PLAY__SEED=abc play --games {G} --out {B}/p", 2, ("play.seed",)),
     ("--policy unknown", "play --games {G} --out {B}/p --policy bogus", 2, ("play.policy", "FILE.py:ClassName")),
     ("--policy llm, no server", "play --games {G} --out {B}/p --policy llm", 2, ("needs a model server",

@@ -92,3 +92,29 @@ def test_duck_play_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys, ar
     assert printed.out == "" and printed.err.startswith("duck play: error: ")
     assert printed.err.strip().count("\n") == 0 and says in printed.err, printed.err
     assert not out.exists()
+
+
+def test_the_explorer_section_is_typed_and_checked_when_the_config_loads():
+    from duck.explorer.policy import Explorer
+    from duck.policies import make_policy
+    cfg = load_config(overrides=["explorer.nav=false", "explorer.key_give_up=null"], env={"DUCK_EXPLORER__NAV_LOOP": "3"})
+    explorer = make_policy("explorer", 0, config=cfg)
+    assert (explorer.nav_on, explorer.key_give_up, explorer.nav_loop) == (False, None, 3)
+    assert Explorer(0).options == load_config(env={}).explorer  # one set of defaults: the section's
+    for override, says in (("explorer.nav_lop=3", "explorer.nav_lop: unknown field"),
+                           ("explorer.nav=maybe", "explorer.nav: Input should be a valid boolean"),
+                           ("explorer.options={}", "explorer.options: unknown field")):  # the old untyped dict
+        with pytest.raises(ConfigError, match=says):
+            load_config(overrides=[override], env={})
+    with pytest.raises(ConfigError, match="^nav_lop: unknown field$"):
+        Explorer(0, nav_lop=3)  # a policy made in code is checked as a config is
+    assert Explorer(0, cfg.explorer, nav=True).nav_on and Explorer(0, cfg.explorer).nav_loop == 3
+
+
+def test_planned_fields_are_planned_anew_and_a_set_one_goes_into_the_plan():
+    cfg = load_config(overrides=["scheduler.slots=3"], env={})
+    assert "scheduler.slots" not in cfg.derived and cfg.plan.slots == 3 and "model.name" in cfg.derived
+    other = with_values(cfg, {"model.profile": "qwen3.8-27b"})
+    assert other.model.name == other.plan.served_name != cfg.model.name  # planned anew for the new profile
+    assert other.scheduler.slots == 3 and other.model.serve.max_num_seqs == 4  # the set field stays; seqs follow it
+    assert set(other.derived) == set(cfg.derived)

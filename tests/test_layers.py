@@ -12,6 +12,8 @@
     play                                  any policy under a budget; records; scores
     game                                  game access and perception (the only importer of arc_agi)
     config, paths, seeds                  the one config surface; stable seeds from names
+    config_run                            the sections of a run: play, explorer, kaggle (config re-exports them)
+    config_load                           reading a config and planning its fields (config re-exports it)
     profiles                              the serving profiles and their memory plan (the config's defaults)
 
 A module may import from lower layers and from its own package, never upwards or sideways
@@ -27,7 +29,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 LAYERS = {
-    "duck.profiles": -1,
+    "duck.profiles": -3,
+    "duck.config_load": -2,
+    "duck.config_run": -1,
     "duck.config": 0, "duck.paths": 0, "duck.seeds": 0,
     "duck.game": 1,
     "duck.play": 2,

@@ -60,16 +60,38 @@ def pick_runs(traces: Path, game: str | None, n: int | None) -> list[tuple[str, 
     return [(g, p) for g, (p, _) in ordered[:n]]
 
 
+def _timed_agent(timings: list[dict[str, float]]) -> type:
+    """The agent with stopwatches around its parts, adding to `timings[-1]` (one dict per
+    turn, started by the timed turn message): the turn, the model requests and the kernel
+    calls inside it. The loop itself is unchanged."""
+    from duck.agent.loop import AgentPolicy
+
+    def timed(f: Any, key: str) -> Any:
+        def call(*a: Any, **k: Any) -> Any:
+            t = time.perf_counter()
+            try:
+                return f(*a, **k)
+            finally:
+                timings[-1][key] += time.perf_counter() - t
+        return call
+
+    class Timed(AgentPolicy):
+        def _turn(self, session: Any, kernel: Any, turn: int, *rest: Any) -> Any:
+            if not getattr(self, "_wrapped", False):
+                self._wrapped = True
+                self.client.chat, kernel.run = timed(self.client.chat, "model"), timed(kernel.run, "kernel")
+            return timed(super()._turn, "turn")(session, kernel, turn, *rest)
+    return Timed
+
+
 def replay(traces: Path, games: Path, game: str, pass_: int, cfg: Any, out: Path,
            turns_limit: int | None = None) -> dict[str, Any]:
     """One recorded game through the agent loop under `cfg`; its numbers (see the module docstring)."""
     import duck.agent.loop as agent_module
-    from duck.agent.loop import AgentPolicy
     from duck.agent.turn import turn_message
     from duck.bench.context_measure import MeasuringServer, summarise_rows
     from duck.game.source import GameSource
-    from duck.lab.replay_caps import trace_caps
-    from duck.lab.replay_loop import ReplayKernel
+    from duck.lab.replay_caps import ReplayKernel, trace_caps
     from duck.play.record import read_record
     from duck.play.session import play_game
     from duck.testing.stub.models import TraceModel
@@ -88,35 +110,6 @@ def replay(traces: Path, games: Path, game: str, pass_: int, cfg: Any, out: Path
         finally:
             timings.append({"user": time.perf_counter() - t, "turn": 0.0, "model": 0.0, "kernel": 0.0})
 
-    class Timed(AgentPolicy):
-        """The agent with stopwatches around its parts (the loop itself is unchanged)."""
-
-        def _turn(self, session: Any, kernel: Any, turn: int, *rest: Any) -> Any:
-            if not getattr(self, "_wrapped", False):
-                self._wrapped = True
-                chat, krun = self.client.chat, kernel.run
-
-                def timed_chat(*a: Any, **k: Any) -> Any:
-                    t = time.perf_counter()
-                    try:
-                        return chat(*a, **k)
-                    finally:
-                        timings[-1]["model"] += time.perf_counter() - t
-
-                def timed_run(*a: Any, **k: Any) -> Any:
-                    t = time.perf_counter()
-                    try:
-                        return krun(*a, **k)
-                    finally:
-                        timings[-1]["kernel"] += time.perf_counter() - t
-                self.client.chat, kernel.run = timed_chat, timed_run
-            t = time.perf_counter()
-            try:
-                return super()._turn(session, kernel, turn, *rest)
-            finally:
-                timings[-1]["turn"] += time.perf_counter() - t
-
-    source = GameSource.offline(games)
     server = MeasuringServer(TraceModel(turns))
     record_path = out / "records" / f"{game}.jsonl"
     record_path.parent.mkdir(parents=True, exist_ok=True)
@@ -126,10 +119,10 @@ def replay(traces: Path, games: Path, game: str, pass_: int, cfg: Any, out: Path
     try:
         with server as url:
             caps = trace_caps(turns)
-            policy = Timed(0, cfg, model_url=url, pass_=pass_,
-                           kernel_factory=lambda session, kcfg: ReplayKernel(session, kcfg, caps))
-            result = play_game(source, game, policy, max_actions=len(expected) if expected else 10_000,
-                               record_path=record_path, pass_=pass_)
+            policy = _timed_agent(timings)(0, cfg, model_url=url, pass_=pass_,
+                                           kernel_factory=lambda session, kcfg: ReplayKernel(session, kcfg, caps))
+            result = play_game(GameSource.offline(games), game, policy, record_path=record_path, pass_=pass_,
+                               max_actions=len(expected) if expected else 10_000)
     finally:
         agent_module.turn_message = turn_message
     if result.error:
@@ -170,7 +163,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--traces", default=str(SHARED / "duck-traces"))
     p.add_argument("--games", default=str(PUBLIC_GAMES))
     p.add_argument("--game", default=None, help="only this game (id or prefix)")
-    p.add_argument("--runs", type=int, default=None, help="the N games with the longest runs (default: all 25)")
+    p.add_argument("--runs", type=int, default=None,
+                   help="the N games with the longest runs (default: all 25; 0: none, the synthetic game only)")
     p.add_argument("--turns", type=int, default=None, help="replay only the first N recorded turns of each run")
     p.add_argument("--budget", type=int, default=None, help="the new arm's budget (default: the plan's, 131072)")
     p.add_argument("--old-budget", type=int, default=32768, help="the old arm's budget")
@@ -178,12 +172,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=None, help="run folder for the records (default: a temp folder)")
     p.add_argument("--set", nargs="*", default=[], help="config overrides for both arms, e.g. kernel.call_timeout_s=20")
     args = p.parse_args(argv)
+    if (args.runs is not None and args.runs < 0) or (args.turns is not None and args.turns < 1):
+        p.error("--runs must be at least 0 and --turns at least 1")
     from duck.bench.context_measure import synthetic_game
     from duck.config import load_config
     from duck.testing.stub.render import default_template
 
     traces = Path(args.traces)
-    runs = pick_runs(traces, args.game, args.runs)
+    runs = pick_runs(traces, args.game, args.runs) if args.runs != 0 else []  # (0: no traces needed)
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="bench_context_"))
     base = ["agent.fallback=null", "model.retries=0", "agent.failures_before_fallback=1", *args.set]
     arms = {"new": base + ([f"agent.context_tokens={args.budget}"] if args.budget else []),
@@ -198,7 +194,8 @@ def main(argv: list[str] | None = None) -> int:
     for name, overrides in arms.items():
         cfg = load_config(overrides=overrides)
         per_game[name] = [replay(traces, Path(args.games), g, p_, cfg, out / name, args.turns) for g, p_ in runs]
-        result["traces"][name] = arm(per_game[name], cfg)
+        if runs:
+            result["traces"][name] = arm(per_game[name], cfg)
     for k, (g, p_) in enumerate(runs):
         result["per_game"].append({"game": g, "pass": p_, **{
             name: {key: per_game[name][k][key] for key in ("requests", "trims", "prompt_tokens_max", "prefix_share_mean",

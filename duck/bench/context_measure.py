@@ -146,9 +146,12 @@ def synthetic_replies(seed: int, calls: int, chars_per_token: float = 3.6) -> li
 
 def synthetic_game(cfg: Any, hours: float, seed: int = 0) -> dict[str, Any]:
     """Play `hours` of synthetic turns through Context + ModelClient + MeasuringServer with
-    config `cfg` (the budget, low water, summary, exact counts, cut thinking). Returns the
-    numbers of `summarise_rows` plus trims, turns and the harness time per turn."""
+    config `cfg` (the budget, low water, cut thinking). The system
+    prompt, the tool and the correction of a reply without a call are made by the agent's
+    own functions (duck.agent.turn, duck.agent.loop), never a copy. Returns the numbers of
+    `summarise_rows` plus trims, turns and the harness time per turn."""
     from duck.agent.context import Context, ContextFull
+    from duck.agent.loop import Correction, tool_calls
     from duck.agent.turn import image_part, python_tool, render, system_prompt
     from duck.game.frames import grid_png
     from duck.llm.client import ModelClient
@@ -193,13 +196,13 @@ def synthetic_game(cfg: Any, hours: float, seed: int = 0) -> dict[str, Any]:
                 marker = render("thinking_cut.j2", cut=r.cut, dropped=r.thinking_dropped) if r.thinking_dropped else ""
                 ctx.add(r.message(marker))
                 ctx.observe(len(messages), r.prompt_tokens, r.completion_tokens)
-                if r.tool_calls:
-                    ctx.add({"role": "tool", "tool_call_id": r.tool_calls[0].id,
+                try:
+                    call_id = tool_calls(r)[0][0]
+                    ctx.add({"role": "tool", "tool_call_id": call_id,
                              "content": "\n".join(f"Node {i}: color=p, pixels={i % 7}, boundary=[[{i}, {2 * i}]]"
                                                   for i in range(rng.randint(10, 40)))})
-                else:
-                    ctx.add({"role": "user", "content": render("correct.j2", reason=f"cut_{r.cut}" if r.cut
-                                                               else "no_tool_call", detail="")})
+                except Correction as c:  # a reply cut at the output cap: the loop's corrective
+                    ctx.add({"role": "user", "content": c.message})
             harness.append(time.perf_counter() - t0 - model_s)
             turn += 1
     out = summarise_rows(server.rows, len(ctx.trims))

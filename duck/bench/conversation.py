@@ -81,12 +81,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--only", nargs="*", default=None, help="game ids or 4-letter prefixes")
     p.add_argument("--out", default=None, help="run folder (default: a temp folder)")
     p.add_argument("--slot-hours", type=float, default=9 * 28, help="game-slot hours of a Kaggle rerun")
+    p.add_argument("--turns", type=int, default=None, help="replay only the first N recorded turns of each run")
     args = p.parse_args(argv)
+    if args.turns is not None and args.turns < 1:
+        p.error("--turns must be at least 1")
     spent = _timed_writer()
     from duck.lab.replay_loop import replay_check  # (after the stopwatch is in place)
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="bench_conversation_"))
     t0 = time.monotonic()
-    result = replay_check(args.traces, args.games, out, only=args.only)
+    result = replay_check(args.traces, args.games, out, only=args.only, turns=args.turns)
     games = {g: measure(out / "conversations" / f"{g}.jsonl.gz", spent.get(g, 0.0)) | {
         "actions": v["played"], "identical": v["identical"]} for g, v in result["games"].items()}
 

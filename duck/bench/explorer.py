@@ -37,11 +37,13 @@ import json
 import math
 import shutil
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from duck.config import ConfigError, ExplorerConfig, parse_value, validate
 from duck.bench.explorer_arms import ROOT, BaselineCheckout, JobResult, game_dirs, interleave, run_jobs
 from duck.play.record import Record, read_records
 from duck.play.scoring import write_score
@@ -216,7 +218,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--only", nargs="*", default=None, help="game ids or 4-letter prefixes")
     p.add_argument("--out", default=None, help="run folders (default: a temporary folder)")
     p.add_argument("--option", action="append", default=[],
-                   help="explorer option NAME=VALUE (JSON value) for the current arm")
+                   help="explorer option NAME=VALUE (JSON value) for the current arm: a field of the "
+                        "config's explorer section (duck.config.ExplorerConfig)")
     p.add_argument("--baseline", default=None, metavar="REF",
                    help="also play the explorer of this git ref, side by side")
     p.add_argument("--ref", default=None,
@@ -225,13 +228,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--game-seconds", type=float, default=None,
                    help="wall-clock cap per game and seed (the record is scored as it stands)")
     args = p.parse_args(argv)
-    options = {}
-    for o in args.option:
-        k, v = o.split("=", 1)
-        try:
-            options[k] = json.loads(v)
-        except json.JSONDecodeError:
-            options[k] = v
+    options = {k: parse_value(v) for k, _, v in (o.partition("=") for o in args.option)}
+    try:  # a misspelt option is one line now, not an error in every game's job
+        bad = next((o for o in args.option if "=" not in o), None)
+        if bad is not None:
+            raise ConfigError(f"{bad!r} is not NAME=VALUE")
+        validate(ExplorerConfig, options)
+    except ConfigError as e:
+        print(f"python -m duck.bench explorer: error: --option {e}", file=sys.stderr)
+        return 2
     kw = dict(only=args.only, options=options, baseline=args.baseline,
               game_seconds=args.game_seconds, ref=args.ref)
     if args.out:

@@ -10,7 +10,8 @@ frame objects and the animation summary included.
 Prints JSON: {"median_ms": {"10": ..., "100": ..., "500": ..., "1000": ...},
 "ratio_1000_10": ..., "game": ..., "startup_ms": ...}. `startup_ms`: the median time from
 starting a worker (and its confinement) to the answer of its first snippet, over 10 starts.
-Options: --game ID, --games DIR, --samples N.
+Options: --game ID, --games DIR, --samples N, --lengths N... (the ratio is then longest /
+shortest), --starts N.
 """
 
 from __future__ import annotations
@@ -95,16 +96,17 @@ def _filled(source: GameSource, gid: str, acts: list[Action], length: int, tmp: 
     return kernel
 
 
-def measure(games_dir: str, game_id: str | None = None, samples: int = 60, rounds: int = 12) -> dict:
+def measure(games_dir: str, game_id: str | None = None, samples: int = 60, rounds: int = 12,
+            lengths: tuple[int, ...] = LENGTHS, starts: int = 10) -> dict:
     """Median ms per action() at each history length. The lengths are measured in
     interleaved rounds, so a busy machine slows all of them alike."""
     source = GameSource.offline(games_dir)
     gid = _pick_game(source, game_id)
     host_acts, model_acts = _cycle(source.make(gid).obs.available_actions)
     per_round = max(1, samples // rounds)
-    times: dict[int, list[float]] = {n: [] for n in LENGTHS}
+    times: dict[int, list[float]] = {n: [] for n in lengths}
     with tempfile.TemporaryDirectory() as tmp:
-        kernels = {n: _filled(source, gid, host_acts, n, tmp) for n in LENGTHS}
+        kernels = {n: _filled(source, gid, host_acts, n, tmp) for n in lengths}
         try:
             while any(len(t) < samples for t in times.values()):
                 for n, kernel in kernels.items():
@@ -118,13 +120,14 @@ def measure(games_dir: str, game_id: str | None = None, samples: int = 60, round
                     if not got:
                         raise RuntimeError(f"no action could be timed: {res.text[:500]}")
                     times[n] += got
-            startup = _startup(kernels[LENGTHS[0]])
+            startup = _startup(kernels[lengths[0]], starts)
         finally:
             for kernel in kernels.values():
                 kernel.close()
                 kernel.session.writer.close()
     medians = {str(n): round(statistics.median(t), 3) for n, t in times.items()}
-    return {"median_ms": medians, "ratio_1000_10": round(medians["1000"] / medians["10"], 3),
+    longest, shortest = str(max(lengths)), str(min(lengths))
+    return {"median_ms": medians, f"ratio_{longest}_{shortest}": round(medians[longest] / medians[shortest], 3),
             "game": gid, "samples": samples, "startup_ms": startup}
 
 
@@ -145,10 +148,16 @@ def main(argv: list[str]) -> int:
                    "present, else tests/games)")
     p.add_argument("--game", default=None, help="game id or prefix (default: ls20 or the first)")
     p.add_argument("--samples", type=int, default=60)
+    p.add_argument("--lengths", type=int, nargs="+", default=list(LENGTHS),
+                   help="history lengths (default: %(default)s)")
+    p.add_argument("--starts", type=int, default=10, help="worker starts timed for startup_ms")
     args = p.parse_args(argv)
+    if min(args.lengths) < 1 or args.starts < 1 or args.samples < 1:
+        p.error("--lengths, --starts and --samples must be at least 1")
     games = args.games
     if games is None:
         public = PUBLIC_GAMES
         games = str(public if public.is_dir() and any(public.iterdir()) else BUNDLED_GAMES)
-    print(json.dumps(measure(games, args.game, args.samples)))
+    print(json.dumps(measure(games, args.game, args.samples, lengths=tuple(sorted(set(args.lengths))),
+                             starts=args.starts)))
     return 0

@@ -29,14 +29,13 @@ import json
 import statistics
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 
-from duck.game.actions import RESET, parse_display
-from duck.game.change import (Step, animation_line, changed_inside, informative_frames, net_change, pick_frames,
-                              transient, inside)
-from duck.game.images import render
+from duck.game.actions import parse_display
+from duck.game.change import Step, informative_frames, inside, transient
 from duck.llm.vision import board_tokens
 from duck.paths import SHARED
 
@@ -64,7 +63,18 @@ def _pass(traces: Path, game: str) -> tuple[int, list[dict[str, Any]]] | None:
     return None
 
 
+def _agents() -> dict[str, Any]:
+    """The agent section of each setting: the default config's with the setting's image fields."""
+    from duck.config import AgentConfig
+    return {name: AgentConfig().model_copy(update={
+        "image_scale": scale, "diff_image": diff, "death_images": death, "animation_images": k,
+        "animation_image_scale": k_scale}) for name, scale, diff, death, k, k_scale in SETTINGS}
+
+
 def measure_game(games: str, traces: Path, game_id: str, max_turns: int, border: int = 4) -> dict[str, Any] | None:
+    """One game's actions and, per setting, the images its turns carry: made by the agent's
+    own call_facts and turn_images (duck.agent.turn) from each turn's acting call."""
+    from duck.agent.turn import call_facts, turn_images
     from duck.game.source import GameSource
     found = _pass(traces, game_id)
     if found is None:
@@ -73,20 +83,16 @@ def measure_game(games: str, traces: Path, game_id: str, max_turns: int, border:
     game = GameSource.offline(games).make(game_id)
     obs = game.reset()
     acts = {"actions": 0, "animated": 0, "transient": 0, "informative": 0, "field_rule": 0, "frames": 0}
-    per_setting = {name: [0, 0] for name, *_ in SETTINGS}  # images, tokens
-    n_turns, ms = 0, []
+    agents = _agents()
+    per_setting = {name: [0, 0] for name in agents}  # images, tokens
+    n_turns, ms, actions = 0, [], 0
     for t in turns[:max_turns]:
         for a in t.get("pre_turn_auto_actions") or []:
             obs = game.step(parse_display(a))
+            actions += 1
         played = [parse_display(a) for c in t.get("calls", []) for a in c.get("actions") or []]
         n_turns += 1
-        if not played:
-            for name, scale, *_ in SETTINGS:
-                per_setting[name][0] += 1
-                per_setting[name][1] += board_tokens(scale)
-            continue
-        before, level = obs.grid, obs.levels_completed
-        steps = []
+        before, level, steps = obs.grid, obs.levels_completed, []
         for a in played:
             b = obs.grid
             obs = game.step(a)
@@ -100,35 +106,21 @@ def measure_game(games: str, traces: Path, game_id: str, max_turns: int, border:
                 mask = inside(b.shape, border)
                 final = int(((obs.grid != b) & mask).sum())
                 acts["field_rule"] += any(int(((np.asarray(f) != b) & mask).sum()) > final for f in obs.frames[:-1])
-        t0 = time.perf_counter()
-        same_level = obs.levels_completed == level and obs.state != "GAME_OVER"
-        final = steps[-1].after
-        diff = same_level and changed_inside(before, final, border)
-        death = obs.state == "GAME_OVER"
-        if same_level:
-            net_change(before, final, border)
-        animation_line(steps, border)
-        picks = {k: pick_frames(steps, k, border) for k in (2, 4)}
-        render("board", [obs.grid], 10)  # what the default turn renders, for the time per turn
-        if diff:
-            render("diff", [before, final], 10)
-        if death:
-            render("board", [final], 10)
-            render("diff", [steps[-1].before, final], 10)
-        for p in picks[4]:
-            render("board", [p.grid], 4)
-        ms.append((time.perf_counter() - t0) * 1000)
-        for name, scale, use_diff, use_death, k, k_scale in SETTINGS:
-            images = [scale] + [scale] * (use_diff and diff) + [scale, scale] * (use_death and death)
-            images += [k_scale] * len(picks.get(k, []))
-            per_setting[name][0] += len(images)
-            per_setting[name][1] += sum(board_tokens(s) for s in images)
-        if obs.state == "GAME_OVER":  # the auto RESET comes as the next turn's pre-turn action
-            pass
+        actions += len(played)
+        session = SimpleNamespace(obs=obs, game=SimpleNamespace(actions=actions))
+        call = SimpleNamespace(actions=[str(a) for a in played], steps=steps)
+        for name, agent in agents.items():
+            t0 = time.perf_counter()
+            facts = call_facts(call, session, agent, level, before) if played else None
+            shown = turn_images(session, agent, facts, 1 << 30)
+            if name.startswith("default") and played:  # the harness's cost per turn: the facts and the PNGs
+                for image in shown:
+                    image.png()
+                ms.append((time.perf_counter() - t0) * 1000)
+            per_setting[name][0] += len(shown)
+            per_setting[name][1] += sum(board_tokens(image.scale) for image in shown)
         if obs.state == "WIN":
             break
-    if obs.state == "GAME_OVER":
-        obs = game.step(RESET)
     scale = 100 / max(1, n_turns)
     return {"game": game_id, "pass": pass_, "turns": n_turns, **acts,
             "per_100_turns": {k: {"images": round(v[0] * scale, 1), "tokens": round(v[1] * scale)}

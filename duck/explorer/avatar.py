@@ -165,6 +165,21 @@ class Avatar:
         sy, sx = CONVENTION[key]
         return sy * s, sx * s
 
+    def sweep(self, p: tuple[int, int], q: tuple[int, int], shape: tuple[int, int]) -> tuple | None:
+        """(row from, row to, column from, column to) that the avatar's box sweeps into going
+        from `p` to `q` on a board of `shape` (the leading strip of an axis move, gap
+        included: a corridor between two nodes counts; the box at `q` for other moves); None
+        when `q` leaves the board."""
+        h, w = self.size
+        if q[0] < 0 or q[1] < 0 or q[0] + h > shape[0] or q[1] + w > shape[1]:
+            return None
+        dy, dx = q[0] - p[0], q[1] - p[1]
+        if dy and dx:
+            return q[0], q[0] + h, q[1], q[1] + w
+        r0, r1 = (p[0] + h, q[0] + h) if dy > 0 else ((q[0], p[0]) if dy < 0 else (q[0], q[0] + h))
+        c0, c1 = (p[1] + w, q[1] + w) if dx > 0 else ((q[1], p[1]) if dx < 0 else (q[1], q[1] + w))
+        return r0, r1, c0, c1
+
     def regular(self) -> bool:
         """True when every key's moves are one constant offset (a walker on a lattice, not an
         ice slide or a teleporting piece): path planning on a lattice then predicts moves."""

@@ -130,28 +130,11 @@ class Navigator:
             g[mask] = -1
         return hashlib.blake2b(g.tobytes(), digest_size=8).hexdigest()
 
-    def _rect(self, p: tuple[int, int], q: tuple[int, int], shape: tuple[int, int]) -> tuple | None:
-        """The rows/columns the avatar's box sweeps into going from `p` to `q` (the leading
-        strip of an axis move, gap included: a corridor between two nodes counts; the box
-        at `q` for other moves); None when `q` leaves the board."""
-        h, w = self.av.size
-        if q[0] < 0 or q[1] < 0 or q[0] + h > shape[0] or q[1] + w > shape[1]:
-            return None
-        dy, dx = q[0] - p[0], q[1] - p[1]
-        if dy and dx:
-            return q[0], q[0] + h, q[1], q[1] + w
-        r0, r1 = (p[0] + h, q[0] + h) if dy > 0 else ((q[0], p[0]) if dy < 0 else (q[0], q[0] + h))
-        c0, c1 = (p[1] + w, q[1] + w) if dx > 0 else ((q[1], p[1]) if dx < 0 else (q[1], q[1] + w))
-        return r0, r1, c0, c1
-
     def _strip(self, clean: np.ndarray, p: tuple[int, int], q: tuple[int, int]) -> set[int] | None:
-        """Colours of `_rect` on a clean board (unknown pixels left out)."""
-        r = self._rect(p, q, clean.shape)
-        if r is None:
-            return None
-        cols = set(np.unique(clean[r[0]:r[1], r[2]:r[3]]).tolist())
-        cols.discard(-2)
-        return cols
+        """Colours the avatar's box sweeps going from `p` to `q` (Avatar.sweep) on a clean
+        board, unknown pixels left out; None when `q` leaves the board."""
+        r = self.av.sweep(p, q, clean.shape)
+        return None if r is None else _colours(clean, r)
 
     def _is_wall(self, c: int) -> bool:
         return self.wall[c] > 0 and self.floor[c] == 0
@@ -227,7 +210,7 @@ class Navigator:
         if self._last is None or self._last[0] != world:
             return
         _, tg, tmap = self._last
-        r = self._rect(p, q, tmap.shape)
+        r = self.av.sweep(p, q, tmap.shape)
         if r is None:
             return
         hit = np.unique(tmap[r[0]:r[1], r[2]:r[3]])
@@ -378,11 +361,10 @@ class Navigator:
                 # blocked here in another world, or at this line anywhere: probably again
                 soft = 3.0 * bool(known == 0 and (self.stuck[(p, k)]
                                                   or self.limits[(k, p[0] if d[0] else p[1])]))
-                r = self._rect(p, q, clean.shape)
+                r = self.av.sweep(p, q, clean.shape)
                 if r is None or (avoid is not None and avoid[r[0]:r[1], r[2]:r[3]].any()):
                     continue
-                cols = set(np.unique(clean[r[0]:r[1], r[2]:r[3]]).tolist())
-                cols.discard(-2)
+                cols = _colours(clean, r)
                 if known == 0 and cols & self.deadly:
                     continue
                 cost = soft + (1.0 if known != 0 or all(self.floor[c] > 0 for c in cols) else 1.5)
@@ -407,3 +389,10 @@ class Navigator:
                     first[q] = fk
                     heapq.heappush(heap, (nd, q))
         return None if best is None else (best[1], best[2])
+
+
+def _colours(clean: np.ndarray, r: tuple[int, int, int, int]) -> set[int]:
+    """The colours of rows r[0]:r[1], columns r[2]:r[3] of a clean board, unknown (-2) left out."""
+    cols = set(np.unique(clean[r[0]:r[1], r[2]:r[3]]).tolist())
+    cols.discard(-2)
+    return cols

@@ -47,6 +47,7 @@ import logging
 import random
 from typing import Any
 
+from duck.config import ExplorerConfig, validate
 from duck.explorer.graph import (DEAD, LEVEL, SAME, LevelGraph, Node, Stats,
                                  Transition, action_of, coarse, distinct)
 from duck.explorer.feedback import ClickFeedback
@@ -59,50 +60,23 @@ log = logging.getLogger(__name__)
 
 
 class Explorer(RankCosts):
-    """See the module docstring. Options (the defaults are the benchmarked ones):
-    `level_cap` actions on one level before giving up on the game (None: no cap);
-    `max_clicks` click targets kept per state; `novelty` / `key_novelty` rank cost per
-    doubling of a click's / key's tries on this level; `key_dud` rank cost per try of a key
-    that never changed anything (clicks: 4); `test_bonus` rank bonus of a "test" action;
-    `known_penalty` rank cost of an action predicted to lead to a known state; `trace`
-    keeps the reason of each action in the record's `info`; `feedback` paints a click mark
-    out of the board once one is found; `key_give_up` tries of a key that never changed
-    anything push it behind every click (None: never); `spot_dud` tries of one click (same
-    object, same place) that never changed anything on this level push it back (None: never);
-    `twin_cost` rank cost of a click whose twin was tried in the same state (0: off);
-    `nav_loop`: the navigator hands the turn back once it would walk from one place more
-    than this often with no new state seen since (None: off; duck.explorer.nav)."""
+    """See the module docstring. Its options are the config's `explorer` section
+    (duck.config.ExplorerConfig, where each is described): `config`, or the section's fields
+    as keywords (`Explorer(seed, nav=False)`), or both (the keywords win); an unknown or bad
+    option is a ConfigError, said in one line."""
 
     name = "explorer"
     yields_in_step = True  # acts from its own thread: its slot yield points are in Session.step
 
-    def __init__(self, seed: int = 0, level_cap: int | None = None, max_clicks: int = 64,
-                 novelty: float = 1.0, key_novelty: float = 0.0, key_dud: float = 2.0,
-                 test_bonus: float = 1.5, known_penalty: float = 2.5, trace: bool = False,
-                 nav: bool = True, nav_budget: int = 300, nav_yield: float = 0.5,
-                 nav_frontier: float | None = 6.0, nav_space: bool = True,
-                 feedback: bool = True, key_give_up: int | None = 8,
-                 spot_dud: int | None = 3, twin_cost: float = 6.0,
-                 nav_loop: int | None = 2) -> None:
-        self.nav_loop = nav_loop
-        self.spot_dud = spot_dud
-        self.twin_cost = twin_cost
-        self.feedback_on = feedback
-        self.key_give_up = key_give_up
-        self.nav_space = nav_space
-        self.nav_frontier = nav_frontier
-        self.nav_on = nav
-        self.nav_yield = nav_yield
-        self.nav_budget = nav_budget
-        self.key_novelty = key_novelty
-        self.key_dud = key_dud
-        self.test_bonus = test_bonus
-        self.known_penalty = known_penalty
-        self.seed = seed
-        self.level_cap = level_cap
-        self.max_clicks = max_clicks
-        self.novelty = novelty
-        self.trace = trace
+    def __init__(self, seed: int = 0, config: ExplorerConfig | None = None, **options: Any) -> None:
+        o = validate(ExplorerConfig, {**(config.model_dump() if config is not None else {}), **options})
+        self.seed, self.options = seed, o
+        self.level_cap, self.max_clicks, self.trace = o.level_cap, o.max_clicks, o.trace
+        self.novelty, self.key_novelty, self.key_dud = o.novelty, o.key_novelty, o.key_dud
+        self.test_bonus, self.known_penalty, self.twin_cost = o.test_bonus, o.known_penalty, o.twin_cost
+        self.key_give_up, self.spot_dud, self.feedback_on = o.key_give_up, o.spot_dud, o.feedback
+        self.nav_on, self.nav_budget, self.nav_yield, self.nav_loop = o.nav, o.nav_budget, o.nav_yield, o.nav_loop
+        self.nav_frontier, self.nav_space = o.nav_frontier, o.nav_space
 
     # ------------------------------------------------------------------ setup per game
     def _init(self, session: Session) -> None:

@@ -189,6 +189,97 @@ def _neighbour_pairs(labels: np.ndarray, diagonal: bool) -> np.ndarray:
     return np.unique(pairs, axis=0) if len(pairs) else pairs
 
 
+class _Board:
+    """One board's segmentation as click_targets reads it: regions (`comps`), parts (regions
+    of one colour touching at a corner), background parts, objects (touching non-background
+    parts); and the targets found so far, `out` (each region's click) and `cells_out` (the
+    other cells of a region on a scaled-up grid), each with its sort key."""
+
+    def __init__(self, g: np.ndarray, hud_mask: np.ndarray | None, cells: bool) -> None:
+        self.g = g
+        self.labels, rt = regions(g)
+        n = rt.n
+        self.comps = [_Comp(int(rt.colour[i]), int(rt.area[i]), int(rt.top[i]), int(rt.left[i]),
+                            int(rt.bottom[i]), int(rt.right[i]), float(rt.cy[i]), float(rt.cx[i]))
+                      for i in range(n)]
+        hud = hud_mask if hud_mask is not None and hud_mask.shape == g.shape else np.zeros(g.shape, bool)
+        self.hud = hud
+        self.in_hud = np.bincount(self.labels[hud].ravel(), minlength=n) if hud.any() else np.zeros(n, int)
+        self.colour_area = np.bincount(g.ravel().astype(np.int64) & 15, minlength=16)
+        colour_of = np.array([c.colour for c in self.comps])
+        # parts: same-colour components touching at a corner
+        diag = _neighbour_pairs(self.labels, diagonal=True)
+        if len(diag):
+            diag = diag[colour_of[diag[:, 0]] == colour_of[diag[:, 1]]]
+        part_of = merge_sets(n, diag).tolist()
+        self.parts: dict[int, list[int]] = {}
+        for i in range(n):
+            self.parts.setdefault(part_of[i], []).append(i)
+        self.bg: set[int] = set()
+        for p, labs in self.parts.items():
+            cs = [self.comps[i] for i in labs]
+            area = sum(c.area for c in cs)
+            touches = any(c.top == 0 or c.left == 0 or c.bottom == g.shape[0] - 1
+                          or c.right == g.shape[1] - 1 for c in cs)
+            if area >= 0.12 * g.size or (touches and area >= 0.04 * g.size):
+                self.bg.add(p)
+        # objects: touching non-background parts
+        touching = [(part_of[a], part_of[b]) for a, b in _neighbour_pairs(self.labels, diagonal=False).tolist()]
+        object_of = merge_sets(n, [(a, b) for a, b in touching if a not in self.bg and b not in self.bg])
+        self.objects: dict[int, list[int]] = {}
+        for p in self.parts:
+            if p not in self.bg:
+                self.objects.setdefault(int(object_of[p]), []).append(p)
+        self.grid_cells = lattice(g) if cells else None
+        self.out: list[tuple[tuple, Target]] = []
+        self.cells_out: list[tuple[tuple, Target]] = []
+
+    def part_area(self, p: int) -> int:
+        return sum(self.comps[i].area for i in self.parts[p])
+
+    def add(self, part_ids: list[int], tier: int) -> None:
+        """The click of these parts as one target of `tier` (none when all of it is HUD), and
+        on a scaled-up grid the other cells of a single multi-cell region."""
+        g, hud, comps = self.g, self.hud, self.comps
+        labs = [i for p in part_ids for i in self.parts[p]]
+        cs = [comps[i] for i in labs]
+        area = sum(c.area for c in cs)
+        if sum(int(self.in_hud[i]) for i in labs) >= area:
+            return
+        top, left = min(c.top for c in cs), min(c.left for c in cs)
+        bottom, right = max(c.bottom for c in cs), max(c.right for c in cs)
+        cy = sum(c.cy * c.area for c in cs) / area
+        cx = sum(c.cx * c.area for c in cs) / area
+        box = _object_box(self.labels, labs, top, left, bottom, right)
+        main = max(part_ids, key=lambda p: (self.part_area(p), -p))
+        pick = box if len(part_ids) == 1 else _object_box(self.labels, self.parts[main], top, left, bottom, right)
+        yx = _pick_pixel(pick, ~hud[top:bottom + 1, left:right + 1], cy, cx, top, left)
+        if yx is None:
+            yx = _pick_pixel(box, ~hud[top:bottom + 1, left:right + 1], cy, cx, top, left)
+        if yx is None:
+            return
+        y, x = yx
+        if tier < 3 and (bottom < EDGE_DEPTH or top > g.shape[0] - 1 - EDGE_DEPTH
+                         or right < EDGE_DEPTH or left > g.shape[1] - 1 - EDGE_DEPTH):
+            tier = 3  # a thin strip along an edge: most likely a counter or a frame
+        colours = sorted({c.colour for c in cs})
+        cls = "-".join(map(str, colours)) + ":" + _shape_hash(box)
+        rarity = min(int(self.colour_area[c]) for c in colours)
+        if self.grid_cells and len(part_ids) == 1 and area >= 2 * self.grid_cells[0] ** 2:
+            # a region of several cells of a scaled-up grid: its other cells are clicks too
+            # (a domino's two halves, the lit cells of a lights-out board), tried after
+            # every region's own click (tier 3); one class of their own
+            k, oy, ox = self.grid_cells
+            own = ((y - oy) // k, (x - ox) // k)  # the cell the region's own click hits
+            for cy_ in range(oy + k // 2 - k * ((oy + k // 2 - top) // k), bottom + 1, k):
+                for cx_ in range(ox + k // 2 - k * ((ox + k // 2 - left) // k), right + 1, k):
+                    if (cy_ < top or cx_ < left or not box[cy_ - top, cx_ - left] or hud[cy_, cx_]
+                            or ((cy_ - oy) // k, (cx_ - ox) // k) == own):
+                        continue
+                    self.cells_out.append(((3, rarity, k * k, cy_, cx_), Target(cx_, cy_, 3, cls + "#cell", k * k)))
+        self.out.append(((tier, rarity, area, y, x), Target(x, y, tier, cls, area)))
+
+
 def click_targets(grid: np.ndarray, hud_mask: np.ndarray | None = None,
                   small: int = 150, texture_area: int = 2, texture_copies: int = 10,
                   cells: bool = True) -> list[Target]:
@@ -210,102 +301,19 @@ def click_targets(grid: np.ndarray, hud_mask: np.ndarray | None = None,
     cells gives one target per cell (in its tier, one class): clicks act on cells, and one
     click per region would never reach a region's other cells.
     """
-    g = np.asarray(grid)
-    labels, rt = regions(g)
-    n = rt.n
-    comps = [_Comp(int(rt.colour[i]), int(rt.area[i]), int(rt.top[i]), int(rt.left[i]),
-                   int(rt.bottom[i]), int(rt.right[i]), float(rt.cy[i]), float(rt.cx[i]))
-             for i in range(n)]
-    hud = hud_mask if hud_mask is not None and hud_mask.shape == g.shape else np.zeros(g.shape, bool)
-    total = g.size
-    in_hud = np.bincount(labels[hud].ravel(), minlength=n) if hud.any() else np.zeros(n, int)
-    colour_area = np.bincount(g.ravel().astype(np.int64) & 15, minlength=16)
-    colour_of = np.array([c.colour for c in comps])
-    # parts: same-colour components touching at a corner
-    diag = _neighbour_pairs(labels, diagonal=True)
-    if len(diag):
-        diag = diag[colour_of[diag[:, 0]] == colour_of[diag[:, 1]]]
-    part_of = merge_sets(n, diag).tolist()
-    parts: dict[int, list[int]] = {}
-    for i in range(n):
-        parts.setdefault(part_of[i], []).append(i)
-    bg: set[int] = set()
-    for p, labs in parts.items():
-        cs = [comps[i] for i in labs]
-        area = sum(c.area for c in cs)
-        touches = any(c.top == 0 or c.left == 0 or c.bottom == g.shape[0] - 1
-                      or c.right == g.shape[1] - 1 for c in cs)
-        if area >= 0.12 * total or (touches and area >= 0.04 * total):
-            bg.add(p)
-    # objects: touching non-background parts
-    touching = [(part_of[a], part_of[b])
-                for a, b in _neighbour_pairs(labels, diagonal=False).tolist()]
-    object_of = merge_sets(n, [(a, b) for a, b in touching if a not in bg and b not in bg])
-    objects: dict[int, list[int]] = {}
-    for p in parts:
-        if p not in bg:
-            objects.setdefault(int(object_of[p]), []).append(p)
-
-    out: list[tuple[tuple, Target]] = []
-    grid_cells = lattice(g) if cells else None
-    cells_out: list[tuple[tuple, Target]] = []
-
-    def add(part_ids: list[int], tier: int) -> None:
-        labs = [i for p in part_ids for i in parts[p]]
-        cs = [comps[i] for i in labs]
-        area = sum(c.area for c in cs)
-        if sum(int(in_hud[i]) for i in labs) >= area:
-            return
-        top = min(c.top for c in cs)
-        left = min(c.left for c in cs)
-        bottom = max(c.bottom for c in cs)
-        right = max(c.right for c in cs)
-        cy = sum(c.cy * c.area for c in cs) / area
-        cx = sum(c.cx * c.area for c in cs) / area
-        box = _object_box(labels, labs, top, left, bottom, right)
-        main = max(part_ids, key=lambda p: (sum(comps[i].area for i in parts[p]), -p))
-        pick = box if len(part_ids) == 1 else _object_box(labels, parts[main], top, left, bottom, right)
-        yx = _pick_pixel(pick, ~hud[top:bottom + 1, left:right + 1], cy, cx, top, left)
-        if yx is None:
-            yx = _pick_pixel(box, ~hud[top:bottom + 1, left:right + 1], cy, cx, top, left)
-        if yx is None:
-            return
-        y, x = yx
-        if tier < 3 and (bottom < EDGE_DEPTH or top > g.shape[0] - 1 - EDGE_DEPTH
-                         or right < EDGE_DEPTH or left > g.shape[1] - 1 - EDGE_DEPTH):
-            tier = 3  # a thin strip along an edge: most likely a counter or a frame
-        colours = sorted({c.colour for c in cs})
-        cls = "-".join(map(str, colours)) + ":" + _shape_hash(box)
-        rarity = min(int(colour_area[c]) for c in colours)
-        if grid_cells and len(part_ids) == 1 and area >= 2 * grid_cells[0] ** 2:
-            # a region of several cells of a scaled-up grid: its other cells are clicks too
-            # (a domino's two halves, the lit cells of a lights-out board), tried after
-            # every region's own click (tier 3); one class of their own
-            k, oy, ox = grid_cells
-            own = ((y - oy) // k, (x - ox) // k)  # the cell the region's own click hits
-            for cy_ in range(oy + k // 2 - k * ((oy + k // 2 - top) // k), bottom + 1, k):
-                for cx_ in range(ox + k // 2 - k * ((ox + k // 2 - left) // k), right + 1, k):
-                    if (cy_ < top or cx_ < left or not box[cy_ - top, cx_ - left] or hud[cy_, cx_]
-                            or ((cy_ - oy) // k, (cx_ - ox) // k) == own):
-                        continue
-                    cells_out.append(((3, rarity, k * k, cy_, cx_), Target(cx_, cy_, 3, cls + "#cell", k * k)))
-        out.append(((tier, rarity, area, y, x), Target(x, y, tier, cls, area)))
-
-    def part_area(p: int) -> int:
-        return sum(comps[i].area for i in parts[p])
-
-    for ps in objects.values():
-        area = sum(part_area(p) for p in ps)
-        if area <= small:
-            add(ps, 0)
+    b = _Board(np.asarray(grid), hud_mask, cells)
+    for ps in b.objects.values():
+        if sum(b.part_area(p) for p in ps) <= small:
+            b.add(ps, 0)
             if len(ps) > 1:
                 for p in ps:
-                    add([p], 2)
+                    b.add([p], 2)
         else:
             for p in ps:
-                add([p], 1 if part_area(p) <= small else 2)
-    for p in bg:
-        add([p], 3)
+                b.add([p], 1 if b.part_area(p) <= small else 2)
+    for p in b.bg:
+        b.add([p], 3)
+    out = b.out
     # a texture (many tiny copies of one speck) is background: keep one copy in its tier
     count: dict[str, int] = {}
     for _, t in out:
@@ -318,7 +326,7 @@ def click_targets(grid: np.ndarray, hud_mask: np.ndarray | None = None,
                 out[i] = ((3,) + k[1:], t)
             seen_cls.add(t.cls)
     out.sort(key=lambda t: t[0])
-    out += sorted(cells_out, key=lambda t: t[0])
+    out += sorted(b.cells_out, key=lambda t: t[0])
     seen: set[tuple[int, int]] = set()
     targets = []
     for _, t in out:

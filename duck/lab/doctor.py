@@ -151,7 +151,7 @@ def doctor(cfg: Any, out: Path, games: Path, only: list[str] | None, seconds: fl
            lock: Path = LOCK, python: str | None = None, streams: int | None = None,
            limits: dict[str, float] | None = None) -> dict[str, Any]:
     from duck.llm.client import smoke_chat
-    from duck.llm.serve import VLLMServer
+    from duck.llm.serve import SMOKE_TIMEOUT_S, VLLMServer
     out.mkdir(parents=True, exist_ok=True)
     steps: dict[str, Any] = {}
     pin = lock_pin(lock)
@@ -169,7 +169,7 @@ def doctor(cfg: Any, out: Path, games: Path, only: list[str] | None, seconds: fl
             served = steps["serve"] = {"ok": False, "error": "not started: the plan does not fit", "seconds": 0.0}
         if served["ok"]:
             def smoke() -> dict[str, Any]:
-                r = smoke_chat(server.url, cfg.model, timeout_s=cfg.model.serve.smoke_timeout_s)
+                r = smoke_chat(server.url, cfg.model, timeout_s=SMOKE_TIMEOUT_S)
                 return {"reply": (r.content or r.reasoning)[:80], "latency_s": round(r.latency_s, 3),
                         "first_token_s": r.first_token_s, "completion_tokens": r.completion_tokens}
             step(steps, "smoke_chat", smoke)

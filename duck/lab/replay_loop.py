@@ -29,12 +29,13 @@ log = logging.getLogger(__name__)
 
 
 def replay_check(traces: str | Path, games_dir: str | Path, out: str | Path,
-                 only: list[str] | None = None) -> dict[str, Any]:
+                 only: list[str] | None = None, turns: int | None = None) -> dict[str, Any]:
     """Play the longest Duck run of each game (most actions) through the agent against a
     trace model and compare the actions with the record; writes `out/replay_loop.json`.
 
     Where the record lists only the first names of a call's actions (runs without an events
-    file), the unknown positions match anything and `known_share` says how much was checked."""
+    file), the unknown positions match anything and `known_share` says how much was checked.
+    `turns`: only the first this many recorded turns of each run (a short check)."""
     cfg = load_config(overrides=["agent.fallback=null"])
     source = GameSource.offline(games_dir)
     have = {g.game_id for g in source.games()}
@@ -44,15 +45,15 @@ def replay_check(traces: str | Path, games_dir: str | Path, out: str | Path,
         if game_id not in have or (only and not matches(game_id, only)):
             continue
         run = min((r for r in all_runs if r["game_id"] == game_id), key=lambda r: (-r["actions"], r["pass"]))
-        turns = load_trace(traces, game_id, run["pass"])
-        expected = recorded_actions(turns, run, partial=True)
+        recorded = load_trace(traces, game_id, run["pass"])[:turns]
+        expected = recorded_actions(recorded, run if turns is None else None, partial=True)
         t0 = time.monotonic()
         record_path = Path(out, "records", f"{game_id}.jsonl")
         record_path.parent.mkdir(parents=True, exist_ok=True)
         if record_path.exists():
             record_path.unlink()
-        caps = trace_caps(turns)
-        with StubServer(TraceModel(turns)) as url:
+        caps = trace_caps(recorded)
+        with StubServer(TraceModel(recorded)) as url:
             policy = make_policy("llm", 0, config=cfg, model_url=url, pass_=run["pass"],
                                  kernel_factory=lambda session, kcfg: ReplayKernel(session, kcfg, caps))
             play_game(source, game_id, policy, max_actions=len(expected), record_path=record_path,

@@ -68,6 +68,9 @@ from duck.paths import SHARED
 
 log = logging.getLogger(__name__)
 
+MAX_PIXELS = 640 * 640  # `--mm-processor-kwargs`: a 64x64 board at 10x (the module docstring says why)
+SMOKE_TIMEOUT_S = 120.0  # the first chat after start-up (CUDA graphs may still compile)
+
 
 class ServeError(RuntimeError):
     """The server did not start, did not become ready, or died."""
@@ -132,9 +135,8 @@ def command(serve: ServeConfig, model_name: str, port: int | None = None,
             "--enable-auto-tool-choice", "--tool-call-parser", "qwen3_coder",
             "--reasoning-parser", "qwen3",
             "--limit-mm-per-prompt", json.dumps({"image": serve.images_per_prompt, "video": 0}),
-            "--mm-processor-kwargs", json.dumps({"max_pixels": serve.max_pixels})]
-    if serve.default_chat_template_kwargs:
-        argv += ["--default-chat-template-kwargs", json.dumps(serve.default_chat_template_kwargs)]
+            "--mm-processor-kwargs", json.dumps({"max_pixels": MAX_PIXELS}),
+            "--default-chat-template-kwargs", json.dumps({"preserve_thinking": True})]
     if serve.cudagraph_mode:
         argv += ["--compilation-config", json.dumps({"cudagraph_mode": serve.cudagraph_mode})]
     if serve.linear_backend:
@@ -152,7 +154,7 @@ def command(serve: ServeConfig, model_name: str, port: int | None = None,
     if chat_template:
         argv += ["--chat-template", chat_template]
     argv += list(serve.extra_args)
-    env = {"VLLM_USE_FLASHINFER_SAMPLER": "1" if serve.flashinfer_sampler else "0"}
+    env = {"VLLM_USE_FLASHINFER_SAMPLER": "0"}  # its top-k kernel livelocked (vLLM #43885)
     return argv, env
 
 
@@ -252,7 +254,7 @@ class VLLMServer:
         """One short chat with thinking off; raises ServeError when it fails."""
         from duck.llm.client import ModelError, smoke_chat  # (openai is slow to import; `duck serve --help` needs none)
         try:
-            reply = smoke_chat(self.url, self.model, timeout_s=self.serve.smoke_timeout_s)
+            reply = smoke_chat(self.url, self.model, timeout_s=SMOKE_TIMEOUT_S)
         except ModelError as e:
             self.check()
             raise ServeError(f"smoke chat failed: {e}") from e

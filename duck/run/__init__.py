@@ -131,8 +131,7 @@ def play_folder(games_dir: str | Path | None, out: str | Path, cfg: Config | Non
     values: dict[str, Any] = {f"play.{k}": v for k, v in (("policy", policy), ("seed", seed),
                                                           ("max_actions", max_actions), ("workers", workers))
                               if v is not None}
-    if options is not None:
-        values["explorer.options"] = dict(options)
+    values.update({f"explorer.{k}": v for k, v in (options or {}).items()})
     if model_urls:
         values["model.urls"] = list(model_urls)
     if resume:

@@ -26,7 +26,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from duck.config import Config, one_line
+from duck.config import Config, one_line, unset_dotted
 from duck.play.record import versions
 
 RUN_JSON = "run.json"
@@ -110,13 +110,7 @@ def read_info(out: str | Path) -> dict | None:
 def config_of(info: dict) -> Config:
     """The run's config as it was resolved: the fields the plan filled in are planned again
     from the same inputs (so they come out the same and stay marked derived)."""
-    doc = json.loads(json.dumps(info["config"]))
-    for key in info.get("derived") or []:
-        *path, last = key.split(".")
-        d = doc
-        for k in path:
-            d = d.get(k, {})
-        d.pop(last, None)
+    doc = unset_dotted(json.loads(json.dumps(info["config"])), info.get("derived") or [])
     try:
         return Config.model_validate(doc)
     except ValidationError as e:

@@ -39,7 +39,7 @@ from duck.config import ModelConfig, load_config, with_values
 from duck.agent.turn import image_part, python_tool
 from duck.game.frames import grid_png
 from duck.llm.client import ContextOverflow, ModelClient, ModelError, empty_call
-from duck.llm.serve import command, pick_chat_template
+from duck.llm.serve import MAX_PIXELS, command, pick_chat_template
 from duck.paths import SHARED
 from duck.testing.stub.render import IMAGE_PAD, ChatTemplate
 
@@ -206,7 +206,7 @@ def test_duck_serve_flags_parse_with_the_pinned_vllm(tmp_path, profile):
     assert got["enable_prefix_caching"] and got["enable_prompt_tokens_details"] and got["enable_auto_tool_choice"]
     assert (got["tool_call_parser"], got["reasoning_parser"]) == ("qwen3_coder", "qwen3")
     assert got["limit_mm_per_prompt"] == {"image": s.images_per_prompt, "video": 0}
-    assert got["mm_processor_kwargs"] == {"max_pixels": s.max_pixels}
+    assert got["mm_processor_kwargs"] == {"max_pixels": MAX_PIXELS}
     assert got["default_chat_template_kwargs"] == {"preserve_thinking": True}
     assert got["cudagraph_mode"].endswith("PIECEWISE") and got["chat_template"] == str(tmp_path / "t.jinja")
     assert got["kv_cache_dtype"] == ("fp8" if s.kv_cache_dtype == "fp8" else "auto")

@@ -253,7 +253,7 @@ def register(sub: Any) -> None:
     p.add_argument("--b", nargs="+", required=True, metavar="TOML",
                    help="config files of arm B (the variant), e.g. the baseline then one change")
     p.add_argument("--set-a", action="extend", nargs="+", default=None, metavar="KEY=VALUE",
-                   help="overrides for A after its files, e.g. play.seed=1 'explorer.options={\"nav\": false}'")
+                   help="overrides for A after its files, e.g. play.seed=1 explorer.nav=false")
     p.add_argument("--set-b", action="extend", nargs="+", default=None, metavar="KEY=VALUE",
                    help="overrides for B (several values, or the flag repeated)")
     p.add_argument("--max-actions", type=int, default=None, help="per game run, both arms (play.max_actions)")

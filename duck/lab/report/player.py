@@ -16,7 +16,7 @@ viewer. Its data are one JSON block (`<script type="application/json" id="duck-p
   `CLICK x y`), `lv` levels completed after it, `st` its state (N, W, G: NOT_FINISHED, WIN,
   GAME_OVER), `fr` its animation length, `nf` the frames before the final one kept in
   `boards`, `t` seconds since the start, `r` an index into `rt` (why: the explorer's recorded
-  reason when `explorer.options` has `trace`, a user policy's `self.reason`, a model's turn),
+  reason when `explorer.trace` is on, a user policy's `self.reason`, a model's turn),
   `tn` the model turn that sent it (-1: none).
 * `marks`: where each level starts, each GAME_OVER and the win (step indexes); `ev`: the
   record's events after each step (errors, refusals, the fallback taking over);

@@ -126,7 +126,7 @@ function show() {
     const b = document.createElement("b"); b.textContent = value; $("step").append(b);
   }
   const why = g.rt[g.r[S]];
-  text("why", S === 0 ? "the first board" : (why || "no reason recorded (the explorer records its reasons with explorer.options trace=true; a UserPolicy sets self.reason)"));
+  text("why", S === 0 ? "the first board" : (why || "no reason recorded (the explorer records its reasons with explorer.trace=true; a UserPolicy sets self.reason)"));
   $("events").innerHTML = "";
   for (const e of (g.ev[String(S)] || [])) { const d = document.createElement("div"); d.textContent = e; $("events").append(d); }
   const t = g.tn[S] >= 0 ? g.turns[String(g.tn[S])] : null;
