@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from duck.game.actions import parse_display
-from duck.game.change import Step, informative_frames, inside, transient
+from duck.game.change import Step, informative_frames, inside, pick_frames, transient
 from duck.llm.vision import board_tokens
 from duck.paths import SHARED
 
@@ -63,12 +63,23 @@ def _pass(traces: Path, game: str) -> tuple[int, list[dict[str, Any]]] | None:
     return None
 
 
-def _agents() -> dict[str, Any]:
-    """The agent section of each setting: the default config's with the setting's image fields."""
-    from duck.config import AgentConfig
-    return {name: AgentConfig().model_copy(update={
-        "image_scale": scale, "diff_image": diff, "death_images": death, "animation_images": k,
-        "animation_image_scale": k_scale}) for name, scale, diff, death, k, k_scale in SETTINGS}
+def _per_setting(shown: list[Any], k2: int) -> dict[str, list[tuple[int, int]]]:
+    """The images (count, scale) each setting's turn would carry, from the default turn's
+    images (duck.agent.turn.turn_images: the board, a diff, the death pair, mid frames):
+    the settings that are no longer switches are what the default turn leaves out. `k2`:
+    the mid frames pick_frames finds with K=2."""
+    kinds = {"board": 0, "diff": 0, "death": 0, "mid": 0}
+    for i, image in enumerate(shown):
+        c = image.caption
+        kind = ("board" if i == 0 else "mid" if c.startswith("mid-animation") else
+                "death" if "GAME_OVER" in c or c.startswith("the fatal frame") else "diff")
+        kinds[kind] += 1
+    out = {}
+    for name, scale, diff, death, k, k_scale in SETTINGS:
+        mids = 0 if not k else kinds["mid"] if k == 4 else k2
+        out[name] = [(1, scale), (kinds["diff"] if diff else 0, scale), (kinds["death"] if death else 0, scale),
+                     (mids, k_scale)]
+    return out
 
 
 def measure_game(games: str, traces: Path, game_id: str, max_turns: int, border: int = 4) -> dict[str, Any] | None:
@@ -83,8 +94,7 @@ def measure_game(games: str, traces: Path, game_id: str, max_turns: int, border:
     game = GameSource.offline(games).make(game_id)
     obs = game.reset()
     acts = {"actions": 0, "animated": 0, "transient": 0, "informative": 0, "field_rule": 0, "frames": 0}
-    agents = _agents()
-    per_setting = {name: [0, 0] for name in agents}  # images, tokens
+    per_setting = {name: [0, 0] for name, *_ in SETTINGS}  # images, tokens
     n_turns, ms, actions = 0, [], 0
     for t in turns[:max_turns]:
         for a in t.get("pre_turn_auto_actions") or []:
@@ -109,16 +119,17 @@ def measure_game(games: str, traces: Path, game_id: str, max_turns: int, border:
         actions += len(played)
         session = SimpleNamespace(obs=obs, game=SimpleNamespace(actions=actions))
         call = SimpleNamespace(actions=[str(a) for a in played], steps=steps)
-        for name, agent in agents.items():
-            t0 = time.perf_counter()
-            facts = call_facts(call, session, agent, level, before) if played else None
-            shown = turn_images(session, agent, facts, 1 << 30)
-            if name.startswith("default") and played:  # the harness's cost per turn: the facts and the PNGs
-                for image in shown:
-                    image.png()
-                ms.append((time.perf_counter() - t0) * 1000)
-            per_setting[name][0] += len(shown)
-            per_setting[name][1] += sum(board_tokens(image.scale) for image in shown)
+        t0 = time.perf_counter()
+        facts = call_facts(call, session, level, before) if played else None
+        shown = turn_images(session, facts, 1 << 30)
+        if played:  # the harness's cost per turn: the facts and the default turn's PNGs
+            for image in shown:
+                image.png()
+            ms.append((time.perf_counter() - t0) * 1000)
+        k2 = len(pick_frames(steps, 2, border)) if played else 0
+        for name, parts in _per_setting(shown, k2).items():
+            per_setting[name][0] += sum(n for n, _ in parts)
+            per_setting[name][1] += sum(n * board_tokens(scale) for n, scale in parts)
         if obs.state == "WIN":
             break
     scale = 100 / max(1, n_turns)
