@@ -63,7 +63,12 @@ class ServeConfig(Section):
     # `--engram-config '{"cpu_offload": true}'` (the profile's): Flash-Next's n-gram table (51B parameters)
     # in pinned host RAM, looked up over UVA, instead of on the card (where it does not fit).
     engram_offload: bool = _PLAN.engram_offload
-    cudagraph_mode: str = "PIECEWISE"  # piecewise CUDA graphs: stable where full graphs wedged
+    # `--compilation-config '{"cudagraph_mode": ...}'`: "" = vLLM 0.33's own default for the model
+    # (full decode graphs for these hybrids). PIECEWISE, the field's choice on 0.19 (its full
+    # graphs wedged), and eager (`--enforce-eager`, no graphs) are rungs of the restart ladder
+    # (duck.profiles.LADDER) and dimensions of `duck doctor --sweep`.
+    cudagraph_mode: str = ""
+    enforce_eager: bool = False
     # `--linear-backend` (GEMM kernels; vLLM 0.33 falls back to its own choice for a layer
     # type the backend lacks): the profile's (CUTLASS for the FP8 27B checkpoints, what the
     # field found stable; "" = not passed).
@@ -337,6 +342,19 @@ def _check_provider_fields(m: ModelConfig, hosted: bool) -> None:
     if hosted and set_here:
         raise ValueError(f"model.{set_here[0]} is vLLM-only: the hosted profile sends standard OpenAI fields only "
                          "(model.reasoning_effort, where the provider takes one)")
+
+
+def at_rung(cfg: Config, rung: int) -> Config:
+    """`cfg` on rung `rung` of its profile's restart ladder (duck.profiles.Rung): the rung's
+    serve fields set over the config's own, and the memory plan made anew (MTP off frees its
+    drafter's state). Rung 0 is `cfg` itself. ConfigError for a rung the ladder lacks."""
+    ladder = profiles.get(cfg.model.profile).ladder
+    if not 0 <= rung < max(1, len(ladder)):
+        raise ConfigError(f"rung {rung}: the {cfg.model.profile} profile's restart ladder has "
+                          + (f"rungs 0-{len(ladder) - 1}" if ladder else "none (nothing is served here)"))
+    if rung == 0:
+        return cfg
+    return with_values(cfg, {f"model.serve.{key}": value for key, value in ladder[rung].serve})
 
 
 def load_config(files: list[str | Path] = (), overrides: list[str] = (),

@@ -148,6 +148,24 @@ FLASH_NEXT = Arch(48, 12, 2, 256, 16, 48, 128, 128, 4, hidden_size=2048, hc_coun
 
 
 @dataclass(frozen=True)
+class Rung:
+    """One step of a profile's restart ladder (DESIGN §1c): the ServeConfig fields it sets,
+    each a server less likely to crash than the one before (duck.config.at_rung; `duck serve
+    --dry-run --rung N` prints a rung's plan and command line)."""
+
+    name: str
+    serve: tuple[tuple[str, Any], ...] = ()  # (ServeConfig field, value)
+
+
+# MTP with prefix caching crashed earlier builds on Flash-Next (FIELD §5, vllm issue 54173):
+# MTP goes first; then 0.33's full decode graphs for the field's piecewise ones; last, none.
+LADDER = (Rung("as planned"),
+          Rung("MTP off", (("mtp_tokens", 0),)),
+          Rung("MTP off, piecewise CUDA graphs", (("mtp_tokens", 0), ("cudagraph_mode", "PIECEWISE"))),
+          Rung("MTP off, eager", (("mtp_tokens", 0), ("enforce_eager", True))))
+
+
+@dataclass(frozen=True)
 class Profile:
     """One way of serving one model (see the module docstring for what is derived)."""
 
@@ -180,6 +198,7 @@ class Profile:
     # `max_slots` is the provider's concurrency and `window` the context budget per game.
     hosted: bool = False
     api_key_env: str = ""  # the variable holding the key (model.api_key_env's default)
+    ladder: tuple[Rung, ...] = LADDER  # the restart ladder (a hosted profile: nothing to restart)
 
 
 PROFILES: dict[str, Profile] = {p.name: p for p in (
@@ -220,7 +239,8 @@ PROFILES: dict[str, Profile] = {p.name: p for p in (
         notes=("a hosted OpenAI-compatible provider: standard fields only, no /tokenize, the key from "
                "model.api_key_env; development without a GPU (FIELD §5: qwen3.8-flash, 66.9 on 5 games for $1.86)",
                "slots: the provider's concurrency (scheduler.slots); context: agent.context_tokens"),
-        reasoning_efforts=("minimal", "low", "medium", "high", "xhigh"), hosted=True, api_key_env="OPENAI_API_KEY"),
+        reasoning_efforts=("minimal", "low", "medium", "high", "xhigh"), hosted=True, api_key_env="OPENAI_API_KEY",
+        ladder=()),
 )}
 DEFAULT_PROFILE = "flash-next"
 

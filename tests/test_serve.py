@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -17,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from duck.config import ModelConfig, load_config, with_values
+from duck import profiles
+from duck.config import ConfigError, ModelConfig, at_rung, load_config, with_values
 from duck.llm.client import ModelClient
 from duck.llm.serve import ServeError, VLLMServer, command
 
@@ -93,7 +95,7 @@ def test_command_has_the_flags_the_field_found_stable(cfg):
     assert "--chat-template" not in argv and "--kv-cache-dtype" not in argv  # BF16 KV on 3.6 (vllm#26646)
     assert "--speculative-config" not in argv and "--engram-config" not in argv
     assert command(cfg.model.serve, "m", chat_template="/t.jinja")[0][-2:] == ["--chat-template", "/t.jinja"]
-    assert json.loads(_flag(argv, "--compilation-config")) == {"cudagraph_mode": "PIECEWISE"}
+    assert "--compilation-config" not in argv and "--enforce-eager" not in argv  # vLLM 0.33's own graphs
     assert json.loads(_flag(argv, "--limit-mm-per-prompt"))["image"] >= 32
     assert json.loads(_flag(argv, "--mm-processor-kwargs")) == {"max_pixels": 640 * 640}
     assert json.loads(_flag(argv, "--default-chat-template-kwargs")) == {"preserve_thinking": True}
@@ -124,6 +126,31 @@ def test_each_profile_gets_its_own_flags(cfg, profile, mtp, engram, kv, linear, 
     off = with_values(c, {"model.serve.mtp_tokens": 0, "model.serve.prefix_match_unit": 64})
     argv_off, _ = command(off.model.serve, off.model.name)
     assert "--speculative-config" not in argv_off and _flag(argv_off, "--prefix-match-unit") == "64"
+
+
+@pytest.mark.parametrize("rung, mtp, graphs", [
+    (0, 3, None), (1, 0, None), (2, 0, '{"cudagraph_mode": "PIECEWISE"}'), (3, 0, "--enforce-eager")])
+def test_each_rung_of_the_restart_ladder_is_planned_and_printed(cfg, capsys, rung, mtp, graphs):
+    """`duck serve --dry-run --rung N`: the rung's name, its plan (MTP off frees the drafter's
+    widened state) and its command line; a rung the ladder lacks is one line, exit 2."""
+    from duck.cli import main
+    assert main(["serve", "--dry-run", "--json", "--rung", str(rung)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == f"# rung {rung}: {profiles.LADDER[rung].name}"
+    plan = json.loads(next(line for line in out if line.startswith('{"plan"')))["plan"]
+    assert plan["mtp_tokens"] == mtp and plan["slots"] == 10
+    argv = shlex.split(out[-1])
+    assert (_flag(argv, "--speculative-config") is not None) == bool(mtp)
+    assert ("--enforce-eager" in argv) == (graphs == "--enforce-eager")
+    assert _flag(argv, "--compilation-config") == (graphs if graphs and graphs.startswith("{") else None)
+    assert at_rung(cfg, rung).plan.state_gib <= cfg.plan.state_gib
+    assert main(["serve", "--dry-run", "--rung", "4"]) == 2
+    assert capsys.readouterr().err.strip().endswith("rung 4: the flash-next profile's restart ladder has rungs 0-3")
+
+
+def test_the_hosted_profile_has_no_ladder(cfg):
+    with pytest.raises(ConfigError, match="none"):
+        at_rung(with_values(cfg, {"model.profile": "hosted"}), 1)
 
 
 def test_dry_run_prints_the_plan_and_refuses_a_plan_that_does_not_fit(cfg, capsys):

@@ -8,39 +8,35 @@ Each flag, as named in vLLM 0.33's engine arguments:
   write tool calls in the XML-like `<function=python><parameter=code>` format that parser reads;
 * `--reasoning-parser qwen3`: thinking comes back separately (`reasoning`), not in content;
 * `--enable-prefix-caching`: the agent's prompts are prefix-stable (duck.agent.context). On
-  these hybrid models (Gated DeltaNet + attention) vLLM 0.33 derives the DeltaNet state's
-  "align" caching from it (the old `--mamba-cache-mode` is deprecated and does nothing): a
-  hit resumes from a state checkpoint at a prompt's end or on the block grid, which
-  `--prefix-match-unit` (ServeConfig.prefix_match_unit) can make finer;
-* `--enable-prompt-tokens-details`: `usage.prompt_tokens_details.cached_tokens`, so the
-  records show the cache hit rate;
+  these hybrids (Gated DeltaNet + attention) vLLM 0.33 derives the DeltaNet state's "align"
+  caching from it: a hit resumes from a state checkpoint at a prompt's end or on the block
+  grid, which `--prefix-match-unit` (ServeConfig.prefix_match_unit) can make finer;
+* `--enable-prompt-tokens-details`: `cached_tokens` in `usage`, the records' cache hit rate;
 * `--max-model-len`, `--gpu-memory-utilization`, `--max-num-seqs`, `--kv-cache-dtype`: the
   profile's memory plan (duck.profiles.plan: FP8 KV except on Qwen3.6, vllm#26646);
 * `--speculative-config '{"method": "mtp", "num_speculative_tokens": N}'`: the native MTP head;
 * `--engram-config '{"cpu_offload": true}'`: Flash-Next's n-gram table in host RAM;
 * `--stream-interval 1`: a chunk per token. Larger intervals made 0.19's streaming tool
   parser lose calls (ServeConfig.stream_interval; tests/conformance measures 0.33);
-* `--mm-processor-kwargs '{"max_pixels": N}'`: the image processor's cap (the boards are at
-  most 640 x 640; without it vLLM profiles a 4096 x 4096 dummy image at start-up);
+* `--mm-processor-kwargs '{"max_pixels": N}'`: the image processor's cap (boards are at most
+  640 x 640; without it vLLM profiles a 4096 x 4096 dummy image at start-up);
 * `--default-chat-template-kwargs '{"preserve_thinking": true}'`: for requests that send none;
 * what the field found stable on the RTX Pro 6000 (runs wedged or crashed after 8-42 min
-  otherwise): `--max-num-batched-tokens 8192`, piecewise CUDA graphs
-  (`--compilation-config '{"cudagraph_mode": "PIECEWISE"}'`), the CUTLASS FP8 GEMM for the
-  FP8 checkpoints (`--linear-backend cutlass`), and the PyTorch top-k/top-p sampler instead
+  otherwise): `--max-num-batched-tokens 8192`, the CUTLASS FP8 GEMM for the FP8 checkpoints (`--linear-backend cutlass`), and the PyTorch top-k/top-p sampler instead
   of FlashInfer's (`VLLM_USE_FLASHINFER_SAMPLER=0`: FlashInfer's multi-CTA top-k kernel
   livelocked Qwen3.6 under prefill bursts, vLLM issues #43885 and #49203);
+* the restart ladder (duck.profiles.LADDER; `--rung N`): MTP off, then piecewise CUDA graphs
+  (`--compilation-config '{"cudagraph_mode": "PIECEWISE"}'`), then `--enforce-eager`;
 * `--limit-mm-per-prompt '{"image": N, "video": 0}'`: one board image per turn in history;
 * `--chat-template`: only when the model folder's template lacks the `preserve_thinking`
   branch (`pick_chat_template`): without it past thinking is dropped at every new user
   message and every turn misses the prefix cache; the team's copy of the profile's template
   (qwen3.8 or qwen3.6) is served instead.
 
-The pinned vLLM is 0.33.0 (torch 2.14, CUDA 13: Kaggle's driver 580.159.04 runs it). Every
-flag here is parsed by that version's own argument parser in tests/conformance (pytest -m
-vllm), for every profile.
-
-A plan that does not fit the card (duck.profiles.Plan.problems) is an error before anything
-starts: `duck serve` (and `--dry-run`, which prints the argv and the plan) exits 2 with it.
+The pinned vLLM is 0.33.0 (torch 2.14, CUDA 13); its own argument parser reads every flag
+here for every profile in tests/conformance (pytest -m vllm). A plan that does not fit the
+card (duck.profiles.Plan.problems) is an error before anything starts: `duck serve` (and
+`--dry-run`, which prints the argv and the plan) exits 2 with it.
 
 `VLLMServer` starts it in its own process group with its output in a log file, is ready
 when `/v1/models` lists the model and a smoke chat succeeds, notices a crash (the process
@@ -61,8 +57,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from duck.config import ModelConfig, ServeConfig, load_config
-from duck.profiles import ProfileError
+from duck.config import ModelConfig, ServeConfig, at_rung, load_config
+from duck.profiles import ProfileError, get as profile_of
 
 from duck.paths import SHARED
 
@@ -137,7 +133,9 @@ def command(serve: ServeConfig, model_name: str, port: int | None = None,
             "--limit-mm-per-prompt", json.dumps({"image": serve.images_per_prompt, "video": 0}),
             "--mm-processor-kwargs", json.dumps({"max_pixels": MAX_PIXELS}),
             "--default-chat-template-kwargs", json.dumps({"preserve_thinking": True})]
-    if serve.cudagraph_mode:
+    if serve.enforce_eager:
+        argv.append("--enforce-eager")
+    elif serve.cudagraph_mode:
         argv += ["--compilation-config", json.dumps({"cudagraph_mode": serve.cudagraph_mode})]
     if serve.linear_backend:
         argv += ["--linear-backend", serve.linear_backend]
@@ -309,7 +307,7 @@ def start_servers(model: ModelConfig, gpus: list[str] | None, log_dir: str | Pat
 
 
 def _main(args: argparse.Namespace) -> int:
-    cfg = load_config(args.config or [], args.set or [])
+    cfg = at_rung(load_config(args.config or [], args.set or []), args.rung)
     if cfg.plan.profile == "hosted":
         print("duck serve: the hosted profile is served by its provider: nothing to start here "
               "(duck play --model-url URL --set model.profile=hosted)", file=sys.stderr)
@@ -324,6 +322,7 @@ def _main(args: argparse.Namespace) -> int:
     if args.dry_run:
         template, why = pick_chat_template(cfg.model.serve)
         print(f"# {why}", file=sys.stderr)
+        print(f"# rung {args.rung}: {profile_of(cfg.model.profile).ladder[args.rung].name}")
         for line in plan_lines(cfg.plan):
             print(line)
         if args.json:
@@ -393,6 +392,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--port", type=int, default=None, help="first server's port (default: model.serve.port)")
     p.add_argument("--gpus", default=None, help="comma-separated GPU ids: one server each, ports counting up")
     p.add_argument("--executable", default=None, help="the vllm executable (a stand-in in tests)")
+    p.add_argument("--rung", type=int, default=0, help="the rung of the profile's restart ladder (0: as planned; "
+                   "1: MTP off; 2: and piecewise CUDA graphs; 3: MTP off, eager)")
     p.add_argument("--log-dir", default=None, help="folder for the servers' logs, vllm_N.log (default: model.serve.log_path)")
     p.add_argument("--dry-run", action="store_true", help="print the memory plan and the command, and exit "
                    "(2 when the plan does not fit the card)")
