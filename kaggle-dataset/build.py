@@ -9,7 +9,12 @@ folder. Two environments, two locks, one `wheels/` folder:
   templates inside as package data), which the notebook installs with `--no-deps`.
 * `vllm.lock`: the pinned vLLM (pyproject's `serve` extra) and its whole closure (torch,
   the CUDA wheels, ...), installed into a venv of its own: vLLM's numba needs numpy<2.5
-  while this project pins numpy 2.5.5, so the two cannot share one environment.
+  while this project pins numpy 2.5.5, so the two cannot share one environment. With it,
+  FlashInfer's precompiled kernels (`kernel_requirements`: flashinfer-cubin and
+  flashinfer-jit-cache for the lock's FlashInfer and CUDA, what `vllm download-kernels`
+  installs; from FlashInfer's own index, not PyPI): without them FlashInfer builds its
+  modules with nvcc at start-up or fetches cubins from NVIDIA, and the rerun has no network
+  (docs/kaggle.md). `--relock` needs that index reachable.
 
 Both are resolved for the Kaggle platform (Linux x86-64, CPython 3.12, glibc 2.35) with
 `pip --platform ... --python-version 3.12 --only-binary=:all:`, whatever machine runs this.
@@ -100,13 +105,13 @@ def pip(*args: str, capture: bool = False) -> subprocess.CompletedProcess:
                           stderr=subprocess.PIPE if capture else None)
 
 
-def resolve(reqs: list[str]) -> list[dict]:
+def resolve(reqs: list[str], indexes: tuple[str, ...] = ()) -> list[dict]:
     """What pip would install on Kaggle for `reqs`: one dict per distribution (no download
     into the output; pip fetches metadata, and wheels where the index has no metadata)."""
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp, "report.json")
         r = pip("install", "--dry-run", "--ignore-installed", "--quiet", "--report", str(report),
-                "--target", str(Path(tmp, "target")), *platform_args(), *reqs, capture=True)
+                "--target", str(Path(tmp, "target")), *platform_args(), *indexes, *reqs, capture=True)
         if r.returncode != 0:
             sys.stderr.write(r.stderr[-4000:])
             raise SystemExit(f"resolution failed for {reqs}")
@@ -125,6 +130,31 @@ def resolve(reqs: list[str]) -> list[dict]:
 # `driver_line` writes into vllm.lock before it starts vLLM (duck.kaggle.inputs.check_driver).
 MIN_DRIVER = {"12.4": "550.54.14", "12.6": "560.28.03", "12.8": "570.26", "12.9": "575.51.03",
               "13.0": "580.65.06", "13.1": "590.44.01"}
+
+
+FLASHINFER_INDEX = "https://flashinfer.ai/whl"  # flashinfer/__main__.py (`flashinfer download-kernels`)
+
+
+def kernel_requirements(items: list[dict]) -> tuple[list[str], tuple[str, ...]]:
+    """FlashInfer's precompiled kernels for a vLLM lock's flashinfer-python and CUDA runtime
+    (flashinfer/__main__.py: the cubin wheel and the jit-cache shim with its providers, as
+    `vllm download-kernels` installs them) and pip's arguments for the index holding them;
+    nothing without FlashInfer."""
+    fi = next((d for d in items if d["name"] == "flashinfer-python"), None)
+    rt = next((d for d in items if re.fullmatch(r"nvidia-cuda-runtime(-cu\d+)?", d["name"])), None)
+    if fi is None or rt is None:
+        return [], ()
+    version, label = fi["version"].split("+")[0], "cu" + "".join(rt["version"].split(".")[:2])
+    return ([f"flashinfer-cubin=={version}", f"flashinfer-jit-cache=={version}+{label}"],
+            ("--extra-index-url", FLASHINFER_INDEX, "--extra-index-url", f"{FLASHINFER_INDEX}/{label}"))
+
+
+def lock_items(which: str, vllm: str | None) -> tuple[list[str], list[dict]]:
+    """A lock's requirements and what they resolve to (vLLM's with FlashInfer's kernels)."""
+    reqs = requirements(which, vllm)
+    items = resolve(reqs)
+    kernels, indexes = kernel_requirements(items) if which == "vllm" else ([], ())
+    return (reqs + kernels, resolve(reqs + kernels, indexes)) if kernels else (reqs, items)
 
 
 def driver_line(items: list[dict]) -> str | None:
@@ -166,8 +196,7 @@ def read_lock(path: Path) -> list[dict]:
 
 def relock(which: list[str], vllm: str | None) -> None:
     for w in which:
-        reqs = requirements(w, vllm)
-        items = resolve(reqs)
+        reqs, items = lock_items(w, vllm)
         write_lock(LOCKS[w], w, reqs, items)
         print(f"{LOCKS[w].relative_to(ROOT)}: {len(items)} distributions", file=sys.stderr)
 
@@ -187,7 +216,8 @@ def download(items: list[dict], wheels: Path) -> None:
     with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
         f.write("\n".join(f"{d['name']}=={d['version']}" for d in want) + "\n")
     try:
-        r = pip("download", "--quiet", "--no-deps", "--dest", str(wheels), *platform_args(), "-r", f.name)
+        indexes = kernel_requirements(items)[1] if any(d["name"] == "flashinfer-jit-cache" for d in items) else ()
+        r = pip("download", "--quiet", "--no-deps", "--dest", str(wheels), *platform_args(), *indexes, "-r", f.name)
     finally:
         os.unlink(f.name)
     if r.returncode != 0:
@@ -327,7 +357,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.relock or a.vllm or any(not LOCKS[w].exists() for w in which):
         if a.dry_run:  # resolve without touching the committed locks
             for w in which:
-                items = resolve(requirements(w, a.vllm))
+                items = lock_items(w, a.vllm)[1]
                 for d in items:
                     print(f"{w}\t{d['name']}=={d['version']}\t{d['file']}")
                 print(f"{w}: {len(items)} wheels to download", file=sys.stderr)

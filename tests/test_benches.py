@@ -48,6 +48,8 @@ def benches(tmp: Path) -> dict[str, tuple[list[str], tuple[str, ...], str | None
                          ("games", "median", "all_rebuilt", "actions_identical"), public or traces),
         "explorer": (["--games", str(BUNDLED), "--only", "zs01", "--seeds", "0", "--max-actions", "20",
                       "--out", str(tmp / "explorer")], ("games", "overall"), None),
+        "facts": (["--games", str(BUNDLED), "--only", "zs01", "--max-actions", "10"],
+                  ("claims", "false", "false_total", "actions_with_false", "per_game"), None),
         "kernel": (["--games", str(BUNDLED), "--samples", "2", "--lengths", "2", "5", "--starts", "1"],
                    ("median_ms", "ratio_5_2", "startup_ms"), None),
         "load": (["--games", "2", "--minutes", "0.05", "--folder", str(BUNDLED), "--out", str(tmp / "load")],

@@ -57,7 +57,8 @@ def test_a_trim_drops_one_block_down_to_the_low_water_mark_and_adds_no_summary()
             assert before > 20_000 - 2000 - 600  # only when prompt + output cap (+3% for estimates) pass it
             now = ctx.messages()
             assert now[0] is prev[0]  # the system prompt stays
-            assert now[1] is ctx.turns[0].messages[0] and now[1]["content"].startswith("turn ")  # no summary
+            assert now[1]["content"].startswith("To fit the context, the first ")  # the trim line, no summary
+            assert now[2] is ctx.turns[0].messages[0] and now[2]["content"].startswith("turn ")
             assert ctx.estimate() <= 0.45 * 20_000
             assert ctx.turns[-1].index == i  # the current turn is kept
         else:
@@ -79,16 +80,41 @@ def test_the_carried_message_follows_the_system_prompt_after_every_trim_and_only
     for i in range(40):
         _turn(ctx, i)
         if ctx.fit():
-            assert ctx.messages()[1] is made[-1]
+            assert ctx.messages()[1]["content"].endswith("\n\n" + made[-1]["content"])  # after the trim line
             assert ctx.messages()[2] is ctx.turns[0].messages[0]
     assert len(made) == len(ctx.trims) >= 2  # asked once per trim, never in between
-    assert ctx.messages()[1] is made[-1]
-    # a carried message that is not a user message is refused, the trim still happens
+    assert ctx.messages()[1]["content"].endswith(made[-1]["content"])
+    # a carried message that is not a user message is refused, the trim still happens (and says so)
     bad = Context("s", budget=20_000, reserve=2000, carry=lambda: {"role": "assistant", "content": "x"})
     for i in range(20):
         _turn(bad, i)
         bad.fit()
-    assert bad.trims and bad.messages()[1]["role"] == "user" and bad.messages()[1]["content"].startswith("turn ")
+    assert bad.trims and bad.messages()[1]["role"] == "user" and bad.messages()[1]["content"].startswith("To fit")
+    assert bad.messages()[1]["content"].endswith("`history`.") and bad.messages()[2]["content"].startswith("turn ")
+
+
+def test_after_a_trim_one_fact_line_says_which_steps_went_and_that_the_session_kept_everything():
+    """The review: after a trim the kept history began with "Your last call played 1 action ..."
+    about a call no longer shown, under a bare "Solved levels:" (nothing at all before the first
+    solved level), and nothing said the model's definitions still exist."""
+    from duck.agent.memory import LevelMemory
+    memory = LevelMemory()
+    ctx = Context("system prompt", budget=20_000, reserve=2000, carry=memory.carry)
+    heads = []
+    for i in range(40):
+        ctx.begin_turn({"role": "user", "content": f"turn {i} " + "u" * 2000}, index=i, level=1, actions_before=3 * i)
+        ctx.add({"role": "assistant", "content": "x" * 2000, "tool_calls": [_call(i)]})
+        ctx.add({"role": "tool", "tool_call_id": f"c{i}", "content": "ok"})
+        if ctx.fit():
+            heads.append((len(ctx.removed), ctx.turns[0].steps, ctx.messages()[1]["content"]))
+    assert len(heads) >= 2
+    for gone, first, text in heads:  # cumulative over the trims: every removed turn, from step 0
+        assert text == (f"To fit the context, the first {gone} turns of this conversation (step 0 to step {first}) were "
+                        f"removed; the history below starts at step {first}. Only messages were removed: the Python "
+                        "session keeps every definition (`dir()` lists them), `notes` and `history`.\n\n"
+                        "Solved levels: none yet.")
+        assert first == 3 * gone
+    assert ctx.messages()[2]["content"].startswith(f"turn {heads[-1][0]} ")
 
 
 def test_the_prompt_size_is_the_servers_usage_plus_what_came_after():

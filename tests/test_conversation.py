@@ -61,7 +61,8 @@ def test_a_stub_run_of_the_bundled_games_keeps_every_message_of_every_request(tm
     record (images bit for bit), equals what the server received."""
     server = StubServer(SolutionModel(BUNDLED), keep_prompts=True)
     with server as url:
-        cfg = _config(url, "play.policy=llm", "agent.context_tokens=3600", "model.max_output_tokens=400")
+        # (4,200: a level-up turn also shows the board that completed the level, 402 tokens more)
+        cfg = _config(url, "play.policy=llm", "agent.context_tokens=4200", "model.max_output_tokens=400")
         doc = play_folder(BUNDLED, tmp_path / "run", cfg)
     assert doc["score"] == 100.0
     received = _by_conversation(server.prompts)

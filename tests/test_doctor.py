@@ -13,11 +13,14 @@ import pytest
 
 from duck.sandbox import isolation
 
-from duck.lab import vllm_metrics
+from duck.llm import metrics as vllm_metrics
 from duck.lab.doctor import LIMITS, lock_pin, vllm_import
 from duck.testing.rehearse.layout import write_standin
 
 ROOT = Path(__file__).resolve().parent.parent
+# Whether this machine lets a process have a network namespace of its own (root or user namespaces).
+NETNS = any(shutil.which("unshare") and subprocess.run(["unshare", *flag, "true"], capture_output=True).returncode == 0
+            for flag in (["-n"], ["-rn"]))
 PIN = lock_pin(ROOT / "kaggle-dataset" / "vllm.lock")
 VENV = Path(os.environ.get("DUCK_VLLM_VENV") or Path.home() / ".cache" / "duck-arc3" / f"vllm-{PIN}")
 LOGGERS = next(VENV.glob("lib/python*/site-packages/vllm/v1/metrics/loggers.py"), None) if VENV.exists() else None
@@ -122,7 +125,16 @@ def test_doctor_end_to_end_on_cpu_against_the_standin(tmp_path, bundled):
     assert f["kv_cache_tokens"] == f["kv_cache_tokens_planned"] // 16 * 16  # the stand-in reports the plan's pool
     assert f["mtp"]["tokens_per_step"] == pytest.approx(2.7, abs=0.15) and f["empty_tool_calls"] == 0
     c = doc["checks"]  # every figure against the field's operating point, each with its limit
-    assert set(c) == {"decode_tokens_per_s", "prefix_cache_hit_rate", "boot_s", "tool_call_failure_rate"}
+    assert set(c) == {"decode_tokens_per_s", "prefix_cache_hit_rate", "boot_s", "tool_call_failure_rate",
+                      "mtp_tokens_per_step"}  # (the profile drafts 3 MTP tokens)
+    assert c["mtp_tokens_per_step"]["ok"] and c["mtp_tokens_per_step"]["limit"] == ">= 1.5"
+    assert steps["vllm_log"]["ok"] and steps["vllm_log"]["failing"] == []  # the stand-in fetches and builds nothing
+    net = steps["network"]
+    if NETNS:  # the doctor, its server and games ran with no route out, the stand-in answering over loopback
+        assert net["ok"] and net["isolated"] and net["interfaces"] == ["lo"] and net["default_routes"] == []
+        assert net["probe"] != "connected" and "unreachable" in net["probe"].lower()
+    else:  # (a container without namespaces: said, and the doctor fails on it)
+        assert not net["ok"] and "no network namespace" in net["error"] and "network" in r.stdout.splitlines()[-1]
     assert c["boot_s"]["ok"] and c["tool_call_failure_rate"]["ok"] and c["decode_tokens_per_s"]["limit"] == ">= 346.2"  # 600 x (4/10)^0.6
     failing = [k for k, x in c.items() if not x["ok"]]
     assert doc["ok"] is False and "gpu" in r.stdout.splitlines()[-1]  # (no GPU here: named in the verdict)
@@ -159,3 +171,174 @@ def test_an_empty_tool_call_is_a_tool_failure(tmp_path):
     w.end("policy_done", 0, 0, "NOT_FINISHED")
     s = summarize([read_record(tmp_path / "g.jsonl")])
     assert s["tool_call_failure_rate"] == 0.5
+
+
+# -- Issue 35: the boot without a network, the soak, MTP's acceptance, the graphs -----------
+
+from duck.lab import offline  # noqa: E402
+from duck.lab.soak import start_rung  # noqa: E402
+from duck.lab.sweep import GRAPHS_MARGIN, _decide  # noqa: E402
+
+SITE = next(VENV.glob("lib/python*/site-packages"), None) if VENV.exists() else None
+# Lines as FlashInfer 0.7.2 (its flashinfer.jit logger's format) and vLLM 0.33 write them.
+FETCH_LINES = [
+    "2026-12-02 10:01:02,345 - INFO - core.py:594 - flashinfer.jit: Building JIT module norm; this can take "
+    "several minutes on first use.",
+    "2026-12-02 10:01:09,001 - INFO - cubin_loader.py:231 - flashinfer.jit: Fetching fmha/kernel.cubin from "
+    "https://edge.urm.nvidia.com/artifactory/sw-kernelinferencelibrary-public-generic-local/fmha/kernel.cubin",
+    "2026-12-02 10:01:09,101 - WARNING - cubin_loader.py:120 - flashinfer.jit: Downloading https://edge.urm.nvidia"
+    ".com/x: attempt 1 failed: HTTPSConnectionPool(host='edge.urm.nvidia.com', port=443): Max retries exceeded "
+    "with url: /x (Caused by NewConnectionError('[Errno 101] Network is unreachable'))",
+    "(EngineCore pid=311) WARNING 12-02 10:00:40 [flashinfer.py:151] FlashInfer's precompiled kernels are missing "
+    "or do not match flashinfer-python 0.7.2 (flashinfer-cubin not installed, flashinfer-jit-cache not installed).",
+]
+CLEAN_LINES = [
+    "(APIServer pid=1) INFO 12-02 10:00:01 [api_server.py:101] vLLM API server version 0.33.0",
+    "(EngineCore pid=311) INFO 12-02 10:00:30 [qwen_gdn_linear_attn.py:300] Using FlashInfer GDN prefill kernel "
+    "(head_k_dim=128).",
+    "(EngineCore pid=311) WARNING 12-02 10:00:31 [flashinfer.py:99] FlashInfer kernels are disabled: flashinfer-cubin "
+    "is not installed and nvcc (CUDA_HOME, CUDA_PATH, PATH or /usr/local/cuda) or ninja (PATH) is missing.",
+]
+
+
+def test_the_vllm_log_scan_finds_downloads_compiles_and_missing_kernels():
+    clean = offline.scan("\n".join(CLEAN_LINES))
+    assert clean["ok"] and clean["failing"] == [] and clean["counts"] == {"note": 1}
+    bad = offline.scan("\n".join(CLEAN_LINES + FETCH_LINES))
+    assert not bad["ok"] and bad["failing"] == ["download", "compile", "kernels"]
+    assert bad["counts"] == {"note": 1, "compile": 1, "download": 2, "kernels": 1}
+    assert bad["lines"]["compile"] == [FETCH_LINES[0]]
+    net = offline.scan("OSError: [Errno -3] Temporary failure in name resolution")
+    assert net["failing"] == ["network"]
+
+
+@pytest.mark.skipif(SITE is None, reason=f"no vLLM venv at {VENV} (bash scripts/vllm-venv.sh)")
+def test_the_log_signs_are_the_pinned_venvs_own_messages():
+    """Each sign's fragment is in the log call of the file it names, in the pinned vLLM's venv."""
+    for sign in offline.SIGNS:
+        if sign.source:
+            assert sign.literal in (SITE / sign.source).read_text(), sign
+
+
+def _doctor(tmp_path: Path, bundled: Path, *extra: str, env: dict[str, str] | None = None,
+            log_lines: list[str] | None = None) -> tuple[subprocess.CompletedProcess, dict]:
+    """`duck doctor` against the rehearsal's stand-in (which first prints `log_lines` to its log)."""
+    exe = write_standin(tmp_path / "bin" / "standin")
+    if log_lines is not None:  # a `vllm` that says what a real boot would, then serves
+        wrapper = tmp_path / "bin" / "vllm"
+        wrapper.write_text("#!/bin/sh\n" + "".join(f"echo {json.dumps(x)}\n" for x in log_lines) + f'exec "{exe}" "$@"\n')
+        wrapper.chmod(0o755)
+        exe = wrapper
+    out = tmp_path / "doctor"
+    r = subprocess.run([sys.executable, "-m", "duck.cli", "doctor", "--executable", str(exe), "--games", str(bundled),
+                        "--out", str(out), "--vllm-python", str(tmp_path / "no-venv" / "python"),
+                        "--set", "model.serve.ready_timeout_s=60", "model.timeout_s=20", *extra],
+                       capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                       env={**os.environ, "DUCK_STANDIN_LATENCY": "speed=20", "DUCK_STANDIN_BOOT_S": "0.5", **(env or {})})
+    assert (out / "doctor.json").exists(), r.stderr[-3000:]
+    return r, json.loads((out / "doctor.json").read_text())
+
+
+def test_the_soak_starts_the_submission_on_rung_0_when_mtp_holds(tmp_path, bundled):
+    """`duck doctor --soak`: Duck-shaped conversations (the traces' turns, sharing the system
+    prompt) at once through the real client for the soak's minutes, with the stand-in's MTP
+    (2.7 tokens a step) and prefix cache; no crash, no failed request: rung 0."""
+    r, doc = _doctor(tmp_path, bundled, "--soak", "0.2", "--streams", "3")
+    soak, steps = doc["steps"]["soak"], doc["steps"]
+    print(json.dumps({k: v for k, v in soak.items() if k != "metrics_delta"}, default=str))
+    assert "play" not in steps and soak["ok"] and not soak["crashed"] and soak["errors"] == 0
+    assert soak["streams"] == 3 and soak["conversations"] >= 3 and soak["requests"] >= 6 and soak["wall_s"] >= 11.4
+    assert soak["mtp"]["tokens_per_step"] == pytest.approx(2.7, abs=0.15) and soak["decode_tokens_per_s"] > 0
+    assert soak["prefix_cache_hit_rate"] > 0.5  # every request extends the last; the system prompt is shared
+    assert soak["tool_call_failure_rate"] == 0 and soak["max_prompt_tokens"] > soak["median_prompt_tokens"] > 0
+    if (offline_traces := ROOT.parent / "shared" / "duck-traces" / "turns").is_dir():
+        assert soak["shapes"] == "the Duck traces", offline_traces
+    assert doc["figures"]["mtp"] == soak["mtp"] and doc["checks"]["mtp_tokens_per_step"]["ok"]
+    assert doc["start_rung"]["rung"] == 0 and doc["start_rung"]["set"] == []
+    assert "start on rung 0" in r.stdout.splitlines()[-1] and (tmp_path / "doctor" / "soak.json").exists()
+
+
+def test_low_acceptance_means_rung_1_and_a_compile_in_the_log_fails_the_doctor(tmp_path, bundled):
+    """MTP at 1.2 tokens a step (an untrained draft head's figure): the doctor's MTP check fails
+    and the soak says rung 1 (MTP off); a FlashInfer JIT build in vllm.log fails the doctor
+    loudly, named in its verdict."""
+    r, doc = _doctor(tmp_path, bundled, "--soak", "0.1", "--streams", "2",
+                     env={"DUCK_STANDIN_LATENCY": "speed=20,step_tokens=1.2"}, log_lines=FETCH_LINES[:1])
+    assert doc["steps"]["soak"]["ok"] and doc["steps"]["soak"]["mtp"]["tokens_per_step"] < 1.5
+    assert doc["checks"]["mtp_tokens_per_step"]["ok"] is False
+    assert doc["start_rung"]["rung"] == 1 and "MTP accepted" in doc["start_rung"]["why"]
+    assert doc["start_rung"]["set"] == ["model.serve.mtp_tokens=0"]
+    log = doc["steps"]["vllm_log"]
+    assert log["ok"] is False and log["failing"] == ["compile"]
+    assert "Building JIT module norm" in log["logs"]["vllm.log"]["lines"]["compile"][0]
+    verdict = r.stdout.splitlines()[-1]
+    assert r.returncode == 1 and "vllm_log (compile)" in verdict and "start on rung 1" in verdict
+
+
+def test_a_server_that_dies_during_the_soak_means_rung_1(tmp_path, bundled):
+    r, doc = _doctor(tmp_path, bundled, "--soak", "0.5", "--streams", "2", env={"DUCK_STANDIN_DIE_AFTER_S": "5"})
+    soak = doc["steps"]["soak"]
+    assert soak["crashed"] and not soak["ok"] and soak["wall_s"] < 25
+    assert doc["start_rung"]["rung"] == 1 and "died" in doc["start_rung"]["why"]
+
+
+def test_the_start_rung_rule():
+    good = {"crashed": False, "errors": 0, "wall_s": 1800.0, "minutes": 30, "requests": 900, "streams": 10,
+            "mtp": {"tokens_per_step": 2.7}}
+    assert start_rung(good, 3, 1.5)[0] == 0
+    assert start_rung(dict(good, errors=2), 3, 1.5) == (1, "2 requests failed during the soak (errors or "
+                                                            "time-outs: a wedge)")
+    assert start_rung(dict(good, wall_s=600.0), 3, 1.5)[0] == 1
+    assert start_rung(dict(good, mtp=None), 3, 1.5)[0] == 1  # drafting, but no counters: not measured
+    assert start_rung(dict(good, crashed=True, mtp=None), 0, 1.5)[0] == 0  # no MTP to turn off
+
+
+def _row(graphs: str, decode: float | None, ok: bool = True, slots: int = 10, mtp: int = 3) -> dict:
+    return {"boot": graphs, "graphs": graphs, "mtp_tokens": mtp, "slots": slots, "context_tokens": 131072,
+            "figures": {"decode_tokens_per_s": decode}, "stable": ok, "ok": ok}
+
+
+def test_the_graphs_are_chosen_by_decode_and_stability(tmp_path):
+    from duck.config import load_config
+    cfg = load_config()
+    planned = (cfg.plan.slots, cfg.plan.context_tokens)
+
+    def choice(*rows: dict) -> dict:
+        return _decide(cfg, tmp_path, list(rows), 1.5, 100.0, planned, None)
+    faster = (1 + GRAPHS_MARGIN) * 700 + 1
+    doc = choice(_row("default", 700.0), _row("PIECEWISE", faster), _row("eager", 300.0))
+    assert doc["graphs"]["choice"] == "PIECEWISE" and doc["set"][-1] == "model.serve.cudagraph_mode=PIECEWISE"
+    assert doc["graphs"]["figures"]["eager"]["decode_tokens_per_s"] == 300.0  # what rung 3 costs
+    doc = choice(_row("default", 700.0), _row("PIECEWISE", 720.0))  # within the margin: vLLM's own default
+    assert doc["graphs"]["choice"] == "default" and not any("cudagraph" in x for x in doc["set"])
+    assert doc["best"] == {"slots": 10, "context_tokens": 131072, "mtp_tokens": 3}
+    doc = choice(_row("default", 900.0, ok=False), _row("PIECEWISE", 650.0))  # the default wedged or crashed
+    assert doc["graphs"]["choice"] == "PIECEWISE" and doc["best"] is None
+    doc = choice(_row("default", 700.0), _row("PIECEWISE", 900.0, ok=False))  # faster but not stable
+    assert doc["graphs"]["choice"] == "default"
+
+
+def test_the_sweep_boots_each_graphs_mode_against_the_standin(tmp_path, bundled, monkeypatch):
+    """`duck doctor --sweep` on the CPU: one boot per BOOTS entry (MTP as planned and off on
+    vLLM's own graphs, then PIECEWISE and eager at the planned point), each with its flags,
+    played, its log read; the decision written to sweep.json (two tiny points here)."""
+    from duck.config import load_config
+    from duck.lab import sweep as sw
+    monkeypatch.setattr(sw, "POINTS", ((2, 16384),))
+    monkeypatch.setenv("DUCK_STANDIN_LATENCY", "speed=20")
+    monkeypatch.setenv("DUCK_STANDIN_BOOT_S", "0.2")
+    exe = write_standin(tmp_path / "bin" / "vllm")
+    cfg = load_config(overrides=[f"model.serve.executable={exe}", "agent.fallback=null", "scheduler.slots=2",
+                                 "agent.context_tokens=16384", "model.serve.ready_timeout_s=60", "model.timeout_s=20"])
+    doc = sw.sweep(cfg, tmp_path / "sweep", bundled, None, 0.05)
+    rows = doc["points"]
+    assert [(r["graphs"], r["mtp_tokens"]) for r in rows] == [("default", 3), ("default", 0), ("PIECEWISE", 3),
+                                                             ("eager", 3)]
+    assert all(r["figures"]["decode_tokens_per_s"] and r["stable"] and r["vllm_log"]["failing"] == [] for r in rows)
+    argv = [(tmp_path / "sweep" / f"vllm-boot{k}.log").read_text().splitlines()[1] for k in range(4)]
+    assert "--speculative-config" in argv[0] and "--compilation-config" not in argv[0]
+    assert "--speculative-config" not in argv[1]
+    assert '--compilation-config {"cudagraph_mode": "PIECEWISE"}' in argv[2] and "--enforce-eager" in argv[3]
+    g = doc["graphs"]
+    assert set(g["figures"]) == {"default", "PIECEWISE", "eager"} and g["at"] == [2, 16384]
+    assert g["choice"] in ("default", "PIECEWISE") and json.loads((tmp_path / "sweep" / "sweep.json").read_text())

@@ -52,6 +52,17 @@ def test_batch_stops_at_level_completion_then_refuses(make_kernel):
     assert k.session.game.levels == 1
 
 
+def test_valid_actions_come_back_in_the_call_after_a_refused_one(make_kernel):
+    """Issue 40's finding: after a `previous_...` result (an action refused because an earlier
+    one of the call completed the level) the worker's `valid_actions` stayed [] in the calls
+    that followed, until a new board reached it."""
+    k = make_kernel()
+    r = k.run(f"action({ZS01_LEVEL1!r})\nprint(action('DOWN')['stop_reason'], valid_actions)")
+    assert r.stdout.split()[0] == "previous_level_completed"
+    r = k.run("print(valid_actions)")
+    assert r.stdout.strip() == "['UP', 'DOWN', 'LEFT', 'RIGHT', 'UNDO']", r.text
+
+
 def test_errors_for_bad_actions(make_kernel):
     k = make_kernel("zc01")
     r = k.run("print(action('UP')['error'])\nprint(action('JUMP')['error'])\n"

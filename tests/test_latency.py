@@ -10,7 +10,7 @@ import pytest
 
 from duck import profiles
 from duck.config import ModelConfig
-from duck.lab import vllm_metrics
+from duck.llm import metrics as vllm_metrics
 from duck.llm.client import ModelClient
 from duck.testing.stub.latency import Engine, LatencyModel
 from duck.testing.stub.models import FixedModel

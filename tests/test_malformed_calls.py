@@ -75,3 +75,38 @@ def test_unreadable_calls_are_dropped_explained_and_the_model_plays_on(tmp_path)
     texts = [m["content"] for m in history if m["role"] == "user" and isinstance(m["content"], str)]
     assert "must not contain the literal text `</parameter>`" in texts[0] and "`</tool_call>`" in texts[0]
     assert "output limit inside its tool call" in texts[1]
+
+
+def test_code_cut_at_a_parameter_tag_is_explained_not_run(tmp_path):
+    """vLLM 0.33's qwen3_coder parser ends the code at a literal `</parameter>` inside it: the
+    model's `s = '</parameter>'\\nprint(s)` arrives as a readable call holding `s = '` (the
+    conformance suite measures it). The review: it was run, a SyntaxError the model cannot
+    explain; now it gets the tag explanation as that call's tool result and nothing runs."""
+    game = next(g for g in solutions() if g.startswith("zb01"))
+    seen: list[dict] = []
+
+    def take(reply):
+        def f(body):
+            seen.append(body)
+            return reply
+        return f
+    model = FixedModel([take(r) for r in [
+        {"reasoning": "Print a tag.", "tool_calls": [{"name": "python", "arguments": json.dumps({"code": "s = '"})}]},
+        {"reasoning": "Triple quotes.", "tool_calls": [{"name": "python", "arguments": json.dumps(
+            {"code": "html = '''<p>\nx"})}]},
+        {"reasoning": "Play.", "code": "action('RIGHT')"},
+        {"reasoning": "Look.", "code": "print(1)"},
+    ]])
+    cfg = load_config(overrides=["model.retries=0", "model.name=stub", "agent.fallback=null",
+                                 "agent.failures_before_fallback=1"])
+    with StubServer(model) as url:
+        play_game(GameSource.offline(BUNDLED), game, make_policy("llm", 0, config=cfg, model_url=url), max_actions=5,
+                  record_path=tmp_path / "r.jsonl")
+    history = seen[-1]["messages"]
+    tools = [m["content"] for m in history if m["role"] == "tool"]
+    assert len(tools) == 3 and tools[2].startswith("actions: 1 played: RIGHT")
+    for text in tools[:2]:
+        assert text.startswith("Your code was not run: it ends inside a string its last line leaves open.")
+        assert "`</parameter>`" in text and "SyntaxError" not in text
+    rec = read_record(tmp_path / "r.jsonl")
+    assert [a["action"] for a in rec.actions] == [[4]]

@@ -38,7 +38,7 @@ def test_memory_keeps_attempts_tail_and_the_rule_asked_once():
     assert m.block() == ("Solved levels:\n- Level 1: solved in 9 actions (1 GAME_OVER); the winning attempt's last 3 "
                          "of 4 actions: DOWN, RIGHT, UP.\n  Your rule: push the box\n  onto the cross")
     assert m.carry() == {"role": "user", "content": m.block()}
-    assert LevelMemory().carry() is None  # nothing solved: nothing to carry
+    assert LevelMemory().carry() == {"role": "user", "content": "Solved levels: none yet."}  # (the review: it was absent)
 
 
 def _play(replies, tmp_path, *more):
@@ -81,4 +81,5 @@ def test_the_memory_survives_a_trim_right_after_the_system_prompt(tmp_path):
     trimmed = [b["messages"] for b in seen if "Level 1" not in json.dumps(b["messages"][2:])]
     assert trimmed, "no request after the first levels' turns were trimmed"
     after_system = _text(trimmed[-1][1])
+    assert after_system.startswith("To fit the context, the first ") and "`dir()` lists them" in after_system
     assert "- Level 1: solved in 4 actions" in after_system and "Your rule: slide to green." in after_system

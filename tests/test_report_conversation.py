@@ -50,8 +50,8 @@ def run(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("report_conv") / "run"
     with StubServer(SolutionModel(BUNDLED)) as url:
         cfg = load_config(overrides=["model.retries=0", "model.name=stub", "agent.fallback=null", "play.policy=llm",
-                                     f'model.urls=["{url}"]', "agent.context_tokens=3600",
-                                     "model.max_output_tokens=400"])  # small: it trims
+                                     f'model.urls=["{url}"]', "agent.context_tokens=4200",
+                                     "model.max_output_tokens=400"])  # small: it trims (a level-up turn: 2 boards)
         play_folder(BUNDLED, out, cfg, games=["zc01"])
     write_report(out)
     return out

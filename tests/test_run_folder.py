@@ -160,3 +160,24 @@ def test_the_fallback_taking_over_mid_run_is_said_once(tmp_path):
     assert model_actions and len(first.actions) == 30  # the model's actions, then the explorer's to the budget
     assert any(e["kind"] == "fallback" for e in first.events)
     assert "Traceback" not in r.stderr and "WARNING" not in r.stderr  # no per-retry warnings without -v
+
+
+def test_a_run_json_from_before_issue_40_resumes_in_todays_fields():
+    """The fields issue 40 retired are dropped where the old run held what today's code plays
+    as; explorer.options become the typed explorer fields, the two guard fields `agent.guards`;
+    a run that set a retired field to something else cannot be resumed by this version (one line)."""
+    old = json.loads((Path(__file__).parent / "fixtures" / "run_json_8ea88b8.json").read_text())
+    today = load_config(env={})
+    resumed = config_of(old)
+    assert resumed.model.serve.cudagraph_mode == "PIECEWISE"  # what that run was served with (the default then)
+    resumed.model.serve.cudagraph_mode = ""
+    assert resumed.model_dump() == today.model_dump() and set(resumed.derived) == set(today.derived)
+    nav_off = json.loads(json.dumps(old))
+    nav_off["config"]["explorer"]["options"] = {"nav": False}
+    nav_off["config"]["agent"].update(guard_stop_on_no_effect=False, guard_block_from_level=0)
+    cfg = config_of(nav_off)
+    assert cfg.explorer.nav is False and cfg.agent.guards is False
+    at_4x = json.loads(json.dumps(old))
+    at_4x["config"]["agent"]["image_scale"] = 4
+    with pytest.raises(ValueError, match=r"sets agent.image_scale, which this version no longer has \(it plays as 10\)"):
+        config_of(at_4x)

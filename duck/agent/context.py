@@ -17,10 +17,12 @@ prompt tokens came from the cache). Here:
   budget), so the prompt changes once and the next ~half budget of growth reuses one cached
   prefix. Never the current turn (the template then raises "No user query found"), and never
   a history the template rejects: what remains starts with a turn's user message;
-* no summary of what was dropped (the field saw no gain from summaries, FIELD §2). What must
-  survive a trim is the kernel's state (its own process) and the per-level memory: `carry`, a
-  callable returning one user message or None, placed right after the system prompt whenever
-  old turns are trimmed.
+* no summary of what was dropped (the field saw no gain from summaries, FIELD §2), but one
+  fact line (prompts/trimmed.j2): the steps whose turns were removed, and that only messages
+  went (the Python session keeps every definition: `dir()` lists them). What must survive a
+  trim is the kernel's state (its own process) and the per-level memory: `carry`, a callable
+  returning one user message or None. The line and that message's text make one user message
+  placed right after the system prompt whenever old turns are trimmed.
 
 What goes into the messages (the prompt files, the turn's board image, what a call's
 actions did) is duck.agent.turn.
@@ -33,6 +35,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from duck.agent.turn import render
 from duck.llm.tokens import TokenCounter, features
 from duck.play.conversation import NULL, ConversationWriter
 
@@ -63,6 +66,7 @@ class Count:
 @dataclass
 class Turn:
     index: int
+    steps: int = 0  # the game's actions when the turn began (its message's "Step N")
     messages: list[dict[str, Any]] = field(default_factory=list)
     ids: list[int] = field(default_factory=list)  # the messages' ids in the conversation file
     counts: list[Count] = field(default_factory=list)  # the messages' tokens
@@ -90,6 +94,7 @@ class Context:
         self.turns: list[Turn] = []
         self.evictions = 0  # trims and dropped current turns (each changes the prompt's prefix)
         self.trims: list[dict[str, Any]] = []  # per trim: turns dropped, tokens before and after
+        self.removed: list[Turn] = []  # the turns trimmed so far (their messages are dropped)
         self._version = 0  # bumped whenever anything but the end of the history changes
         self._anchor: tuple[int, int, int] | None = None  # (version, messages sent, prompt tokens)
         # Prompt tokens the per-message counts miss (the template's header, the generation prompt).
@@ -101,7 +106,7 @@ class Context:
         `meta` goes into the conversation file with it (level, actions_before)."""
         if user.get("role") != "user":
             raise ValueError(f"a turn opens with a user message, not {user.get('role')!r}")
-        turn = Turn(index)
+        turn = Turn(index, int(meta.get("actions_before", 0)))
         self.turns.append(turn)
         self.add(user, **meta)
         return turn
@@ -182,13 +187,15 @@ class Context:
             return False
         sizes = [self.turn_tokens(t) for t in self.turns]
         fixed = before - sum(sizes) - sum(self._tokens(c) for _, _, c in self.head)
-        carry = self._carry_message()
-        head = ([self._count(carry)] if carry else [])
-        extra = sum(self._tokens(c) for c in head)
+        carried = self._carried()
+        extra = self._tokens(self._count(self._head(carried, self.turns[:-1], self.turns[-1])))
         target = self.evict_to * self.budget
         drop = 1
         while drop < len(self.turns) - 1 and fixed + extra + sum(sizes[drop:]) > target:
             drop += 1
+        carry = self._head(carried, self.turns[:drop], self.turns[min(drop, len(self.turns) - 1)])
+        head = [self._count(carry)]
+        extra = self._tokens(head[0])
         after = fixed + extra + sum(sizes[drop:])
         if len(self.turns) < 2 or after > limit:
             alone = int(fixed + extra + sizes[-1]) if sizes else before
@@ -197,8 +204,8 @@ class Context:
                               tokens=alone, limit=limit,
                               fresh=bool(self.turns) and len(self.current.messages) == 1)
         dropped, self.turns = self.turns[:drop], self.turns[drop:]
-        self._trimmed(dropped, (carry, self.log.message(carry, kind="carry"), head[0]) if carry else None,
-                      "evict", before)
+        self.removed += dropped
+        self._trimmed(dropped, (carry, self.log.message(carry, kind="carry"), head[0]), "evict", before)
         return True
 
     def drop_current(self) -> Turn:
@@ -209,17 +216,22 @@ class Context:
         self._trimmed([turn], self.head[0] if self.head else None, "drop_turn", before)
         return turn
 
-    def _carry_message(self) -> dict[str, Any] | None:
-        """What `carry` says must survive a trim: one user message, or None."""
-        if self.carry is None:
-            return None
-        m = self.carry()
+    def _carried(self) -> str:
+        """What `carry` says must survive a trim (the text of a user message), or ""."""
+        m = self.carry() if self.carry is not None else None
         if m is None:
-            return None
-        if m.get("role") != "user" or not m.get("content"):
-            self.log.event("carry_refused", why="the carried message must be a user message with content")
-            return None
-        return m
+            return ""
+        if m.get("role") != "user" or not isinstance(m.get("content"), str) or not m["content"]:
+            self.log.event("carry_refused", why="the carried message must be a user message with text")
+            return ""
+        return m["content"]
+
+    def _head(self, carried: str, dropping: list[Turn], first: Turn) -> dict[str, Any]:
+        """The message right after the system prompt once `dropping` goes and `first` heads the
+        history: the trim line (prompts/trimmed.j2), then the carried text."""
+        gone = self.removed + dropping
+        line = render("trimmed.j2", turns=len(gone), start=gone[0].steps if gone else first.steps, end=first.steps)
+        return {"role": "user", "content": line + ("\n\n" + carried if carried else "")}
 
     def _trimmed(self, dropped: list[Turn], carry: tuple[dict[str, Any], int, Count] | None, kind: str,
                  before: int) -> None:

@@ -13,9 +13,10 @@ Where the model sees it (prompts/memory.j2), without breaking the cached prefix:
 
 * appended to the first turn message of every later level: new text at the end of the
   prompt, so nothing before it is prefilled again; it costs its own tokens;
-* after a trim of old turns, as the context's `carry` message right after the system prompt
-  (duck.agent.context): a trim re-prefills everything after the system prompt anyway, so the
-  memory adds only its own tokens to that prefill.
+* after a trim of old turns, under the context's trim line right after the system prompt
+  (duck.agent.context; "Solved levels: none yet." before the first): a trim re-prefills
+  everything after the system prompt anyway, so the memory adds only its own tokens to that
+  prefill.
 
 `LevelMemory` is also the one owner of the level bookkeeping: where the current level began
 (`start`, the game's action count then), its attempts and GAME_OVERs.
@@ -115,13 +116,13 @@ class LevelMemory:
         self.asking = None
 
     def block(self) -> str:
-        """The memory as the model sees it (prompts/memory.j2); "" before the first solved level."""
-        return render("memory.j2", solved=self.solved) if self.solved else ""
+        """The memory as the model sees it (prompts/memory.j2): "none yet" before the first solved level."""
+        return render("memory.j2", solved=self.solved)
 
-    def carry(self) -> dict[str, Any] | None:
-        """The message a context places right after its system prompt when it trims old turns."""
-        text = self.block()
-        return {"role": "user", "content": text} if text else None
+    def carry(self) -> dict[str, Any]:
+        """The message a context places right after its system prompt (after its trim line)
+        when it trims old turns."""
+        return {"role": "user", "content": self.block()}
 
     def as_dict(self) -> list[dict[str, Any]]:
         return [vars(s) | {"tail": list(s.tail)} for s in self.solved]

@@ -1,21 +1,29 @@
 """What the model is told: the prompt files (prompts/*.j2, rendered strictly), the one tool's
 schema and the reading of its calls, and the user message that opens a turn.
 
-A turn message holds facts only (prompts/turn.j2): what the last acting call played, the net
-change of the board over the WHOLE call (duck.game.change: cells, objects, whether anything
-changed away from the HUD border), its animations in one line, the guards that fired, the
-outcome in accurate words (level completed, GAME_OVER and the level restarted, won), the step,
-the level, the actions spent on it, the valid actions (ACTION7 named UNDO); on a new level the
-per-level memory (duck.agent.memory). Its images come first in the content, then the text,
-which lists them in order (vLLM puts a message's images before its text anyway):
+A turn message holds facts only (prompts/turn.j2): how many actions the last acting call
+played (the call's tool message, right above, lists them and the guards that fired), the net
+change of the board over the WHOLE call (duck.game.change: cells, objects, the HUD border apart),
+its animations in one line, the outcome in accurate words (level completed, GAME_OVER and the
+level restarted, won), the step, the level, the actions spent on it, the valid actions
+(ACTION7 named UNDO); on a new level the per-level memory (duck.agent.memory). Every object
+fact is true of the two boards it names (`python -m duck.bench facts` checks them). Its images
+come first in the content, then the text, which lists them in order (vLLM puts a message's
+images before its text anyway):
 
 1. the board now, at `IMAGE_SCALE` (10x: 640 px, 402 tokens: duck.llm.vision; 10x beat 4x in
    the field);
 2. a diff: the board with the cells the last call changed in colour and the rest dimmed, when
    it changed away from the HUD border and stayed on the same level;
-3. after a GAME_OVER: the fatal frame and the last-alive -> fatal diff;
-4. up to `ANIMATION_IMAGES` mid-animation frames that hold what the final board lost
-   (duck.game.change.pick_frames), at `ANIMATION_SCALE` (the open 3rd place's 4 at 4x).
+3. after a level-up: the board that completed the level (the winning action's last frame
+   before the switch to the next level: DESIGN §1b), at `IMAGE_SCALE`; the net change and the
+   mid frames of that turn run up to it;
+4. after a GAME_OVER: the fatal frame, and the last-alive -> fatal diff when the fatal action
+   changed anything away from the HUD border;
+5. up to `ANIMATION_IMAGES` mid-animation frames that hold what the final board (after a
+   level-up: the board that completed the level) lost (duck.game.change.pick_frames), at
+   `ANIMATION_SCALE` (the open 3rd place's 4 at 4x), each captioned with its level, action
+   and frame.
 
 These are the field's (FIELD §2-3: each helped where it was added). Optional images are left
 out when the prompt would pass `model.serve.images_per_prompt`. Every image is rendered from
@@ -31,6 +39,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -38,8 +47,9 @@ from typing import Any
 import jinja2
 import numpy as np
 
-from duck.game.actions import MODEL_NAMES, compress
-from duck.game.change import HUD_BORDER, Pick, animation_line, net_change, pick_frames
+from duck.game.actions import MODEL_NAMES
+from duck.game.change import (HUD_BORDER, Pick, animation_line, changed_inside, completed_at, net_change,
+                              pick_frames)
 from duck.game.images import render as render_image
 from duck.sandbox.batch_guards import BLOCK_FROM_LEVEL
 from duck.sandbox.render import OUTPUT_CHARS
@@ -112,8 +122,28 @@ def tool_calls(reply: Any) -> list[tuple[str, str]]:
         code = args.get("code", strings[0] if len(strings) == 1 else None)
         if not isinstance(code, str) or not code.strip():
             raise Correction("empty_code")
+        if cut_in_string(code.rstrip()):
+            raise Correction("dropped_call", "cut_in_string")
         out.append((c.id, code.rstrip()))
     return out
+
+
+_UNTERMINATED = re.compile(r"unterminated (?:triple-quoted )?(?:f-)?string literal \(detected at line (\d+)\)")
+
+
+def cut_in_string(code: str) -> bool:
+    """Whether `code` ends inside a string literal that its last line leaves open: what vLLM's
+    qwen3_coder parser leaves of code holding the literal `</parameter>` (it ends the value
+    there: `s = '</parameter>'` arrives as `s = '`, tests/conformance). Such a call is not run
+    (it would be a SyntaxError the model cannot explain); the model is told why instead."""
+    try:
+        compile(code, "<call>", "exec", dont_inherit=True)
+    except SyntaxError as e:
+        m = _UNTERMINATED.fullmatch(str(e.msg))
+        return bool(m) and int(m[1]) == len(code.splitlines())
+    except (ValueError, RecursionError, MemoryError, OverflowError):  # (null bytes, absurd nesting)
+        return False
+    return False
 
 
 # What a call's actions did
@@ -125,26 +155,25 @@ class CallFacts:
     actions: list[str]
     before: np.ndarray  # the board before the call's first action
     final: np.ndarray  # the board after its last action (at GAME_OVER: the fatal frame)
+    level: int = 1  # the level the call was played on
     won: bool = False
     level_completed: bool = False
     game_over: bool = False
     auto_reset: bool = False  # the loop played the RESET after GAME_OVER
     level_actions: int = 0  # the completed level's actions (all attempts), when one was completed
-    change: str | None = None  # the net change of the whole call, one line
+    change: str | None = None  # the net change of the whole call, one line (up to won_board on a level-up)
     changed_inside: bool = False  # anything changed away from the HUD border
     animation: str | None = None  # the animation line
-    guards: list[str] = field(default_factory=list)  # one line per guard that fired
     fatal_before: np.ndarray | None = None  # the last-alive board (before the fatal action)
     fatal_action: str | None = None
+    won_board: np.ndarray | None = None  # the board that completed the level (its action's last frame before the switch)
+    won_step: int = 0  # that action's index in the call
+    won_of: int = 0  # and its frame count
     picks: list[Pick] = field(default_factory=list)  # mid-animation frames worth showing
 
     @property
     def count(self) -> int:
         return len(self.actions)
-
-    @property
-    def actions_text(self) -> str:
-        return compress(self.actions)
 
     @property
     def text(self) -> str:
@@ -159,20 +188,21 @@ def call_facts(r: Any, session: Any, level_before: int, before: np.ndarray, leve
     steps = list(getattr(r, "steps", None) or [])
     obs = session.obs
     final = steps[-1].after if steps else obs.grid
-    f = CallFacts(list(r.actions), np.asarray(before), np.asarray(final), won=obs.state == "WIN",
-                  level_completed=obs.levels_completed > level_before, game_over=obs.state == "GAME_OVER",
-                  level_actions=level_actions)
-    if not (f.level_completed or f.won):  # a new level's board is no change of the old one
-        nc = net_change(f.before, f.final)
+    f = CallFacts(list(r.actions), np.asarray(before), np.asarray(final), level=level_before + 1,
+                  won=obs.state == "WIN", level_completed=obs.levels_completed > level_before,
+                  game_over=obs.state == "GAME_OVER", level_actions=level_actions)
+    won = completed_at(steps, level_before)
+    if won is not None and len(steps[won].frames) > 1:
+        f.won_board, f.won_step, f.won_of = np.asarray(steps[won].frames[-2]), won, len(steps[won].frames)
+    if not (f.level_completed or f.won) or f.won_board is not None:  # (a new level's board is no change of the old one)
+        nc = net_change(f.before, f.final if f.won_board is None else f.won_board)
         f.change, f.changed_inside = nc.text, nc.inside > 0
     if steps:
-        f.animation = animation_line(steps)
-    f.guards = list(dict.fromkeys(x["guard"] for x in getattr(r, "action_results", []) or []
-                                  if isinstance(x, dict) and isinstance(x.get("guard"), str)))
+        f.animation = animation_line(steps, level_before=level_before)
     if f.game_over:
         f.fatal_before = np.asarray(steps[-1].before) if steps else f.before
         f.fatal_action = f.actions[-1] if f.actions else None
-    f.picks = pick_frames(steps, ANIMATION_IMAGES)
+    f.picks = pick_frames(steps, ANIMATION_IMAGES, level_before=level_before)
     return f
 
 
@@ -192,6 +222,12 @@ class Shown:
         return render_image(self.kind, self.grids, self.scale)
 
 
+def _action(last: CallFacts, step: int) -> str:
+    """How a caption names an action of the call: "action 19 of the call (SPACE)", or "SPACE"."""
+    name = last.actions[step] if step < len(last.actions) else "?"
+    return f"action {step + 1} of the call ({name})" if last.count > 1 else name
+
+
 def turn_images(session: Any, last: CallFacts | None, room: int) -> list[Shown]:
     """The images of a turn message, in order (see the module docstring); at most `room`
     (the board always)."""
@@ -204,17 +240,19 @@ def turn_images(session: Any, last: CallFacts | None, room: int) -> list[Shown]:
     if same_level and last.changed_inside:
         extra.append(Shown("diff", (last.before, obs.grid), IMAGE_SCALE,
                            "the board now with the cells your last call changed in colour, the rest dimmed"))
+    if last.won_board is not None:
+        extra.append(Shown("board", (last.won_board,), IMAGE_SCALE,
+                           f"the board that completed level {last.level} ({_action(last, last.won_step)}, frame "
+                           f"{last.won_of - 1} of {last.won_of}; frame {last.won_of} is level {last.level + 1}'s first board)"))
     if last.game_over:
         what = f" by {last.fatal_action}" if last.fatal_action else ""
         extra.append(Shown("board", (last.final,), IMAGE_SCALE, f"the board at GAME_OVER (the fatal frame{what})"))
-        if last.fatal_before is not None:
+        if last.fatal_before is not None and changed_inside(last.fatal_before, last.final):
             extra.append(Shown("diff", (last.fatal_before, last.final), IMAGE_SCALE,
                                f"the fatal frame with the cells changed{what} in colour, the rest dimmed"))
     for p in last.picks:
-        action = last.actions[p.step] if p.step < len(last.actions) else "?"
-        where = f"action {p.step + 1} of the call ({action})" if last.count > 1 else action
         extra.append(Shown("board", (p.grid,), ANIMATION_SCALE,
-                           f"mid-animation: {where}, frame {p.frame + 1} of {p.of}"))
+                           f"mid-animation: level {last.level}, {_action(last, p.step)}, frame {p.frame + 1} of {p.of}"))
     return out + extra[:max(0, room - 1)]
 
 

@@ -28,18 +28,23 @@ board that differs from the start more than the final board does, FIELD §3); to
 flashes, pieces that appear and vanish again, and effects that undo themselves.
 `informative_frames` finds them; `pick_frames` chooses up to K of a call's (greedily the one
 showing the most transient cells in a colour not shown there yet, then in play order).
+
+A level-up. The action that completed a level (`completed_at`; the host plays none after it in
+the call) returns frames ending on the next level's first board; the board that completed the
+level is the frame before (`up_to_win`). Given the levels completed before the call, the
+animation line says so, and `pick_frames` and the line measure that action's mid frames
+against the board that completed the level, its frames first (the turn that asks the model for
+the level's rule); the turn shows that board and the net change up to it (duck.agent.turn).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 import numpy as np
 
-from duck.game.animation import bbox_text, change_parts
-
-HUD_BORDER = 4  # FIELD §3: the field's harness flags changes away from a 4-cell border
+from duck.game.animation import HUD_BORDER, bbox_text, change_parts, inside
 
 
 @dataclass(frozen=True)
@@ -55,15 +60,6 @@ class Step:
     @property
     def after(self) -> np.ndarray:
         return self.frames[-1]
-
-
-def inside(shape: tuple[int, int], border: int) -> np.ndarray:
-    """The cells away from the HUD border (all cells when `border` is 0)."""
-    mask = np.zeros(shape, dtype=bool)
-    h, w = shape
-    if h > 2 * border and w > 2 * border:
-        mask[border:h - border, border:w - border] = True
-    return mask
 
 
 def changed_inside(before: np.ndarray, after: np.ndarray, border: int = HUD_BORDER) -> bool:
@@ -96,10 +92,30 @@ def net_change(before: np.ndarray, after: np.ndarray, border: int = HUD_BORDER) 
     cells, inner = int(diff.sum()), int((diff & inside(a.shape, border)).sum())
     if cells == 0:
         return NetChange(0, 0, "no cell changed")
-    parts = change_parts(b, a)
+    parts = change_parts(b, a, border)
     if inner == 0:
         parts.append(f"only the HUD border changed (the outer {border} rows and columns)")
     return NetChange(cells, inner, "; ".join(parts))
+
+
+def completed_at(steps: Sequence[Step], level_before: int) -> int | None:
+    """The index of the call's action that completed a level and switched to the next one (not
+    the win: a won game's last board is the winning one), or None. The host plays no action
+    after it in the same call (duck.sandbox.actions, `previous_level_completed`)."""
+    prev = level_before
+    for s, st in enumerate(steps):
+        if st.levels > prev and st.state != "WIN":
+            return s
+        prev = st.levels
+    return None
+
+
+def up_to_win(step: Step) -> Step:
+    """The action that completed a level as it played on that level: its frames up to the last
+    one before the switch, the board that completed the level (DESIGN §1b: a level-up returns
+    the transition ending on the next level's first frame; the switch is the last frame:
+    duck.game.animation.won_frame). One frame: no such board."""
+    return replace(step, frames=step.frames[:-1]) if len(step.frames) > 1 else step
 
 
 def transient(before: np.ndarray, frames: Sequence[np.ndarray], border: int = HUD_BORDER) -> np.ndarray:
@@ -135,40 +151,53 @@ class Pick:
     grid: np.ndarray
 
 
-def pick_frames(steps: Sequence[Step], k: int, border: int = HUD_BORDER) -> list[Pick]:
+def as_played(steps: Sequence[Step], level_before: int | None) -> list[Step]:
+    """The call's steps with the one that completed a level ending on the board that completed it."""
+    won = completed_at(steps, level_before) if level_before is not None else None
+    return [up_to_win(st) if s == won else st for s, st in enumerate(steps)]
+
+
+def pick_frames(steps: Sequence[Step], k: int, border: int = HUD_BORDER, level_before: int | None = None) -> list[Pick]:
     """Up to `k` informative mid frames of a call: greedily the one showing the most transient
     cells in a colour no frame already chosen of the same action shows there, then in play
-    order. A frame that shows nothing new is never chosen."""
+    order. A frame that shows nothing new is never chosen. With `level_before` (the levels
+    completed before the call), the action that completed a level is seen up to the board
+    that completed it and its frames go first (the turn that asks for the level's rule)."""
     if k <= 0:
         return []
+    played = as_played(steps, level_before)
+    won = completed_at(steps, level_before) if level_before is not None else None
     cands: list[tuple[int, int, np.ndarray, np.ndarray]] = []  # step, frame, transient mask, grid
-    for s, st in enumerate(steps):
+    for s, st in enumerate(played):
         idx = informative_frames(st.before, st.frames, border)
         if idx:
             t = transient(st.before, st.frames, border)
             cands += [(s, i, t[i], np.asarray(st.frames[i])) for i in idx]
     chosen: list[int] = []
     shown: dict[int, list[np.ndarray]] = {}  # per step: the frames already chosen
-    while cands and len(chosen) < k:
-        best, gain = -1, 0
-        for j, (s, _, t, g) in enumerate(cands):
-            if j in chosen:
-                continue
-            new = t.copy()
-            for other in shown.get(s, []):
-                new &= other != g
-            if int(new.sum()) > gain:
-                best, gain = j, int(new.sum())
-        if best < 0:
-            break
-        chosen.append(best)
-        shown.setdefault(cands[best][0], []).append(cands[best][3])
+    for group in ([j for j, c in enumerate(cands) if c[0] == won], list(range(len(cands)))):
+        while len(chosen) < k:
+            best, gain = -1, 0
+            for j in group:
+                if j in chosen:
+                    continue
+                s, _, t, g = cands[j]
+                new = t.copy()
+                for other in shown.get(s, []):
+                    new &= other != g
+                if int(new.sum()) > gain:
+                    best, gain = j, int(new.sum())
+            if best < 0:
+                break
+            chosen.append(best)
+            shown.setdefault(cands[best][0], []).append(cands[best][3])
     return [Pick(cands[j][0], cands[j][1], len(steps[cands[j][0]].frames), cands[j][3]) for j in sorted(chosen)]
 
 
-def animation_line(steps: Sequence[Step], border: int = HUD_BORDER) -> str | None:
-    """One line of facts about the call's animations: frames, and what appeared only in
-    between (None when no action returned more than one frame)."""
+def animation_line(steps: Sequence[Step], border: int = HUD_BORDER, level_before: int | None = None) -> str | None:
+    """One line of facts about the call's animations: frames, which action completed a level
+    at which frame (with `level_before`), and what appeared only in between (None when no
+    action returned more than one frame)."""
     animated = [(s, st) for s, st in enumerate(steps) if len(st.frames) > 1]
     if not animated:
         return None
@@ -177,18 +206,24 @@ def animation_line(steps: Sequence[Step], border: int = HUD_BORDER) -> str | Non
     n = len(steps)
     head = (f"{frames} frames over {n} action{'s' if n != 1 else ''}; {len(animated)} animated "
             f"(longest {longest} frames)")
+    won = completed_at(steps, level_before) if level_before is not None else None
+    if won is not None and len(steps[won].frames) > 1:
+        m, level = len(steps[won].frames), (steps[won - 1].levels if won else level_before) + 1
+        head += (f"; {f'action {won + 1}' if n > 1 else 'the action'} completed level {level} at frame {m - 1} "
+                 f"of {m} (frame {m} is level {level + 1}'s first board)")
+    played = as_played(steps, level_before)
     seen = []
-    for s, st in animated:
+    for s, _ in animated:
+        st = played[s]
         idx = informative_frames(st.before, st.frames, border)
         if not idx:
             continue
         t = transient(st.before, st.frames, border)
-        cells = t[idx].any(axis=0)
-        rows, cols = np.nonzero(cells)
+        rows, cols = np.nonzero(t[idx].any(axis=0))
         where = f"action {s + 1}: " if n > 1 else ""
-        seen.append(f"{where}{bbox_text(rows, cols)}, frames {idx[0] + 1}-{idx[-1] + 1} of {len(st.frames)}")
+        seen.append(f"{where}{bbox_text(rows, cols)}, frames {idx[0] + 1}-{idx[-1] + 1} of {len(steps[s].frames)}")
+    final = "the board that completed the level" if won is not None else "the final board"
     if not seen:
-        return head + "; no in-between frame shows anything the final board lost"
+        return head + f"; no in-between frame shows anything {final} lost"
     more = f"; +{len(seen) - 3} more actions" if len(seen) > 3 else ""
     return head + "; seen only in between: " + "; ".join(seen[:3]) + more
-

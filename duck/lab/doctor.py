@@ -1,8 +1,12 @@
-"""`duck doctor`: is this GPU machine ready to play, and how fast (issue 12)?
+"""`duck doctor`: is this GPU machine ready to play, and how fast (issues 12, 35)?
 
 In order, each step recorded with what it found and how long it took; a failed step is
 reported and the doctor goes on wherever the next step can still run:
 
+0. `network`: before anything starts, the doctor moves itself (and so the server and the
+   games it starts) into a network namespace with only a loopback and no default route, as
+   Kaggle's rerun has no network (duck.lab.offline.isolate; `--network host` keeps the
+   machine's own, knowingly); where no namespace is permitted the step fails and says why;
 1. `gpu`: the NVIDIA driver and CUDA version (`nvidia-smi`), checked against what
    `kaggle-dataset/vllm.lock` needs (duck.kaggle.inputs.check_driver, the notebook's check);
 2. `vllm_import`: `import vllm, torch` in vLLM's own venv (the python beside the `vllm`
@@ -13,8 +17,14 @@ reported and the doctor goes on wherever the next step can still run:
 4. `smoke_chat`: one more short chat, timed;
 5. `play`: `--streams` games (default: the plan's slots, 10 for Flash-Next; the bundled games,
    or `--games DIR`, or `--only`, repeated as needed) played at once by the model through the
-   scheduler's runner, the agent and the kernel, for `--game-seconds` each;
-6. `isolation`: the sandbox's isolation layers on this machine (`duck.sandbox.isolation.report()`,
+   scheduler's runner, the agent and the kernel, for `--game-seconds` each; or with `--soak
+   [MINUTES]` (default 30) instead, `soak`: `--streams` Duck-shaped conversations for that
+   long with MTP and prefix caching on (duck.lab.soak), whose result says the rung the first
+   submission starts on (`start_rung`: 0 as planned, or 1 with MTP off, and why);
+6. `vllm_log`: the boot's vllm.log read for a download or a kernel compile (FlashInfer's
+   cubin fetches and JIT builds, vLLM's note that its precompiled kernels are missing, an
+   HTTP client that tried to go out: duck.lab.offline.SIGNS); any fails the doctor, by name;
+7. `isolation`: the sandbox's isolation layers on this machine (`duck.sandbox.isolation.report()`,
    the same as in every record header).
 
 Figures (`figures` in the JSON): decode throughput (generated tokens per second of play, from
@@ -31,15 +41,14 @@ Checks (`checks`), the field's operating points on the RTX Pro 6000 (FIELD §4),
 `{"value", "limit", "ok"}`: decode >= 600 tokens/s in total at 10 streams (`--min-decode-tps`;
 at another `--streams` the limit scales as the field's 169 · n^0.6 does), prefix-cache hit
 rate >= 0.9 (`--min-prefix-hit`), boot <= 720 s (`--max-boot-s`), tool-call failures <= 0.02
-(`--max-tool-failures`). Printed and written to `OUT/doctor.json`; exit 0 when every step
-held and every check passed.
+(`--max-tool-failures`), and where the server drafts MTP tokens, >= 1.5 tokens accepted per
+step (`--min-mtp-tokens-per-step`: FIELD §4 measured 2.6-2.9; an untrained draft head ~1.5).
+Printed and written to `OUT/doctor.json`; exit 0 when every step held and every check passed.
 
-The first-GPU sweep (`duck doctor --sweep`, <= 30 min on the RTX Pro 6000): the server
-booted once per point of slots x context x MTP on/off (`SWEEP`: 10 x 128K, 16 x 70K, 12 x
-96K, each with and without MTP; `--sweep-minutes` each, at most 30 in all), each point's
-figures and checks in `OUT/sweep.json`, and the best point that passes every check named
-(`best`, by decode tokens/s): its slots, context and MTP are the profile's defaults to set
-(duck.profiles; the plan's overhead figure from the measured KV pool).
+The first-GPU sweep (`duck doctor --sweep`, ~50 min on the RTX Pro 6000: duck.lab.sweep):
+slots x context x MTP on/off on vLLM's own CUDA graphs, then PIECEWISE graphs and eager at
+the planned point; the best passing point and the graphs decided by decode and stability,
+in `OUT/sweep.json` with the config fields to set.
 
 Here, without a GPU, `--executable` takes the rehearsal's stand-in vLLM
 (duck.testing.rehearse.layout.write_standin): the same code path, small figures
@@ -63,7 +72,9 @@ from duck.config import load_config
 from duck.sandbox import isolation as sandbox_isolation
 from duck.game.gateway import free_port
 from duck.kaggle.inputs import check_driver, lock_driver_requirement
+from duck.lab import offline
 from duck.lab.operating import LIMITS, checks, play
+from duck.lab.soak import soak, start_rung
 from duck.paths import BUNDLED_GAMES, REPO
 
 log = logging.getLogger(__name__)
@@ -149,14 +160,20 @@ def isolation() -> dict[str, Any]:
 
 def doctor(cfg: Any, out: Path, games: Path, only: list[str] | None, seconds: float,
            lock: Path = LOCK, python: str | None = None, streams: int | None = None,
-           limits: dict[str, float] | None = None) -> dict[str, Any]:
+           limits: dict[str, float] | None = None, network: dict[str, Any] | None = None,
+           soak_minutes: float | None = None) -> dict[str, Any]:
+    """The steps in order (module docstring); `network`: offline.isolate()'s result, taken
+    before anything started; `soak_minutes`: the soak (duck.lab.soak) instead of the play."""
     from duck.llm.client import smoke_chat
     from duck.llm.serve import SMOKE_TIMEOUT_S, VLLMServer
     out.mkdir(parents=True, exist_ok=True)
+    (out / "vllm.log").unlink(missing_ok=True)  # (this run's boot only: the log is scanned after it)
     steps: dict[str, Any] = {}
     pin = lock_pin(lock)
     streams = streams or cfg.scheduler.slots
     limits = {**LIMITS, **(limits or {})}
+    if network is not None:
+        steps["network"] = network | {"seconds": 0.0}
     step(steps, "gpu", lambda: gpu(lock))
     step(steps, "vllm_import", lambda: vllm_import(vllm_python(cfg.model.serve.executable, python, pin), pin))
     planned = step(steps, "plan", lambda: plan_step(cfg))  # a plan that does not fit starts nothing
@@ -173,11 +190,16 @@ def doctor(cfg: Any, out: Path, games: Path, only: list[str] | None, seconds: fl
                 return {"reply": (r.content or r.reasoning)[:80], "latency_s": round(r.latency_s, 3),
                         "first_token_s": r.first_token_s, "completion_tokens": r.completion_tokens}
             step(steps, "smoke_chat", smoke)
-            step(steps, "play", lambda: play(cfg, server.url, games, only, seconds, out, n=streams))
+            if soak_minutes is None:
+                step(steps, "play", lambda: play(cfg, server.url, games, only, seconds, out, n=streams))
+            else:
+                step(steps, "soak", lambda: soak(cfg, server.url, soak_minutes, out, streams, alive=server.alive))
     finally:
         server.stop()
+    if "serve" in steps and steps["serve"].get("error") != "not started: the plan does not fit":
+        step(steps, "vllm_log", lambda: offline.scan_logs([out / "vllm.log"]))
     step(steps, "isolation", isolation)
-    p = steps.get("play", {})
+    p = steps.get("play") or steps.get("soak") or {}
     figures = {
         "boot_s": steps["serve"].get("boot_s"),
         "decode_tokens_per_s": p.get("decode_tokens_per_s"),
@@ -186,6 +208,7 @@ def doctor(cfg: Any, out: Path, games: Path, only: list[str] | None, seconds: fl
         "tool_call_failure_rate": p.get("tool_call_failure_rate"),
         "empty_tool_calls": p.get("empty_tool_calls"),
         "mtp": p.get("mtp"),
+        "mtp_drafted": cfg.model.serve.mtp_tokens,
         "streams": p.get("streams"),
         "median_model_latency_s": p.get("median_model_latency_s"),
         "kv_cache_tokens": (p.get("metrics_after") or {}).get("kv_cache_tokens"),
@@ -194,14 +217,18 @@ def doctor(cfg: Any, out: Path, games: Path, only: list[str] | None, seconds: fl
         "isolation": steps["isolation"].get("layers", "unknown"),
     }
     verdicts = checks(figures, streams, limits)
-    doc = {"ok": all(s.get("ok") for s in steps.values()) and "play" in steps
+    doc = {"ok": all(s.get("ok") for s in steps.values()) and ("play" in steps or "soak" in steps)
            and all(c["ok"] for c in verdicts.values()),
            "figures": figures, "checks": verdicts, "plan": cfg.plan.as_dict(), "steps": steps}
+    if "soak" in steps:  # the first submission's rung (duck.lab.soak's rule)
+        rung, why = start_rung(steps["soak"], cfg.model.serve.mtp_tokens, limits["min_mtp_tokens_per_step"])
+        doc["start_rung"] = {"rung": rung, "why": why, "set": [] if rung == 0 else ["model.serve.mtp_tokens=0"]}
     (out / "doctor.json").write_text(json.dumps(doc, indent=1, default=str))
     return doc
 
 
 def _main(args: argparse.Namespace) -> int:
+    network = offline.isolate(args.network)  # first: every server and game after it has no route out
     overrides = ["agent.fallback=null", *(args.set or [])]
     if args.executable:
         overrides.append(f"model.serve.executable={args.executable}")
@@ -211,20 +238,25 @@ def _main(args: argparse.Namespace) -> int:
         overrides.append(f"play.max_actions={args.max_actions}")
     cfg = load_config(args.config or [], overrides)
     limits = {"min_decode_tps": args.min_decode_tps, "min_prefix_hit": args.min_prefix_hit,
-              "max_boot_s": args.max_boot_s, "max_tool_failures": args.max_tool_failures}
+              "max_boot_s": args.max_boot_s, "max_tool_failures": args.max_tool_failures,
+              "min_mtp_tokens_per_step": args.min_mtp_tokens_per_step}
     if args.sweep:
         from duck.lab.sweep import sweep  # (its own module: the doctor's steps, once per point)
-        doc = sweep(cfg, Path(args.out), Path(args.games), args.only, args.sweep_minutes, limits)
+        doc = sweep(cfg, Path(args.out), Path(args.games), args.only, args.sweep_minutes, limits, network=network)
         print(json.dumps(doc, indent=1, default=str))
-        print(f"duck doctor --sweep: best {doc.get('best')}; written to {Path(args.out) / 'sweep.json'}")
-        return 0 if doc.get("best") else 1
+        print(f"duck doctor --sweep: best {doc.get('best')}, graphs {doc.get('graphs')}; "
+              f"written to {Path(args.out) / 'sweep.json'}")
+        return 0 if doc.get("best") and network["ok"] else 1
     doc = doctor(cfg, Path(args.out), Path(args.games), args.only, args.game_seconds, Path(args.lock),
-                 args.vllm_python, streams=args.streams, limits=limits)
+                 args.vllm_python, streams=args.streams, limits=limits, network=network, soak_minutes=args.soak)
     print(json.dumps(doc, indent=1, default=str))
-    failed = [k for k, s in doc["steps"].items() if not s.get("ok")] + \
+    failed = [k + (f" ({', '.join(s['failing'])})" if s.get("failing") else "")
+              for k, s in doc["steps"].items() if not s.get("ok")] + \
         [f"{k} {c['value']} not {c['limit']}" for k, c in doc["checks"].items() if not c["ok"]]
+    rung = doc.get("start_rung")
     print(f"duck doctor: {'OK' if doc['ok'] else 'PROBLEMS'} ({', '.join(failed) or 'every step and check held'}); "
-          f"written to {Path(args.out) / 'doctor.json'}")
+          + (f"start on rung {rung['rung']}: {rung['why']}; " if rung else "")
+          + f"written to {Path(args.out) / 'doctor.json'}")
     return 0 if doc["ok"] else 1
 
 
@@ -243,6 +275,15 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="seconds from start to a ready server (Flash-Next on Kaggle: 530-615 s)")
     p.add_argument("--max-tool-failures", type=float, default=LIMITS["max_tool_failures"],
                    help="share of replies with no usable tool call (none, dropped, or empty `{}`)")
+    p.add_argument("--min-mtp-tokens-per-step", type=float, default=LIMITS["min_mtp_tokens_per_step"],
+                   help="MTP's accepted tokens per engine step where the server drafts (FIELD: 2.6-2.9; an untrained "
+                        "draft head ~1.5)")
+    p.add_argument("--soak", type=float, nargs="?", const=30.0, default=None, metavar="MINUTES",
+                   help="instead of the play: the soak (duck.lab.soak), --streams Duck-shaped conversations for "
+                        "MINUTES (default 30) with MTP and prefix caching on; says the first submission's rung")
+    p.add_argument("--network", choices=("none", "host"), default="none",
+                   help="none (default): the doctor, its server and games in a network namespace with no route "
+                        "out, as Kaggle's rerun; host: the machine's own network")
     p.add_argument("--sweep", action="store_true", help="the first-GPU sweep: slots x context x MTP on/off "
                    "(duck.lab.sweep, <= 30 min), the best passing point in OUT/sweep.json")
     p.add_argument("--sweep-minutes", type=float, default=1.5, help="play per sweep point")

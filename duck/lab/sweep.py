@@ -1,21 +1,34 @@
 """`duck doctor --sweep`: the first-GPU sweep whose output sets the serving profile's defaults.
 
-On the RTX Pro 6000 (or any GPU with the profile's weights), within 30 minutes: vLLM is
-booted once with MTP on and once with it off (speculative decoding is a server flag), each
-time with room for the largest point (`--max-num-seqs` = the most slots + 1, `--max-model-len`
-= the longest context), and on each server every point of `POINTS` (slots x context per
-game) is played for `minutes` by that many games at once, through the doctor's own `play`
-(the scheduler's runner, the agent, the kernel). Per point: the doctor's figures and its
-checks (duck.lab.doctor.checks: decode against the field's 169 · n^0.6 scaled from 600 at 10,
-prefix-cache hit >= 0.9, tool-call failures, the boot); `best` is the passing point with
-the most decode tokens per second in total, and `set` the config fields that make it the
-default (`scheduler.slots`, `agent.context_tokens`, `model.serve.max_model_len`,
-`model.serve.mtp_tokens`): put them into the profile (duck.profiles) and, if the measured KV
-pool (`kv_cache_tokens`) differs from the plan's, the profile's `overhead_gib` with it.
+On the RTX Pro 6000 (or any GPU with the profile's weights), within an hour: vLLM is booted
+once per entry of `BOOTS`, each time with room for the largest point (`--max-num-seqs` = the
+most slots + 1, `--max-model-len` = the longest context), and on each server the entry's
+points (slots x context per game) are played for `minutes` by that many games at once,
+through the doctor's own `play` (the scheduler's runner, the agent, the kernel):
 
-Time: two boots (~9-10 min each for Flash-Next, FIELD §4) and 2 x 3 points x `minutes`
-(1.5 by default): ~29 min. A point's contexts only grow as far as its minutes let them;
-the pool at full contexts is the plan's, checked against the measured pool.
+* MTP as planned and MTP off, vLLM's own CUDA graphs, every point of `POINTS` (10 x 128K,
+  12 x 96K, 16 x 70K): which slots, context and MTP to serve;
+* the graphs at the planned point (the plan's slots and context), MTP as planned:
+  `PIECEWISE` (rung 2's graphs; the field's choice on 0.19, whose full graphs wedged) and
+  eager (`--enforce-eager`, rung 3: what the last rung costs). 0.33 resolves Flash-Next to
+  FULL_AND_PIECEWISE breakable CUDA graphs with torch.compile off, the 27B models to
+  FULL_AND_PIECEWISE compiled graphs (tests/conformance/test_vllm_engine_config.py); its GDN
+  and QSA ops are graph-splitting ops, so under PIECEWISE they run outside the graphs.
+
+Per point: the doctor's figures and checks (duck.lab.operating.checks: decode against the
+field's 169 · n^0.6 scaled from 600 at 10, prefix-cache hit >= 0.9, tool-call failures, the
+boot, MTP's tokens per step where it drafts) and whether the boot's vllm.log shows a
+download or a kernel compile (duck.lab.offline.scan). `best` is the passing point of the
+default graphs with the most decode tokens per second in total; `graphs` decides the graphs
+by evidence: PIECEWISE replaces vLLM's default when, at the planned point, its play held
+(no errors, the server alive, every check passed) and either its decode is at least
+`GRAPHS_MARGIN` (5%) above the default's or the default's did not hold. `set` holds the
+config fields that make the result the default (`scheduler.slots`, `agent.context_tokens`,
+`model.serve.max_model_len`, `model.serve.mtp_tokens`, and `model.serve.cudagraph_mode`
+when PIECEWISE won): put them into the profile (duck.profiles).
+
+Time: four boots (~9-10 min each for Flash-Next, FIELD §4) and 8 points x `minutes` (1.5 by
+default): ~50 min; a point past `BUDGET_S` is recorded as skipped.
 """
 
 from __future__ import annotations
@@ -27,57 +40,113 @@ from typing import Any
 
 from duck.config import with_values
 from duck.game.gateway import free_port
-from duck.lab import operating as dr
+from duck.lab import offline, operating as dr
 
 POINTS = ((10, 131072), (12, 98304), (16, 71680))  # Franzen's 10 x 128K, between, Siriki's 16 x 70K
-MTP = (3, 0)
-BUDGET_S = 30 * 60
+BUDGET_S = 60 * 60
+GRAPHS_MARGIN = 0.05
+PLANNED = "planned"  # (a BOOTS entry's points: the plan's own slots x context)
+
+
+def boots(mtp: int) -> list[tuple[str, dict[str, Any], Any]]:
+    """(name, the ServeConfig fields it sets, its points) of each boot, in the order they run."""
+    out = [("default graphs, MTP as planned", {"mtp_tokens": mtp}, POINTS),
+           ("default graphs, MTP off", {"mtp_tokens": 0}, POINTS),
+           ("PIECEWISE graphs, MTP as planned", {"mtp_tokens": mtp, "cudagraph_mode": "PIECEWISE"}, PLANNED),
+           ("eager, MTP as planned", {"mtp_tokens": mtp, "enforce_eager": True}, PLANNED)]
+    return out if mtp else [out[0]] + out[2:]  # (a profile without MTP: the first two are one boot)
+
+
+def graphs_of(serve: dict[str, Any]) -> str:
+    return "eager" if serve.get("enforce_eager") else serve.get("cudagraph_mode") or "default"
+
+
+def _point(scfg: Any, server_url: str, boot_s: float, games: Path, only: list[str] | None, minutes: float,
+           out: Path, n: int, ctx: int, limits: dict[str, float], alive: Any) -> dict[str, Any]:
+    pcfg = with_values(scfg, {"scheduler.slots": n, "agent.context_tokens": ctx})
+    p = dr.play(pcfg, server_url, games, only, minutes * 60, out, n=n)
+    figures = {"boot_s": boot_s, **{k: p.get(k) for k in (
+        "decode_tokens_per_s", "decode_tokens_per_s_per_stream", "prefix_cache_hit_rate",
+        "tool_call_failure_rate", "empty_tool_calls", "mtp", "median_model_latency_s")},
+        "kv_cache_tokens": (p.get("metrics_after") or {}).get("kv_cache_tokens"),
+        "mtp_drafted": scfg.model.serve.mtp_tokens}
+    verdicts = dr.checks(figures, n, limits)
+    stable = bool(p.get("ok")) and not p.get("errors") and alive()
+    return {"figures": figures, "checks": verdicts, "errors": p.get("errors"), "stable": stable,
+            "ok": stable and all(c["ok"] for c in verdicts.values())}
 
 
 def sweep(cfg: Any, out: Path, games: Path, only: list[str] | None, minutes: float,
-          limits: dict[str, float] | None = None) -> dict[str, Any]:
+          limits: dict[str, float] | None = None, network: dict[str, Any] | None = None) -> dict[str, Any]:
     from duck.llm.serve import VLLMServer
     out.mkdir(parents=True, exist_ok=True)
     limits = {**dr.LIMITS, **(limits or {})}
     t0 = time.monotonic()
     most, longest = max(n for n, _ in POINTS), max(c for _, c in POINTS)
+    planned = (cfg.plan.slots, cfg.plan.context_tokens)
     rows: list[dict[str, Any]] = []
-    for mtp in MTP:
-        scfg = with_values(cfg, {"model.serve.mtp_tokens": mtp, "model.serve.max_num_seqs": most + 1,
-                                 "model.serve.max_model_len": longest, "scheduler.slots": most,
-                                 "agent.context_tokens": min(longest, cfg.agent.context_tokens)})
-        server = VLLMServer(scfg.model, port=free_port(), log_path=out / f"vllm-mtp{mtp}.log")
+    for k, (name, serve, points) in enumerate(boots(cfg.model.serve.mtp_tokens)):
+        points = [planned] if points == PLANNED else list(points)
+        scfg = with_values(cfg, {**{f"model.serve.{f}": v for f, v in serve.items()},
+                                 "model.serve.max_num_seqs": most + 1, "model.serve.max_model_len": longest,
+                                 "scheduler.slots": most, "agent.context_tokens": min(longest, cfg.agent.context_tokens)})
+        key = {"boot": name, "mtp_tokens": scfg.model.serve.mtp_tokens, "graphs": graphs_of(serve)}
+        if time.monotonic() - t0 > BUDGET_S:
+            rows += [key | {"slots": n, "context_tokens": c, "error": "skipped: past the sweep's budget"}
+                     for n, c in points]
+            continue
+        log = out / f"vllm-boot{k}.log"
+        log.unlink(missing_ok=True)
+        server = VLLMServer(scfg.model, port=free_port(), log_path=log)
         try:
             boot = round(server.start().wait_ready(), 1)
         except Exception as e:  # a boot that fails is a finding for every point of it
-            rows += [{"mtp_tokens": mtp, "slots": n, "context_tokens": c, "error": f"{type(e).__name__}: {e}"[:1000]}
-                     for n, c in POINTS]
-            server.stop()
-            continue
+            boot, error = None, f"{type(e).__name__}: {e}"[:1000]
         try:
-            for n, ctx in POINTS:
-                if time.monotonic() - t0 > BUDGET_S:
-                    rows.append({"mtp_tokens": mtp, "slots": n, "context_tokens": ctx, "error": "out of the 30 min"})
-                    continue
-                pcfg = with_values(scfg, {"scheduler.slots": n, "agent.context_tokens": ctx})
-                p = dr.play(pcfg, server.url, games, only, minutes * 60, out / f"mtp{mtp}-{n}x{ctx}", n=n)
-                figures = {"boot_s": boot, **{k: p.get(k) for k in (
-                    "decode_tokens_per_s", "decode_tokens_per_s_per_stream", "prefix_cache_hit_rate",
-                    "tool_call_failure_rate", "empty_tool_calls", "mtp", "median_model_latency_s")},
-                    "kv_cache_tokens": (p.get("metrics_after") or {}).get("kv_cache_tokens")}
-                verdicts = dr.checks(figures, n, limits)
-                rows.append({"mtp_tokens": mtp, "slots": n, "context_tokens": ctx, "figures": figures,
-                             "checks": verdicts, "ok": p.get("ok") and all(c["ok"] for c in verdicts.values())})
+            for n, ctx in points:
+                row = key | {"slots": n, "context_tokens": ctx}
+                if boot is None:
+                    rows.append(row | {"error": error})
+                elif time.monotonic() - t0 > BUDGET_S:
+                    rows.append(row | {"error": "skipped: past the sweep's budget"})
+                else:
+                    rows.append(row | _point(scfg, server.url, boot, games, only, minutes,
+                                             out / f"boot{k}-{n}x{ctx}", n, ctx, limits, server.alive))
         finally:
             server.stop()
-    passing = [r for r in rows if r.get("ok")]
-    best = max(passing, key=lambda r: r["figures"]["decode_tokens_per_s"] or 0, default=None)
-    doc = {"points": rows, "minutes_per_point": minutes, "wall_s": round(time.monotonic() - t0, 1),
-           "plan_kv_tokens": cfg.plan.kv_tokens, "profile": cfg.plan.profile,
+        scan = offline.scan(log.read_text(errors="replace")) if log.exists() else {"ok": True, "failing": []}
+        for row in rows:
+            if row["boot"] == name:
+                row["vllm_log"] = {"failing": scan["failing"], "lines": scan.get("lines", {})}
+                row["ok"] = bool(row.get("ok")) and scan["ok"]
+    return _decide(cfg, out, rows, minutes, time.monotonic() - t0, planned, network)
+
+
+def _decide(cfg: Any, out: Path, rows: list[dict[str, Any]], minutes: float, wall: float,
+            planned: tuple[int, int], network: dict[str, Any] | None) -> dict[str, Any]:
+    """`best`, `graphs` and `set` from the points (the module docstring's rules)."""
+    default = [r for r in rows if r["graphs"] == "default"]
+    best = max((r for r in default if r.get("ok")), key=lambda r: r["figures"]["decode_tokens_per_s"] or 0,
+               default=None)
+
+    def at_plan(graphs: str) -> dict[str, Any] | None:
+        mtp = cfg.model.serve.mtp_tokens
+        return next((r for r in rows if r["graphs"] == graphs and r["mtp_tokens"] == mtp
+                     and (r["slots"], r["context_tokens"]) == planned), None)
+    figures = {g: {"decode_tokens_per_s": (r.get("figures") or {}).get("decode_tokens_per_s"),
+                   "stable": r.get("stable", False), "ok": r.get("ok", False), "error": r.get("error")}
+               for g in ("default", "PIECEWISE", "eager") if (r := at_plan(g)) is not None}
+    d, pw = figures.get("default", {}), figures.get("PIECEWISE", {})
+    piecewise = bool(pw.get("ok")) and (not d.get("ok") or (pw["decode_tokens_per_s"] or 0) >=
+                                        (1 + GRAPHS_MARGIN) * (d.get("decode_tokens_per_s") or 0))
+    sets = [] if best is None else [f"scheduler.slots={best['slots']}", f"agent.context_tokens={best['context_tokens']}",
+                                    f"model.serve.max_model_len={best['context_tokens']}",
+                                    f"model.serve.mtp_tokens={best['mtp_tokens']}"]
+    doc = {"points": rows, "minutes_per_point": minutes, "wall_s": round(wall, 1),
+           "plan_kv_tokens": cfg.plan.kv_tokens, "profile": cfg.plan.profile, "network": network,
            "best": None if best is None else {k: best[k] for k in ("slots", "context_tokens", "mtp_tokens")},
-           "set": None if best is None else [f"scheduler.slots={best['slots']}",
-                                             f"agent.context_tokens={best['context_tokens']}",
-                                             f"model.serve.max_model_len={best['context_tokens']}",
-                                             f"model.serve.mtp_tokens={best['mtp_tokens']}"]}
+           "graphs": {"at": list(planned), "figures": figures, "choice": "PIECEWISE" if piecewise else "default",
+                      "margin": GRAPHS_MARGIN},
+           "set": sets + (["model.serve.cudagraph_mode=PIECEWISE"] if piecewise else [])}
     (out / "sweep.json").write_text(json.dumps(doc, indent=1, default=str))
     return doc

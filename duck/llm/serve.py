@@ -116,8 +116,7 @@ def pick_chat_template(serve: ServeConfig) -> tuple[str | None, str]:
 
 def command(serve: ServeConfig, model_name: str, port: int | None = None,
             chat_template: str | None = None) -> tuple[list[str], dict[str, str]]:
-    """The vLLM command line and the environment variables it needs (`chat_template`: the
-    `--chat-template` to pass, from pick_chat_template)."""
+    """The vLLM command line and the environment it needs (`chat_template`: pick_chat_template's)."""
     argv = [serve.executable, "serve", serve.model_path,
             "--served-model-name", model_name,
             "--host", serve.host, "--port", str(port or serve.port),

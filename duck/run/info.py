@@ -107,10 +107,49 @@ def read_info(out: str | Path) -> dict | None:
     return info
 
 
+# Fields a run.json written before issue 40 holds that the config no longer has, with the
+# value today's code plays as (a constant beside its reader, or the one path kept): a run that
+# had that value resumes; one that set another cannot be finished by this version.
+RETIRED = {
+    "model.serve.host_memory_gb": 176, "model.serve.max_pixels": 409600,
+    "model.serve.default_chat_template_kwargs": {"preserve_thinking": True}, "model.serve.flashinfer_sampler": False,
+    "model.serve.smoke_timeout_s": 120.0, "kernel.output_chars": 4096, "kernel.file_mb": 16, "kernel.open_files": 64,
+    "kernel.notes_dict_chars": 16000, "agent.trim_summary": False, "agent.exact_tokens": True,
+    "agent.keep_notes_on_game_over": True, "agent.carry_notes_across_levels": True, "agent.animation_summaries": True,
+    "agent.action_counts_in_prompt": True, "agent.seeded_sampling": True, "agent.image_scale": 10,
+    "agent.diff_image": True, "agent.death_images": True, "agent.animation_images": 4,
+    "agent.animation_image_scale": 4, "agent.hud_border": 4, "agent.compact_results": True, "agent.level_memory": True,
+    "agent.memory_tail": 20, "agent.notes_in_turn": False, "agent.notes_stop_at_blank_line": True,
+    "agent.note_section_chars": 900, "agent.nudge_after_calls": 6, "agent.max_calls_per_turn": 16}
+
+
+def _retire(doc: dict) -> dict:
+    """An old run.json's config in today's fields: the retired fields dropped where they hold
+    what today's code does (ValueError naming the first that does not), the two guard fields
+    as `agent.guards`, `explorer.options` as the typed explorer fields."""
+    agent, explorer = doc.get("agent") or {}, doc.get("explorer") or {}
+    if "guard_stop_on_no_effect" in agent or "guard_block_from_level" in agent:
+        on = (agent.pop("guard_stop_on_no_effect", True), agent.pop("guard_block_from_level", 2))
+        if on not in ((True, 2), (False, 0)):
+            raise ValueError(f"run.json's config has guards {on}, which this version cannot play")
+        agent.setdefault("guards", on[0])
+    explorer.update(explorer.pop("options", None) or {})
+    for dotted, now in RETIRED.items():
+        *path, key = dotted.split(".")
+        section = doc
+        for name in path:
+            section = section.get(name) or {}
+        if key in section and section.pop(key) != now:
+            raise ValueError(f"run.json's config sets {dotted}, which this version no longer has (it plays as "
+                             f"{json.dumps(now)}): finish the run with the version that started it")
+    return doc
+
+
 def config_of(info: dict) -> Config:
     """The run's config as it was resolved: the fields the plan filled in are planned again
-    from the same inputs (so they come out the same and stay marked derived)."""
-    doc = unset_dotted(json.loads(json.dumps(info["config"])), info.get("derived") or [])
+    from the same inputs (so they come out the same and stay marked derived); a run.json from
+    before issue 40 is read in today's fields (`_retire`)."""
+    doc = unset_dotted(_retire(json.loads(json.dumps(info["config"]))), info.get("derived") or [])
     try:
         return Config.model_validate(doc)
     except ValidationError as e:

@@ -12,8 +12,8 @@ between two actions, so model code cannot catch, skip or undo them.
 * No action after GAME_OVER, a level change or a win in the same call: the host's own rule
   (duck.sandbox.actions, `previous_<reason>`), always.
 
-Each guard that fires puts one line in the action result (`guard`), which the tool message and
-the next turn show (duck.agent.turn). The agent installs the guards on its kernel
+Each guard that fires puts one line in the action result (`guard`), which the call's tool
+message shows (duck.sandbox.render), right above the next turn. The agent installs the guards on its kernel
 (`install`, from `agent.guards`); a kernel without them (the replays of the Duck's recorded
 code) plays every action it is asked to, as the Duck's harness did.
 """

@@ -213,7 +213,7 @@ class Kernel(WorkerProcess):
             if self.state.behind:
                 self._sync()
             self.send({"op": "run", "code": code, "call": self.calls, "head": call.head, "tail": call.tail,
-                       "timeout": timeout})
+                       "timeout": timeout, "valid": self.state.valid})
             while True:
                 limit = call.limit()
                 got = self.recv(min(limit, time.monotonic() + QUOTA_CHECK_S) if self.counted() else limit)

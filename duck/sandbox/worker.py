@@ -256,6 +256,7 @@ class Worker:
     # --- running a snippet -----------------------------------------------------------
     def run(self, msg: dict[str, Any]) -> None:
         self.call = int(msg.get("call", self.call + 1))
+        self.valid = list(msg.get("valid", self.valid))  # (a refused action's [] lasts only to its call's end)
         self.ended = self.pending = False
         self.results = []
         self.publish(self.ns)

@@ -27,7 +27,7 @@ sys.path[:0] = [str(REPO), str(REPO / "tests" / "conformance")]
 
 from duck.agent.turn import python_tool  # noqa: E402
 from duck.config import ModelConfig  # noqa: E402
-from duck.lab import vllm_metrics  # noqa: E402
+from duck.llm import metrics as vllm_metrics  # noqa: E402
 from duck.llm.client import ModelClient, empty_call  # noqa: E402
 
 MSGS = [{"role": "system", "content": "You play a game."}, {"role": "user", "content": "Look at the board."}]

@@ -14,7 +14,10 @@ The config has the serving profile's shape (`shape`):
   `vllm.models.qwen4_exp`): 48 layers, every 4th attending, 2 KV heads x 256, DeltaNet
   16 x 48 heads x 128, hyper-connections, PLE layers and an MTP layer; tiny widths;
 * "qwen3.6": `Qwen3_5ForConditionalGeneration` (Qwen3.6/3.8-27B), the architecture vLLM 0.19
-  also knows (for measuring that version's parsers).
+  also knows (for measuring that version's parsers): 4 tiny layers;
+* "27b": the same architecture with the 27B profiles' layer pattern (64 layers, every 4th
+  attending, 4 KV heads x 256, DeltaNet 16 x 48 heads x 128, an MTP layer), for vLLM's
+  engine config (tests/conformance/vllm_engine_config.py).
 Both with the vision token ids of this tokenizer and the Qwen3-VL image processor's config
 (patch 16, merge 2 and Qwen3.x's pixel bounds); and, optionally, a chat template. No
 weights: vLLM's render path never loads them.
@@ -64,6 +67,17 @@ def _text_config(shape: str, vocab: int, eos: int) -> dict:
         return {"vocab_size": vocab, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 4,
                 "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 32,
                 "max_position_embeddings": 262144, "eos_token_id": eos}
+    if shape == "27b":  # the 27B profiles' pattern (duck.profiles.QWEN_27B): 64 layers, every 4th attending
+        layers = 64
+        return {"model_type": "qwen3_5_text", "vocab_size": vocab, "hidden_size": 64, "intermediate_size": 128,
+                "num_hidden_layers": layers,
+                "layer_types": ["full_attention" if (i + 1) % 4 == 0 else "linear_attention" for i in range(layers)],
+                "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
+                "linear_num_key_heads": 16, "linear_num_value_heads": 48, "linear_key_head_dim": 128,
+                "linear_value_head_dim": 128, "linear_conv_kernel_dim": 4, "mtp_num_hidden_layers": 1,
+                "max_position_embeddings": 262144, "eos_token_id": eos,
+                "rope_parameters": {"rope_type": "default", "rope_theta": 10000000, "partial_rotary_factor": 0.25,
+                                    "mrope_section": [11, 11, 10], "mrope_interleaved": True}}
     # Flash-Next's layer pattern and attention shapes (duck.profiles.FLASH_NEXT); tiny widths.
     layers = 48
     return {"model_type": "qwen4_exp_text", "vocab_size": vocab, "hidden_size": 64, "num_hidden_layers": layers,
@@ -101,7 +115,7 @@ def write_model_dir(path: Path, chat_template: str | None = None, corpus: list[s
         (path / "chat_template.jinja").write_text(chat_template)
     (path / "tokenizer_config.json").write_text(json.dumps(cfg, indent=1))
     vocab = tok.get_vocab_size()
-    arch, model_type = (("Qwen3_5ForConditionalGeneration", "qwen3_5") if shape == "qwen3.6"
+    arch, model_type = (("Qwen3_5ForConditionalGeneration", "qwen3_5") if shape in ("qwen3.6", "27b")
                         else ("Qwen4ExpForConditionalGeneration", "qwen4_exp"))
     (path / "config.json").write_text(json.dumps({
         "architectures": [arch], "model_type": model_type,

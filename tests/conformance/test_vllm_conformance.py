@@ -18,10 +18,16 @@ scripts/vllm-venv.sh 0.19.0`) the same snippets go through 0.19's parser too, wh
 interval 16 loses calls as `{}` (vllm#31501): the check that fails there is the one that
 passes at the configured interval. Skipped, with the reason, when a venv is absent; never
 part of CI.
+
+Issue 35's cases (at the end): what 0.33 sends when a request fails inside the engine (an
+error chunk) and what a client reads when the connection breaks mid-reply, the prefix
+cache's hits as `cached_tokens`, `/tokenize` against `usage`, the image limit.
+test_vllm_engine_config.py resolves 0.33's own engine config for every profile and rung.
 """
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import socket
@@ -208,7 +214,10 @@ def test_duck_serve_flags_parse_with_the_pinned_vllm(tmp_path, profile):
     assert got["limit_mm_per_prompt"] == {"image": s.images_per_prompt, "video": 0}
     assert got["mm_processor_kwargs"] == {"max_pixels": MAX_PIXELS}
     assert got["default_chat_template_kwargs"] == {"preserve_thinking": True}
-    assert got["cudagraph_mode"].endswith("PIECEWISE") and got["chat_template"] == str(tmp_path / "t.jinja")
+    # vLLM's own CUDA-graph default (nothing passed); PIECEWISE is rung 2 of the restart ladder
+    # (test_vllm_engine_config.py resolves every rung).
+    assert "--compilation-config" not in argv and got["cudagraph_mode"] == "None"
+    assert got["chat_template"] == str(tmp_path / "t.jinja")
     assert got["kv_cache_dtype"] == ("fp8" if s.kv_cache_dtype == "fp8" else "auto")
     assert got["speculative_config"] == ({"method": "mtp", "num_speculative_tokens": 3} if s.mtp_tokens else None)
     assert got["engram_config"] == ({"cpu_offload": True} if s.engram_offload else None)
@@ -528,3 +537,152 @@ def test_the_agent_plays_on_through_malformed_calls(standin, tmp_path):
     assert len(prompts) == 6 and all(b.startswith(a) for a, b in zip(prompts, prompts[1:]))
     last = prompts[-1]
     assert "output limit inside its tool call" in last
+
+
+# -- What a failing server sends, what the cache reports, what /tokenize counts (issue 35) ------
+
+RUNTIME_HALF = pytest.mark.xfail(strict=True, reason="the client's side of issue 35 (a failure mid-reply is "
+                                 "cut = 'error', not kept) is its runtime half, branch i35a: remove this mark "
+                                 "once that is merged")
+
+
+def _sse(standin, messages: list[dict]) -> tuple[list[dict | str], str]:
+    """One streamed chat at the HTTP level: its `data:` payloads (JSON, or the text `[DONE]`)
+    and how the body ended ("complete", or "IncompleteRead": a chunked body without its end;
+    read whole, since iterating a urllib response's lines takes such a body for a complete one)."""
+    body = {"model": NAME, "messages": messages, "stream": True, "max_tokens": 400}
+    req = urllib.request.Request(standin.url + "/v1/chat/completions", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            raw, ended = r.read(), "complete"
+    except http.client.IncompleteRead as e:
+        raw, ended = e.partial, "IncompleteRead"
+    events: list[dict | str] = []
+    for line in raw.decode().splitlines():
+        if line.startswith("data: "):
+            events.append(line[6:] if line[6:] == "[DONE]" else json.loads(line[6:]))
+    return events, ended
+
+
+def _finishes(events: list) -> list:
+    return [c.get("finish_reason") for e in events if isinstance(e, dict) for c in e.get("choices") or []]
+
+
+LONG = out("The board shows a wall on the left and a door at the top; I will look closer first.",
+           "Plan: look", "print(current_frame.shape)")
+
+
+def test_an_engine_error_mid_reply_is_an_error_chunk(standin):
+    """0.33 on a request that fails inside the engine after some tokens went out: the deltas,
+    then one `{"error": ...}` event (500, InternalServerError) and `[DONE]`; no finish reason."""
+    standin.script({"text": LONG, "error_after": 4})
+    events, ended = _sse(standin, MSGS)
+    errors = [e["error"] for e in events if isinstance(e, dict) and "error" in e]
+    print("vLLM", PIN, "on an engine error after 4 deltas:", ended, events[-3:])
+    assert ended == "complete" and events[-1] == "[DONE]"
+    assert len(errors) == 1 and errors[0]["code"] == 500 and errors[0]["type"] == "InternalServerError"
+    assert not any(_finishes(events)) and sum(1 for e in events if isinstance(e, dict) and e.get("choices")) >= 4
+
+
+def test_a_dropped_connection_mid_reply_ends_without_a_finish(standin):
+    """The stand-in breaks the connection after 4 deltas: the client reads a chunked body
+    without its end, no error event, no finish reason, no `[DONE]`."""
+    standin.script({"text": LONG, "drop_after": 4})
+    events, ended = _sse(standin, MSGS)
+    print("vLLM", PIN, "on a dropped connection after 4 deltas:", ended, len(events), "events")
+    assert ended == "IncompleteRead" and "[DONE]" not in events and not any(_finishes(events))
+    assert not any(isinstance(e, dict) and "error" in e for e in events) and len(events) >= 4
+    standin.script(out("ok", "fine"))  # the server itself is still up
+    assert standin.client().chat(MSGS, python_tool()).content.strip() == "fine"
+
+
+def _client_outcome(standin, item: dict) -> str:
+    standin.script(item)
+    try:
+        r = standin.client().chat(MSGS, python_tool(), seed=21)
+    except ModelError as e:
+        return f"ModelError: {e}"[:200]
+    return f"cut={r.cut} content={r.content!r} calls={len(r.tool_calls)}"
+
+
+@RUNTIME_HALF
+@pytest.mark.parametrize("fault", ["error_after", "drop_after"])
+def test_the_client_never_keeps_a_reply_that_failed_mid_stream(standin, fault):
+    """Issue 35: an error chunk or a dropped connection after the first tokens is a failure
+    (cut "error", the partial reply not kept, or the request's ModelError), never a reply cut
+    at "the time limit" (the cut that tells the model to think less)."""
+    got = _client_outcome(standin, {"text": LONG, fault: 4})
+    print("our client on", fault, ":", got)
+    assert got.startswith("ModelError") or got.startswith("cut=error content='' calls=0"), got
+
+
+def test_cached_tokens_reach_the_client(standin):
+    """The engine's prefix-cache hit (num_cached_tokens) comes back through 0.33's serving layer
+    as usage.prompt_tokens_details.cached_tokens, which the client records; a turn that
+    extends the last one finds at least the last prompt's whole blocks cached."""
+    c = standin.client(preserve_thinking=True)
+    standin.script(out("Look first.", "World model: a board", "print(current_frame.shape)"), out("Go.", "Plan: go"))
+    first = [MSGS[0], {"role": "user", "content": f"A prompt no other test sent: {time.time()}."}]
+    r1 = c.chat(first, python_tool(), seed=22)
+    second = first + [r1.message(), {"role": "tool", "tool_call_id": r1.tool_calls[0].id, "content": "(64, 64)"},
+                      {"role": "user", "content": "Next turn."}]
+    r2 = c.chat(second, python_tool(), seed=23)
+    log = standin.log()
+    print("vLLM", PIN, "cached tokens:", [(q["prompt_tokens"], q["cached_tokens"]) for q in log],
+          "client:", r1.cached_tokens, r2.cached_tokens)
+    assert (r1.cached_tokens, r2.cached_tokens) == (log[0]["cached_tokens"], log[1]["cached_tokens"])
+    assert r1.cached_tokens < r1.prompt_tokens and r2.cached_tokens >= r1.prompt_tokens // 16 * 16 > 0
+    assert r2.cached_tokens % 16 == 0 and r2.cached_tokens < r2.prompt_tokens
+
+
+def _board(seed: int, scale: int = 4) -> dict:
+    import numpy as np
+    return image_part(grid_png(np.random.default_rng(seed).integers(0, 16, (64, 64)), scale))
+
+
+def test_tokenize_with_tools_kwargs_and_images_sums_to_usage(standin):
+    """`/tokenize` (what the context's trim counts with: duck.llm.tokens) through 0.33's own
+    renderer, with the tools, the chat-template kwargs (a reasoning effort, preserve_thinking)
+    and board images: the whole conversation counts exactly what the chat's usage says, and
+    the per-message counts plus the template's overhead come within a few tokens of it."""
+    c = standin.client(reasoning_effort="medium", preserve_thinking=True)
+    tools = python_tool()
+    msgs = [MSGS[0], {"role": "user", "content": [{"type": "text", "text": "Turn 1."}, _board(1)]},
+            {"role": "assistant", "content": "Plan: look", "reasoning": "Look at it first.",
+             "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "python",
+                                                                          "arguments": '{"code": "print(1)"}'}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "1"},
+            {"role": "user", "content": [{"type": "text", "text": "Turn 2."}, _board(2, 10)]}]
+    whole = c.tokenize(msgs, tools, generation=True)
+    standin.script(out("ok", "seen"))
+    r = c.chat(msgs, tools, seed=24)
+    counter = c.counter(tools)
+    parts = [counter.count(m) for m in msgs]
+    summed = sum(n for n, _ in parts) + counter.overhead()
+    print("vLLM", PIN, "/tokenize:", whole, "usage:", r.prompt_tokens, "per message:", [n for n, _ in parts],
+          "+ overhead =", summed)
+    assert whole == r.prompt_tokens == standin.log()[-1]["prompt_tokens"]
+    assert all(exact for _, exact in parts) and abs(summed - r.prompt_tokens) <= 2 * len(msgs)
+
+
+def _history(images: int) -> list[dict]:
+    msgs = [MSGS[0]]
+    for i in range(images):
+        msgs += [{"role": "user", "content": [{"type": "text", "text": f"Turn {i}."}, _board(i % 7, 1)]},
+                 {"role": "assistant", "content": "ok"}]
+    return msgs + [{"role": "user", "content": "Go on."}]
+
+
+def test_a_history_over_the_image_limit_is_refused(standin):
+    """`--limit-mm-per-prompt '{"image": 400}'` (ServeConfig.images_per_prompt): 0.33 answers a
+    history of 401 images with HTTP 400 naming the limit, and takes one of 400."""
+    limit = CFG.model.serve.images_per_prompt
+    standin.script(out("never", "reached"))
+    with pytest.raises(ModelError) as e:
+        standin.client().chat(_history(limit + 1), python_tool())
+    print("vLLM", PIN, f"on {limit + 1} images:", e.value.status, str(e.value)[:300])
+    assert e.value.status == 400 and str(limit) in str(e.value) and not isinstance(e.value, ContextOverflow)
+    standin.script(out("ok", "seen"))
+    r = standin.client(timeout_s=600).chat(_history(limit), python_tool())
+    assert r.content.strip() == "seen" and standin.log()[-1]["prompt"].count(IMAGE_PAD) == 64 * limit

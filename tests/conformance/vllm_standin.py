@@ -29,8 +29,16 @@ next outputs (each output is what the model writes after `<think>\\n`, tags incl
 optionally `"stream_interval"` / `"mtp_tokens"` to emulate another setting of those two flags
 for the queued outputs (a measurement across intervals without restarting the server);
 `GET /log` returns, per request since the last /script, the prompt vLLM rendered (decoded
-from its token ids, special tokens kept), its token count, max_tokens, the output sent and
-the number of deltas it went out in.
+from its token ids, special tokens kept), its token count, max_tokens, the output sent, the
+number of deltas it went out in and the cached tokens reported.
+
+A scripted output may also be `{"text": ..., "error_after": N}`: after N deltas the engine
+hands out what it does when a request fails inside it (an output with finish reason
+`error`; 0.33's serving layer sends that as an error chunk), or `{"text": ..., "drop_after":
+N}`: after N deltas the connection breaks (`Dropper`). Every request reports the prefix
+cache's hit as a real engine would (`num_cached_tokens`: the longest prefix shared with an
+earlier prompt, in whole 16-token blocks), which 0.33 returns as
+`usage.prompt_tokens_details.cached_tokens` under `--enable-prompt-tokens-details`.
 
 Runs on vLLM 0.33 (the pin) and 0.19 (the old pin, `--shape qwen3.6`: 0.19 has no Qwen4Exp),
 so that their parsers can be measured on the same outputs.
@@ -51,6 +59,30 @@ from fastapi import Request  # (module level: FastAPI resolves the routes' annot
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+BLOCK = 16  # the KV block size 0.33 resolves for the profiles' models (the prefix cache's unit)
+DROP: set[str] = set()  # requests whose connection the stand-in breaks (a stream dropped mid-reply)
+
+
+class Dropper:
+    """ASGI wrapper: once the engine has marked a request (DROP), the next body message the
+    server sends is not sent and the connection is closed: what a client sees when the server
+    dies or the network breaks mid-reply (a chunked body without its end, no finish reason, no
+    `[DONE]`). The requests of a test are sequential: the mark is the server's, not a request's."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+
+        async def guarded(message: dict) -> None:
+            if message["type"] == "http.response.body" and DROP:
+                DROP.clear()
+                # (not an OSError: Starlette takes that for the client's disconnect and ends the body cleanly)
+                raise RuntimeError("stand-in: the connection dropped mid-reply")
+            await send(message)
+        await self.app(scope, receive, guarded)
 
 
 class ScriptedEngine:
@@ -74,6 +106,7 @@ class ScriptedEngine:
         self.log: list[dict[str, Any]] = []
         self.stream_interval, self.mtp_tokens = stream_interval, mtp_tokens
         self.override: dict[str, int] = {}  # /script's stream_interval / mtp_tokens
+        self.seen: list[list[int]] = []  # every prompt's token ids (the prefix cache's emulation)
 
     # -- what the serving layer calls ---------------------------------------------------
     async def generate(self, prompt: Any, sampling_params: Any, request_id: str, **_: Any):
@@ -81,7 +114,8 @@ class ScriptedEngine:
         from vllm.sampling_params import RequestOutputKind
 
         ids = list(prompt.get("prompt_token_ids") or []) if isinstance(prompt, dict) else []
-        text = self.outputs.pop(0) if self.outputs else "(the script is used up)"
+        item = self.outputs.pop(0) if self.outputs else "(the script is used up)"
+        text, fault = (item, {}) if isinstance(item, str) else (item["text"], item)
         out_ids = self.tok.encode(text, add_special_tokens=False)
         cap = sampling_params.max_tokens
         finish = "length" if cap is not None and len(out_ids) > cap else "stop"
@@ -91,17 +125,41 @@ class ScriptedEngine:
         mtp = self.override.get("mtp_tokens", self.mtp_tokens)
         steps = (_deltas(self.tok, out_ids, interval, mtp, seed=len(self.log) * 7919 + len(ids)) if delta
                  else [(out_ids, self.tok.decode(out_ids))])
+        cached = self.prefix_cache(ids)
+        after = fault.get("error_after", fault.get("drop_after"))
+        if after is not None:  # the fault comes after this many deltas have gone out
+            steps, finish = steps[:max(1, int(after))], "error" if "error_after" in fault else None
         self.log.append({"request_id": request_id, "prompt": self.tok.decode(ids, skip_special_tokens=False),
                          "prompt_tokens": len(ids), "max_tokens": cap, "output": text,
                          "output_tokens": len(out_ids), "finish": finish, "deltas": len(steps),
-                         "stream_interval": interval, "mtp_tokens": mtp})
+                         "stream_interval": interval, "mtp_tokens": mtp, "cached_tokens": cached,
+                         "fault": {k: v for k, v in fault.items() if k != "text"}})
+
+        def output(tids: list[int], piece: str, reason: str | None) -> Any:
+            return RequestOutput(request_id=request_id, prompt=None, prompt_token_ids=ids, prompt_logprobs=None,
+                                 outputs=[CompletionOutput(index=0, text=piece, token_ids=tids, cumulative_logprob=None,
+                                                           logprobs=None, finish_reason=reason)],
+                                 finished=reason is not None, num_cached_tokens=cached)
         for k, (tids, piece) in enumerate(steps):
-            last = k == len(steps) - 1
             await asyncio.sleep(0)
-            yield RequestOutput(request_id=request_id, prompt=None, prompt_token_ids=ids, prompt_logprobs=None,
-                                outputs=[CompletionOutput(index=0, text=piece, token_ids=tids, cumulative_logprob=None,
-                                                          logprobs=None, finish_reason=finish if last else None)],
-                                finished=last, num_cached_tokens=0)
+            yield output(tids, piece, finish if k == len(steps) - 1 and after is None else None)
+        if "error_after" in fault:  # what the engine hands out when a request fails inside it
+            yield output([], "", "error")
+        elif "drop_after" in fault:  # the next thing the server sends breaks the connection (Dropper)
+            DROP.add(request_id)
+            raise RuntimeError("stand-in: the connection drops here")
+
+    def prefix_cache(self, ids: list[int]) -> int:
+        """What vLLM's prefix cache would hold of `ids`: the longest prefix shared with an earlier
+        prompt, in whole blocks (16 tokens, the block size 0.33 resolves for these models;
+        tests/conformance/vllm_engine_config.py), never the whole prompt (its last token is
+        always computed)."""
+        best = 0
+        for old in self.seen:
+            n = next((i for i, (a, b) in enumerate(zip(old, ids)) if a != b), min(len(old), len(ids)))
+            best = max(best, n)
+        self.seen.append(ids)
+        return min(best, max(0, len(ids) - 1)) // BLOCK * BLOCK
 
     def check_admission(self, n: int = 1, request_id: str | None = None) -> None:
         pass  # (0.33: an engine without admission control accepts everything)
@@ -230,7 +288,7 @@ async def _serve(args: argparse.Namespace, model_dir: Path) -> None:
     async def log() -> dict[str, Any]:
         return {"requests": engine.log, "left": len(engine.outputs)}
 
-    config = uvicorn.Config(app, host=args.host or "127.0.0.1", port=args.port, log_level="warning")
+    config = uvicorn.Config(Dropper(app), host=args.host or "127.0.0.1", port=args.port, log_level="warning")
     server = uvicorn.Server(config)
     print(json.dumps({"ready": True, "port": args.port, "model_dir": str(model_dir),
                       "started": time.time()}), flush=True)
