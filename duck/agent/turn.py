@@ -114,7 +114,7 @@ def tool_calls(reply: Any) -> list[tuple[str, str]]:
             raise Correction("wrong_tool", c.name)
         try:
             args = json.loads(c.arguments or "{}")
-        except ValueError as e:
+        except (ValueError, RecursionError) as e:  # ('[' * 10**6: model text, issue 37)
             raise Correction("bad_arguments", f"invalid JSON: {e}") from e
         if not isinstance(args, dict):
             raise Correction("bad_arguments", "the arguments are not an object")
@@ -128,6 +128,7 @@ def tool_calls(reply: Any) -> list[tuple[str, str]]:
     return out
 
 
+CUT_CHECK_CHARS = 200_000
 _UNTERMINATED = re.compile(r"unterminated (?:triple-quoted )?(?:f-)?string literal \(detected at line (\d+)\)")
 
 
@@ -135,7 +136,11 @@ def cut_in_string(code: str) -> bool:
     """Whether `code` ends inside a string literal that its last line leaves open: what vLLM's
     qwen3_coder parser leaves of code holding the literal `</parameter>` (it ends the value
     there: `s = '</parameter>'` arrives as `s = '`, tests/conformance). Such a call is not run
-    (it would be a SyntaxError the model cannot explain); the model is told why instead."""
+    (it would be a SyntaxError the model cannot explain); the model is told why instead. Code
+    longer than CUT_CHECK_CHARS (past any reply the output cap allows) is not compiled here: the
+    worker reports its SyntaxError (compiling 1 MB takes the host ~1 s, issue 37)."""
+    if len(code) > CUT_CHECK_CHARS:
+        return False
     try:
         compile(code, "<call>", "exec", dont_inherit=True)
     except SyntaxError as e:

@@ -111,16 +111,24 @@ class ModelNames:
 
     def click_text(self, name: Any) -> tuple[int, int] | None:
         """(row, col) of a click written as text (`MOUSE(row=20, col=20)`, `CLICK(col=3, row=4)`,
-        any case and spacing), or None."""
-        if not isinstance(name, str):
+        any case and spacing), or None; a name longer than MAX_NAME is none (model text: every
+        step here is linear, issue 37)."""
+        if not isinstance(name, str) or len(name) > MAX_NAME:
             return None
         m = _CLICK_TEXT.fullmatch(name.strip())
         if m is None:
             return None
-        args = dict(_CLICK_ARG.findall(m.group(1).lower()))
-        if set(args) != {"row", "col"}:
-            return None
-        return int(args["row"]), int(args["col"])
+        parts = m.group(1).split(",")
+        if len(parts) == 3 and not parts[2].strip():  # MOUSE(row=1, col=2,)
+            parts.pop()
+        args = {}
+        for part in parts:
+            key, eq, value = part.partition("=")
+            key, value = key.strip().lower(), value.strip()
+            if not eq or key not in ("row", "col") or key in args or not _INT.fullmatch(value):
+                return None
+            args[key] = int(value)
+        return (args["row"], args["col"]) if len(args) == 2 else None
 
     def item(self, action: Action) -> str | dict[str, Any]:
         """What model code passes to `action()` to play `action`."""
@@ -129,10 +137,12 @@ class ModelNames:
         return "RESET" if action.id == RESET_ID else self.listed[action.id]
 
 
-# A click as text: MOUSE/CLICK/ACTION6 with keyword arguments row and col, in either order.
-_CLICK_TEXT = re.compile(r"(?:MOUSE|CLICK|ACTION6)\s*\(\s*((?:row|col)\s*=\s*-?\d+\s*,\s*(?:row|col)\s*=\s*-?\d+)"
-                         r"\s*,?\s*\)", re.IGNORECASE)
-_CLICK_ARG = re.compile(r"(row|col)\s*=\s*(-?\d+)")
+MAX_NAME = 64  # characters of an action name model code may send (the longest real one: 21)
+# A click as text: MOUSE/CLICK/ACTION6 with keyword arguments row and col, in either order, an
+# optional trailing comma. Parsed in two linear steps (no adjacent quantifiers that can trade
+# characters: `\s*` beside `\s*` backtracked quadratically over a name of blanks, issue 37).
+_CLICK_TEXT = re.compile(r"(?:MOUSE|CLICK|ACTION6)\s*\(([^()]*)\)", re.IGNORECASE)
+_INT = re.compile(r"-?\d+")
 
 _SIMPLE = {1: "UP", 2: "DOWN", 3: "LEFT", 4: "RIGHT", 5: "SPACE", CLICK_ID: "MOUSE"}
 # The Duck's names (ACTION1-7, RESET, MOUSE and the key names), UNDO for ACTION7 and CLICK for MOUSE.

@@ -134,7 +134,7 @@ def json_object(text: str | None) -> bool:
     accepts back in the history (vLLM 0.19 answers 400 to anything else)."""
     try:
         return isinstance(json.loads(text or ""), dict)
-    except ValueError:
+    except (ValueError, RecursionError):  # (model text: '[' * 10**6 is a RecursionError, issue 37)
         return False
 
 
@@ -143,6 +143,6 @@ def empty_call(arguments: str | None) -> bool:
     non-blank string in it (`{}`, `{"code": ""}`)."""
     try:
         doc = json.loads(arguments or "{}")
-    except ValueError:
+    except (ValueError, RecursionError):
         return False  # unreadable is not empty (the client drops it as `invalid`)
     return isinstance(doc, dict) and not any(isinstance(v, str) and v.strip() for v in doc.values())

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from duck.game.actions import CLICK_ID, MODEL_NAMES, RESET, RESET_ID, Action, display
+from duck.game.actions import CLICK_ID, MAX_NAME, MODEL_NAMES, RESET, RESET_ID, Action, display
 from duck.game.change import Step
 from duck.game.source import GameError, Observation
 from duck.play.session import PlayStopped, Session
@@ -57,7 +57,7 @@ def parse(items: list[dict[str, Any]]) -> tuple[list[Action], str | None]:
             continue
         aid = MODEL_NAMES.id(raw)
         if aid is None:
-            return [], f"Unknown action at index {i}: {raw!r}"
+            return [], f"Unknown action at index {i}: {_shown(raw)}"
         if aid == CLICK_ID:
             try:
                 out.append(Action.at(item["row"], item["col"]))
@@ -66,6 +66,12 @@ def parse(items: list[dict[str, Any]]) -> tuple[list[Action], str | None]:
         else:
             out.append(Action(aid))
     return out, None
+
+
+def _shown(raw: Any) -> str:
+    """repr() of a name model code sent, cut to MAX_NAME characters (an error reply stays small)."""
+    text = str(raw)
+    return repr(raw) if len(text) <= MAX_NAME else repr(text[:MAX_NAME]) + "..."
 
 
 def terminal_reason(result: dict[str, Any]) -> str | None:

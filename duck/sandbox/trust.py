@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from duck.game.actions import MAX_NAME
 from duck.sandbox.wire import WireError
 
 MAX_DEPTH = 12
@@ -111,7 +112,10 @@ def check(msg: dict[str, Any], allowed: tuple[str, ...]) -> dict[str, Any]:
             if not isinstance(it, dict) or not isinstance(it.get("action"), str) or len(it) > 3 \
                     or any(k not in ("action", "row", "col") for k in it):
                 raise Misbehaved("malformed action request")
+            if len(it["action"]) > MAX_NAME:  # the worker refuses longer names itself (views._name)
+                raise Misbehaved(f"action name of {len(it['action'])} characters")
             for k in ("row", "col"):
-                if k in it and not (it[k] is None or isinstance(it[k], (int, float, str))):
+                if k in it and not (it[k] is None or isinstance(it[k], (int, float, str))) \
+                        or isinstance(it.get(k), str) and len(it[k]) > MAX_NAME:
                     raise Misbehaved("malformed action request")
     return msg

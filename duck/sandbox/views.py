@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from duck.game.actions import MAX_NAME
 from duck.game.frames import Frame
 
 
@@ -43,6 +44,15 @@ class TransitionView:
     __repr__ = __str__
 
 
+def _name(text: str, i: int) -> str:
+    """An action name (or a row/col written as text) no longer than the host accepts
+    (MAX_NAME: the host refuses a longer one as a protocol violation, issue 37)."""
+    if len(text) > MAX_NAME:
+        raise ValueError(f"Unknown action at index {i}: a name of {len(text)} characters "
+                         f"(action names are at most {MAX_NAME}).")
+    return text
+
+
 def normalize_actions(actions: Any) -> list[dict[str, Any]]:
     """`action()`'s argument as a list of {"action", "row", "col"} items: the Duck's
     client-side checks, with its exact messages."""
@@ -58,12 +68,12 @@ def normalize_actions(actions: Any) -> list[dict[str, Any]]:
     out = []
     for i, item in enumerate(items, start=1):
         if isinstance(item, str):
-            name = item.strip()
+            name = _name(item.strip(), i)
             if not name:
                 raise ValueError(f"Action {i} is empty.")
             out.append({"action": name})
         elif isinstance(item, dict):
-            name = str(item.get("action", "")).strip()
+            name = _name(str(item.get("action", "")).strip(), i)
             if not name:
                 raise ValueError(f"Action {i} is missing an `action` field.")
             if name.upper() == "MOUSE" and ("x" in item or "y" in item):
@@ -72,7 +82,8 @@ def normalize_actions(actions: Any) -> list[dict[str, Any]]:
             for key in ("row", "col"):
                 if key in item:
                     v = item[key]
-                    entry[key] = v if isinstance(v, (int, float, str)) or v is None else str(v)
+                    v = v if isinstance(v, (int, float, str)) or v is None else str(v)
+                    entry[key] = _name(v, i) if isinstance(v, str) else v
             out.append(entry)
         else:
             raise TypeError(f"Action {i} must be a string or a dict.")
