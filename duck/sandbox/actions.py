@@ -25,6 +25,7 @@ calls in a subclass of its own (duck.lab.replay_caps).
 from __future__ import annotations
 
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +37,7 @@ from duck.game.source import GameError, Observation
 from duck.play.session import PlayStopped, Session
 from duck.sandbox.batch_guards import Guards
 
+RESULTS = 200  # action results a call's tool message is rendered from, at most
 TERMINAL_ERROR = "No action was executed because the current game state is terminal or stopping."
 STOP_DETAIL = {
     "run_complete": "No further actions were executed because the run is already complete.",
@@ -89,6 +91,9 @@ class CallActions:
     terminal: dict[str, Any] | None = None
     steps: list[Step] = field(default_factory=list)  # every executed action with its frames
     ineffective: str | None = None  # the first action that changed nothing away from the HUD border
+    # The results the host answered with (the last RESULTS of them): the tool message's action
+    # and guard lines come from here, never from what the worker sends back (issue 37).
+    results: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=RESULTS))
 
 
 class ActionHost:

@@ -43,13 +43,12 @@ from duck.config import KernelConfig
 from duck.game.actions import Action, display
 from duck.game.source import Observation
 from duck.play.session import Session
-from duck.sandbox import handoff, render, trust, wire
+from duck.sandbox import freeze, handoff, render, trust, wire
 from duck.sandbox.actions import ActionHost, CallActions
 from duck.sandbox.lifecycle import WorkerProcess
 from duck.sandbox.state import GameState
 
 QUOTA_CHECK_S = 0.5  # how often the temp dir's size is checked while a call runs (no tmpfs)
-RESULTS_CHARS = 200_000  # a call's action results as the worker returns them (~1 KB each, 200 at most)
 # The kernel's `notes` dict, as JSON, is kept up to this size: room for the notes and a
 # simulator's source kept by the world-model tools (duck.sandbox.tools.keep: up to 6,000).
 NOTES_CHARS = 16_000
@@ -139,6 +138,7 @@ class Kernel(WorkerProcess):
         self.host = ActionHost(session)
         self.state = GameState(self.host.names())
         self.calls = 0
+        self.frozen = freeze.Frozen()  # the worker between calls (duck.sandbox.freeze)
         self.append("", session.obs)
 
     @property
@@ -170,11 +170,11 @@ class Kernel(WorkerProcess):
 
     def _sync(self, reset: bool = False) -> None:
         msg, blob = self.state.delta()
-        self.send(msg | {"op": "sync", "reset": reset, "notes": self.state.notes}, blob)
+        self.send(msg | {"op": "sync", "reset": reset, "notes": self.state.notes, "call": self.calls}, blob)
         got = self.recv(time.monotonic() + 30)
         if got is None:
             raise wire.WireError("the kernel worker did not take the state")
-        trust.check(got[0], ("synced",))
+        trust.check(got[0], ("synced",), self.calls)
         self.state.sent()
 
     # --- running code ----------------------------------------------------------------
@@ -190,6 +190,7 @@ class Kernel(WorkerProcess):
         if not code:
             return CallResult("empty", error=EMPTY, timeout_s=timeout)
         died = self.proc is not None and self.proc.poll() is not None
+        woke = self._wake() if self.proc is not None and not died else None
         if self.proc is None or died:
             self.restart() if died else self.start()
         head = render.OUTPUT_CHARS // 2
@@ -199,9 +200,39 @@ class Kernel(WorkerProcess):
         if died and not res.restarted:
             res.restarted = True
             res.error_kind = res.error_kind or "died between calls"
+        if woke:
+            res.restarted, res.notice = True, "; ".join(n for n in (woke, res.notice) if n)
+        if self.proc is not None and self.frozen.pid != self.proc.pid:  # a new worker: frozen too
+            self.frozen.freeze(self.proc.pid)
         res.steps, res.died, res.timeout_s = call.actions.steps, died, timeout
         res.wall_ms = (time.monotonic() - t0) * 1000
         return res
+
+    def _wake(self) -> str | None:
+        """Before a call: the worker, frozen since its last `done`, wrote nothing and used no
+        CPU meanwhile (else it is restarted, and the game's record says what it did); then it
+        gets SIGCONT. Returns what the model is told, or None."""
+        why = None
+        if self.worker is not None and self.worker.reader.pending():
+            why = "wrote to its pipe between calls"
+        burnt = self.frozen.burnt()
+        if burnt is not None and burnt > freeze.BURNT_S:
+            why = f"used {burnt:.2f} s of CPU between calls while frozen"
+        self.frozen.thaw()
+        if why is None:
+            return None
+        self.session.event("error", f"the kernel worker {why}: restarted")
+        self.restart()
+        return (f"the kernel {why}: it was restarted, your functions and variables are gone "
+                "(game variables and notes are restored)")
+
+    def kill(self) -> None:
+        self.frozen.pid = None  # (SIGKILL ends a stopped process; nothing to wake)
+        super().kill()
+
+    def close(self) -> None:
+        self.frozen.thaw()  # it must read its `exit`
+        super().close()
 
     def _exchange(self, code: str, call: Call, timeout: float,
                   info: dict[str, Any] | None) -> tuple[dict[str, Any] | None, str]:
@@ -228,13 +259,16 @@ class Kernel(WorkerProcess):
                     call.interrupted_at = time.monotonic()
                     os.kill(self.proc.pid, signal.SIGUSR1)
                     continue
-                msg = trust.check(got[0], ("out", "tail", "action", "explore", "done"))
-                if msg["op"] == "done":
+                msg = trust.check(got[0], ("out", "tail", "action", "explore", "done"), self.calls)
+                if msg["op"] == "done":  # frozen until the next call; nothing may follow its done
+                    self.frozen.freeze(self.proc.pid)
+                    if self.worker.reader.pending():
+                        return None, "protocol violation: a message after its done"
                     return msg, ""
                 if msg["op"] in ("out", "tail"):
                     call.output(msg)
                 else:
-                    self._answer(msg, call.actions, info)
+                    self._answer(msg, call, info)
         except (wire.PipeClosed, OSError) as e:
             return None, f"{e}"
         except wire.WireError as e:  # a message the protocol does not allow (trust.Misbehaved too)
@@ -262,7 +296,7 @@ class Kernel(WorkerProcess):
         kind: CallKind = ("stopped" if ended == "stopped" else
                           "timeout" if call.interrupted_at is not None or ended == "timeout" else
                           "syntax" if ended == "syntax" else "error" if done.get("error") else "ok")
-        results = [r for r in trust.clean(done["results"], budget=[RESULTS_CHARS]) if isinstance(r, dict)]
+        results = list(call.actions.results)  # the host's own record, never the worker's copy
         res = CallResult(kind, error=trust.text(done["error"]) if done.get("error") else None,
                          result=trust.clean(done.get("result")), action_results=results,
                          actions=list(call.actions.executed),
@@ -270,9 +304,6 @@ class Kernel(WorkerProcess):
                          notes_error=trust.text(done["notes_error"], 500) if done.get("notes_error") else None)
         res.stdout = call.stdout(trust.text(done["tail"], call.tail), done["total"])
         res.stdout_total = done["total"]
-        last = trust.clean(done["last_result"])
-        if isinstance(last, dict) and last:
-            self.state.last_result = last
         notes = done.get("notes")
         if isinstance(notes, dict):
             notes = trust.clean(notes)
@@ -287,15 +318,17 @@ class Kernel(WorkerProcess):
                           "and files are gone")
         return res
 
-    def _answer(self, msg: dict[str, Any], call: CallActions, info: dict[str, Any] | None) -> None:
+    def _answer(self, msg: dict[str, Any], call: Call, info: dict[str, Any] | None) -> None:
         """Answer a request of the worker's: an `action()` batch, or the tools' `explore(n)`
         (duck.sandbox.handoff: the explorer plays); the new boards go back as a delta."""
         error, end = None, False
-        if msg["op"] == "explore":
-            result = handoff.run(self, msg, call, info)
+        if time.monotonic() >= call.deadline:  # past the call's limit nothing more is played (issue 37)
+            result = self.host.terminal_result(len(msg.get("actions") or []))
+        elif msg["op"] == "explore":
+            result = handoff.run(self, msg, call.actions, info)
         else:
             try:
-                result, done, end = self.host.run_batch(msg["actions"], call, info)  # checked by trust.check
+                result, done, end = self.host.run_batch(msg["actions"], call.actions, info)  # checked by trust.check
             except Exception as e:  # noqa: BLE001 - the game or our code failed: tell the snippet
                 result, done, error = {}, [], "action failed in sandbox host."
                 self.session.event("error", f"kernel action failed: {type(e).__name__}: {e}",
@@ -305,8 +338,11 @@ class Kernel(WorkerProcess):
             if result:
                 self.state.last_result = result
                 self.state.valid = self.host.names()
+        if result and (result.get("executed") or msg["op"] == "action"):  # what the tool message reports
+            call.actions.results.append(result)
         reply, blob = self.state.delta()
         if result.get("stop_reason", "").startswith("previous_"):
             reply["valid"] = []
-        self.send(reply | {"op": f"{msg['op']}_reply", "result": result, "end": end, "error": error}, blob)
+        self.send(reply | {"op": f"{msg['op']}_reply", "result": result, "end": end, "error": error}, blob,
+                  deadline=call.limit() + call.grace_s)
         self.state.sent()

@@ -86,9 +86,12 @@ class WorkerProcess:
         except OSError:
             return ""
 
-    def send(self, msg: dict[str, Any], blob: bytes = b"") -> None:
+    def send(self, msg: dict[str, Any], blob: bytes = b"", deadline: float | None = None) -> None:
+        """Write to the worker; a worker that does not read by `deadline` (at most
+        WRITE_DEADLINE_S from now) is a WireError."""
         assert self.worker is not None
-        wire.send(self.worker.wfd, msg, blob, deadline=time.monotonic() + WRITE_DEADLINE_S)
+        end = time.monotonic() + WRITE_DEADLINE_S
+        wire.send(self.worker.wfd, msg, blob, deadline=end if deadline is None else min(end, deadline))
 
     def recv(self, deadline: float) -> tuple[dict[str, Any], bytes] | None:
         """The worker's next message, or None at the deadline."""

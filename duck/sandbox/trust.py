@@ -81,19 +81,23 @@ _SHAPES: dict[str, dict[str, tuple[type, ...]]] = {
     "out": {"text": (str,)},
     "tail": {"text": (str,), "total": (int,)},
     "action": {"actions": (list,)},
-    "done": {"kind": (str, type(None)), "error": (str, type(None)), "results": (list,), "total": (int,),
-             "tail": (str,), "last_result": (dict,), "notes": (dict, type(None)), "notes_error": (str, type(None))},
+    "done": {"kind": (str, type(None)), "error": (str, type(None)), "total": (int,),
+             "tail": (str,), "notes": (dict, type(None)), "notes_error": (str, type(None))},
     "explore": {},  # the world-model helpers' op: its own module checks its fields
 }
 _OPTIONAL = {"notes", "notes_error", "result"}
 MAX_ACTIONS_PER_REQUEST = 1000
 
 
-def check(msg: dict[str, Any], allowed: tuple[str, ...]) -> dict[str, Any]:
-    """`msg` if it is one of the `allowed` ops with fields of the right types; else Misbehaved."""
+def check(msg: dict[str, Any], allowed: tuple[str, ...], call: int | None = None) -> dict[str, Any]:
+    """`msg` if it is one of the `allowed` ops with fields of the right types, and, with `call`,
+    stamped with that call's id (issue 37: nothing else binds a message to its call); else
+    Misbehaved."""
     op = msg.get("op")
     if op not in allowed:
         raise Misbehaved(f"unexpected message {text(op, 40)!r}")
+    if call is not None and (type(msg.get("call")) is not int or msg["call"] != call):
+        raise Misbehaved(f"a message of call {text(msg.get('call'), 20)} in call {call}")
     for key, types in _SHAPES.get(op, {}).items():
         if key not in msg:
             if key in _OPTIONAL:

@@ -77,9 +77,16 @@ class Reader:
             self.buf += chunk
         return True
 
+    def pending(self) -> bool:
+        """Whether anything is buffered or waiting on the pipe now (never blocks)."""
+        return bool(self.buf) or bool(select.select([self.fd], [], [], 0)[0])
+
     def recv(self, deadline: float | None = None) -> tuple[dict[str, Any], bytes] | None:
-        """The next message, or None if the deadline passed first (nothing is lost: a
-        partly read message stays buffered for the next call)."""
+        """The next message, or None if the deadline passed first, even with whole messages
+        buffered (issue 37: thirty queued requests kept a call alive 75 s). Nothing is lost: a
+        partly read message stays buffered for the next call."""
+        if deadline is not None and time.monotonic() >= deadline:
+            return None
         if not self._fill(_HDR.size, deadline):
             return None
         jlen, blen = _HDR.unpack_from(self.buf)

@@ -26,6 +26,7 @@ import os
 import resource
 import signal
 import sys
+import threading
 import time
 import traceback
 from typing import Any
@@ -135,6 +136,49 @@ def format_error(exc: BaseException) -> str:
     return "".join(out).rstrip()
 
 
+_TIMERS = (signal.ITIMER_REAL, signal.ITIMER_VIRTUAL, signal.ITIMER_PROF)
+
+
+def handlers() -> dict[int, Any]:
+    """Every catchable signal's handler now."""
+    out = {}
+    for sig in signal.valid_signals():
+        if sig not in (signal.SIGKILL, signal.SIGSTOP):
+            try:
+                out[sig] = signal.getsignal(sig)
+            except (OSError, ValueError):
+                pass
+    return out
+
+
+def reset_hooks(saved: dict[int, Any]) -> None:
+    """What model code can leave running outside its call, undone after it and before the next
+    (issue 37: a SIGALRM timer or a profile hook burnt CPU in every gap and acted outside any
+    call): profile and trace hooks (this thread's, new threads', sys.monitoring's tools), the
+    interval timers, and every signal handler back to the worker's own (`saved`)."""
+    sys.setprofile(None)
+    sys.settrace(None)
+    threading.setprofile(None)
+    threading.settrace(None)
+    for tool in range(6):  # sys.monitoring's tool ids (6 and 7 are setprofile's and settrace's)
+        try:
+            sys.monitoring.set_events(tool, 0)
+            sys.monitoring.free_tool_id(tool)
+        except ValueError:
+            pass
+    for which in _TIMERS:
+        try:
+            signal.setitimer(which, 0)
+        except OSError:  # (seccomp may deny the call: then no timer can have been set)
+            pass
+    for sig, handler in saved.items():
+        try:
+            if signal.getsignal(sig) is not handler:
+                signal.signal(sig, handler)
+        except (OSError, ValueError, TypeError):
+            pass
+
+
 class Worker:
     def __init__(self, rfd: int, wfd: int, cfg: dict[str, Any]) -> None:
         self.reader = wire.Reader(rfd)
@@ -150,18 +194,23 @@ class Worker:
         self.armed = False
         self.pending = False
         self.ended = False  # the host ended this snippet (a guard): no more actions
-        self.results: list[dict[str, Any]] = []
         self.call = 0
         self.cur_ns = self.ns
         # The world-model tools (duck.sandbox.tools), when the kernel was started with them.
         self.tools = Tools(self) if cfg.get("tools") else None
+        self.handlers: dict[int, Any] = {}  # the signal handlers as the worker set them (reset_hooks)
+
+    def write(self, obj: dict[str, Any]) -> None:
+        """One message to the host, stamped with the call it belongs to (the host refuses any
+        other: issue 37)."""
+        wire.send(self.wfd, obj | {"call": self.call})
 
     def send(self, obj: dict[str, Any]) -> None:
         """Send while deaf to the time-out signal: a message cut in half by KernelTimeout
         would corrupt the pipe. A time-out that arrives meanwhile is raised afterwards."""
         was, self.armed = self.armed, False
         try:
-            wire.send(self.wfd, obj)
+            self.write(obj)
         finally:
             self.armed = was
         if was and self.pending:
@@ -223,14 +272,13 @@ class Worker:
 
     def request(self, msg: dict[str, Any]) -> dict[str, Any]:
         """Ask the host for something it answers by playing (`action()`, the tools' `explore`):
-        the result comes back with the new boards as a delta, the game variables are refreshed,
-        and the result is kept for the call's tool message (every `action()` result; of the
-        others, those that played)."""
+        the result comes back with the new boards as a delta and the game variables are
+        refreshed (the host keeps its own record of the results for the tool message)."""
         if self.ended:
             raise StopSnippet()
         self.armed = False  # a time-out during the host's work is delivered afterwards
         try:
-            wire.send(self.wfd, msg)
+            self.write(msg)
             reply, blob = self.reader.recv()
         finally:
             self.armed = True
@@ -240,8 +288,6 @@ class Worker:
             result["animation"] = summarize_animation(self.transitions[-1].before_frame, self.last_anim)
             self.last_result = dict(result)
             self.transitions[-1].result = dict(result)
-        if result and (result.get("executed") or msg["op"] == "action"):
-            self.results.append(result)
         self.publish(self.cur_ns)
         if reply.get("error"):
             raise RuntimeError(reply["error"])
@@ -255,10 +301,9 @@ class Worker:
 
     # --- running a snippet -----------------------------------------------------------
     def run(self, msg: dict[str, Any]) -> None:
-        self.call = int(msg.get("call", self.call + 1))
+        reset_hooks(self.handlers)
         self.valid = list(msg.get("valid", self.valid))  # (a refused action's [] lasts only to its call's end)
         self.ended = self.pending = False
-        self.results = []
         self.publish(self.ns)
         self.ns["result"] = None
         cap = Capture(self.send, int(msg["head"]), int(msg["tail"]))
@@ -276,13 +321,11 @@ class Worker:
         finally:
             self.armed = False
             sys.stdout, sys.stderr = old
-        done: dict[str, Any] = {"op": "done", "kind": kind, "error": error,
-                                "results": sized(json_safe(self.results[-200:]), "results"),
-                                "total": cap.total, "tail": cap.tailbuf, "last_result": self.last_result}
-        if not isinstance(done["results"], list):
-            done["results"] = []
+        # (the action results stay here: the host renders from its own record of them)
+        done: dict[str, Any] = {"op": "done", "kind": kind, "error": error, "total": cap.total, "tail": cap.tailbuf}
         self.convert(done)
-        wire.send(self.wfd, done)
+        reset_hooks(self.handlers)
+        self.write(done)
 
     def execute(self, code: str, filename: str) -> tuple[str | None, str | None]:
         """Run the snippet in the namespace: (kind, error); kind None when it ended normally,
@@ -339,15 +382,17 @@ class Worker:
         self.pending = True
 
     def loop(self, layers: dict[str, str]) -> None:
-        wire.send(self.wfd, {"op": "ready", "pid": os.getpid(), "layers": layers})
+        self.write({"op": "ready", "pid": os.getpid(), "layers": layers})
         while True:
             msg, blob = self.reader.recv()
             op = msg.get("op")
+            if op in ("sync", "run"):
+                self.call = int(msg.get("call", self.call))
             if op == "sync":
                 if msg.get("reset"):
                     self.entries, self.transitions, self.last_anim = [], [], []
                 self.apply(msg, blob)
-                wire.send(self.wfd, {"op": "synced", "n": len(self.entries)})
+                self.write({"op": "synced", "n": len(self.entries)})
             elif op == "run":
                 self.run(msg)
             elif op == "exit":
@@ -369,6 +414,7 @@ def main(argv: list[str]) -> None:
     worker = Worker(rfd, wfd, cfg)
     signal.signal(signal.SIGUSR1, worker.on_interrupt)
     signal.signal(signal.SIGINT, worker.on_interrupt)
+    worker.handlers = handlers()
     sys.addaudithook(Guard(os.getcwd(), cfg.get("deny_read", [])))
     layers["guard"] = GUARD
     try:
