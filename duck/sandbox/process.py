@@ -65,7 +65,7 @@ def spawn(cfg: dict[str, Any], workdir: str, max_message: int, module: str = "du
     os.close(h2w_r)
     os.close(w2h_w)
     os.set_blocking(h2w_w, False)  # writes wait with a deadline, never forever
-    started = Started(proc, h2w_w, wire.Reader(w2h_r, max_message))
+    started = Started(proc, h2w_w, wire.Reader(w2h_r, max_message, wire.MAX_NODES))
     try:
         wire.send(h2w_w, {"op": "config", "cfg": cfg}, deadline=time.monotonic() + 10)
     except wire.WireError:

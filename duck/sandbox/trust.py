@@ -40,10 +40,13 @@ def text(value: Any, limit: int = MAX_STR) -> str:
 
 
 def clean(value: Any, depth: int = 0, *, budget: list[int] | None = None) -> Any:
-    """A JSON value bounded in depth, items and characters, with valid strings and finite
-    numbers. `budget`: characters left for the whole value (shared across the recursion)."""
+    """A JSON value bounded in depth, items and size, with valid strings and finite numbers.
+    `budget`: what is left for the whole value (shared across the recursion); every node,
+    container or scalar, costs 1 and a string or key its characters too (issue 37: nested
+    one-key dicts, counted by their characters only, cost the host 37 times their bytes)."""
     if budget is None:
         budget = [200_000]
+    budget[0] -= 1
     if value is None or isinstance(value, bool):
         return value
     if isinstance(value, int):
@@ -62,7 +65,9 @@ def clean(value: Any, depth: int = 0, *, budget: list[int] | None = None) -> Any
             if i >= MAX_ITEMS or budget[0] <= 0:
                 out["..."] = f"{len(value) - i} more keys cut"
                 break
-            out[text(k, 200)] = clean(v, depth + 1, budget=budget)
+            key = text(k, 200)
+            budget[0] -= len(key)
+            out[key] = clean(v, depth + 1, budget=budget)
         return out
     if isinstance(value, (list, tuple)):
         out_l = []

@@ -22,6 +22,16 @@ from typing import Any
 
 _HDR = struct.Struct("<II")
 MAX_MESSAGE = 256 << 20  # anything larger is garbage on the pipe
+# JSON values one message may hold, counted before it is parsed: an upper bound from its
+# brackets and commas (those inside strings too). 8 MB of one-key dicts parsed into ~585 MB
+# of Python objects (issue 37); 100,000 nodes are at most ~25 MB. The worker cuts what it sends
+# to fit (`nodes`: duck.sandbox.worker.sized).
+MAX_NODES = 100_000
+
+
+def nodes(data: bytes) -> int:
+    """An upper bound on the JSON values in `data` (C-speed counts, no parsing)."""
+    return data.count(b"[") + data.count(b"{") + data.count(b",") + 1
 
 
 class WireError(RuntimeError):
@@ -57,9 +67,10 @@ def send(fd: int, obj: dict[str, Any], blob: bytes = b"", deadline: float | None
 class Reader:
     """Buffered reads of whole messages, with an optional deadline (host side)."""
 
-    def __init__(self, fd: int, max_message: int = MAX_MESSAGE) -> None:
+    def __init__(self, fd: int, max_message: int = MAX_MESSAGE, max_nodes: int | None = None) -> None:
         self.fd = fd
         self.max_message = max_message
+        self.max_nodes = max_nodes
         self.buf = bytearray()
 
     def _fill(self, n: int, deadline: float | None) -> bool:
@@ -95,8 +106,11 @@ class Reader:
         total = _HDR.size + jlen + blen
         if not self._fill(total, deadline):
             return None
+        data = bytes(self.buf[_HDR.size:_HDR.size + jlen])
+        if self.max_nodes is not None and nodes(data) > self.max_nodes:
+            raise WireError(f"a message of {nodes(data)} JSON values or more")
         try:
-            obj = json.loads(bytes(self.buf[_HDR.size:_HDR.size + jlen]))
+            obj = json.loads(data)
         except (ValueError, RecursionError) as e:
             raise WireError(f"unreadable message: {e}") from None
         if not isinstance(obj, dict):

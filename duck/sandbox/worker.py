@@ -110,10 +110,18 @@ def json_safe(value: Any, depth: int = 0) -> Any:
     return str(value)
 
 
+MAX_RESULT_NODES = wire.MAX_NODES // 2  # and values (the host refuses a message of more than MAX_NODES)
+ERROR_CHARS = 20_000  # of an error's text (the host keeps no more)
+
+
 def sized(value: Any, what: str) -> Any:
-    """`value` if its JSON fits in MAX_RESULT_CHARS, else a short note saying so."""
-    n = len(json.dumps(value))
-    return value if n <= MAX_RESULT_CHARS else f"<{what} of {n} characters: too large to send; print a part of it>"
+    """`value` if its JSON fits in MAX_RESULT_CHARS and MAX_RESULT_NODES, else a short note
+    saying so."""
+    text = json.dumps(value)
+    n = len(text)
+    if n <= MAX_RESULT_CHARS and wire.nodes(text.encode("utf-8", "surrogatepass")) <= MAX_RESULT_NODES:
+        return value
+    return f"<{what} of {n} characters: too large to send; print a part of it>"
 
 
 def format_error(exc: BaseException) -> str:
@@ -322,7 +330,8 @@ class Worker:
             self.armed = False
             sys.stdout, sys.stderr = old
         # (the action results stay here: the host renders from its own record of them)
-        done: dict[str, Any] = {"op": "done", "kind": kind, "error": error, "total": cap.total, "tail": cap.tailbuf}
+        done: dict[str, Any] = {"op": "done", "kind": kind and kind[:100], "error": error and error[:ERROR_CHARS],
+                                "total": cap.total, "tail": cap.tailbuf}
         self.convert(done)
         reset_hooks(self.handlers)
         self.write(done)
