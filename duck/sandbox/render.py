@@ -18,6 +18,7 @@ from duck.game.actions import compress
 
 OUTPUT_CHARS = 4096  # printed output kept of a call (head and tail); an error or `result` is cut to it (the Duck's cap)
 MESSAGE_CHARS = 32_000  # the whole message, whatever the worker sent
+MAX_LINES = 20  # action lines (refusals, guards) of one message
 
 _STOPS = {"level_completed": "the level was completed", "game_over": "GAME_OVER", "run_complete": "the game is won",
           "invalid_action": "the next action is not valid now", "stopped": "stopped: out of time",
@@ -95,6 +96,8 @@ def action_lines(res: Any) -> list[str]:
             continue
         if line not in lines:
             lines.append(line)
+    if len(lines) > MAX_LINES:  # hundreds of refused requests: the first ones say it
+        lines[MAX_LINES:] = [f"... {len(lines) - MAX_LINES} more lines like these"]
     return lines
 
 

@@ -1,0 +1,221 @@
+"""What a worker's messages may not do to the host, between and across calls (issue 37, part A):
+an action name that would stall a parser, a call kept alive past its limit by queued
+requests, messages not bound to their call (a forged `done`, bytes after it, another call's
+id), model code running between calls (a timer, a profile hook, CPU burnt while frozen), an
+8 MB message that becomes hundreds of MB of Python objects, and tool-message lines the
+worker wrote. Each attack is model code against a real kernel (worker process, pipe, game);
+the snippets switch the in-process guard off first and write on the pipe as a hostile worker
+would (tests/attacks.py's UNGUARD).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from attacks import UNGUARD
+from conftest import BUNDLED, alive
+from duck.config import KernelConfig
+from duck.game.source import GameSource
+from duck.play.record import RecordWriter
+from duck.play.session import Session
+from duck.sandbox import freeze, render, wire
+from duck.sandbox.host import CallResult, Kernel
+
+# Writes one message on the worker's pipe to the host, as the worker's own `write` frames it.
+FORGE = UNGUARD + """
+import struct, json
+def forge(msg, call=None):
+    body = json.dumps(msg | {'call': _w.call if call is None else call}).encode()
+    return struct.pack('<II', len(body), 0) + body
+"""
+DONE = {"op": "done", "kind": None, "error": None, "total": 0, "tail": "", "notes": {}, "results": [], "last_result": {}}
+
+
+@pytest.fixture
+def kernel(tmp_path):
+    made = []
+
+    def make(timeout: float = 5.0, grace: float = 0.5) -> Kernel:
+        source = GameSource.offline(BUNDLED)
+        g = source.make(next(x.game_id for x in source.games() if x.game_id.startswith("zs01")))
+        writer = RecordWriter(tmp_path / f"zs01-{len(made)}.jsonl")
+        writer.header(game_id=g.game_id, title=g.title, baselines=g.baselines, obs=g.obs, policy="test", seed=0)
+        k = Kernel(Session(g, writer, max_actions=1000), KernelConfig(call_timeout_s=timeout, grace_s=grace,
+                                                                      memory_mb=1024))
+        k.start()
+        made.append(k)
+        return k
+
+    yield make
+    for k in made:
+        k.close()
+
+
+def cpu_s(pid: int) -> float:
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_an_action_name_of_blanks_does_not_stall_the_host(kernel):
+    """'MOUSE(row=1,col=1' + blanks + 'x' held the host ~60 s in one regex (220,000 blanks)."""
+    k = kernel()
+    t0 = time.monotonic()
+    r = k.run("try:\n    action('MOUSE(row=1,col=1' + ' ' * 60_000 + 'x')\nexcept ValueError as e:\n    print(e)")
+    assert "at most 64" in r.stdout and not r.restarted, r.text
+    r = k.run(FORGE + "os.write(_w.wfd, forge({'op': 'action', 'actions': [{'action': 'MOUSE(row=1,col=1'"
+                      " + ' ' * 60_000 + 'x'}]}))\nsys.modules['time'].sleep(30)")
+    assert r.restarted and "protocol violation" in r.text, r.text
+    assert time.monotonic() - t0 < 10
+    assert k.session.game.actions == 0
+    alive(k)
+
+
+def test_queued_requests_do_not_keep_a_call_past_its_limit(kernel):
+    """Thirty requests queued just before the limit, by a worker that then reads no reply:
+    every reply write had 10 s of its own (75 s for one call). Now: the limit plus the grace."""
+    k = kernel(timeout=2.0, grace=0.5)
+    r = k.run(FORGE + "sys.modules['time'].sleep(1.5)\nos.write(_w.wfd, forge({'op': 'action', 'actions': "
+                      "[{'action': 'UP'}]}) * 30)\nsys.modules['time'].sleep(1000)")
+    assert r.restarted and r.wall_ms < 5_000, (r.wall_ms, r.text)
+    alive(k)
+
+
+def test_buffered_messages_wait_for_no_deadline():
+    """Reader.recv handed out buffered messages without looking at the clock."""
+    r, w = os.pipe()
+    try:
+        wire.send(w, {"op": "out", "text": "a"})
+        wire.send(w, {"op": "out", "text": "b"})
+        reader = wire.Reader(r)
+        assert reader.recv(time.monotonic() + 5)[0]["text"] == "a"  # (the second is now buffered)
+        assert reader.pending()
+        assert reader.recv(time.monotonic() - 0.001) is None  # past the deadline: none, nothing lost
+        assert reader.recv(time.monotonic() + 5)[0]["text"] == "b"
+        assert not reader.pending()
+    finally:
+        os.close(r)
+        os.close(w)
+
+
+def test_a_forged_done_does_not_play_later_calls_actions_or_write_the_tool_message(kernel):
+    """A forged well-formed `done` ended the call early; the snippet's later action was then
+    played in the next call (the record attributed it to the wrong reply), and the done's own
+    `results` put a guard line the host never wrote into the tool message."""
+    k = kernel(timeout=3.0)
+    forged = DONE | {"results": [{"guard": "guard: FORGED, you have won"}], "last_result": {"forged": 1}}
+    r1 = k.run(FORGE + f"os.write(_w.wfd, forge({forged!r}))\nsys.modules['time'].sleep(0.5)\naction('UP')")
+    assert "FORGED" not in r1.text and "forged" not in json.dumps(k.state.last_result)
+    r2 = k.run("print('second')")
+    assert r1.restarted or r2.restarted, (r1.text, r2.text)
+    assert k.session.game.actions == 0 and r1.actions == r2.actions == []
+    alive(k)
+
+
+@pytest.mark.parametrize("after", ["done", "action"])
+def test_bytes_after_done_restart_the_worker(kernel, after):
+    """A second message in the same write as a (forged) done: a second done, or an action the
+    next call would have played."""
+    k = kernel()
+    extra = DONE if after == "done" else {"op": "action", "actions": [{"action": "UP"}]}
+    r = k.run(FORGE + f"os.write(_w.wfd, forge({DONE!r}) + forge({extra!r}))\nsys.modules['time'].sleep(30)")
+    assert r.restarted and "protocol violation" in r.text, r.text
+    assert k.session.game.actions == 0
+    alive(k)
+
+
+def test_a_message_of_another_call_is_refused(kernel):
+    k = kernel()
+    r = k.run(FORGE + "os.write(_w.wfd, forge({'op': 'action', 'actions': [{'action': 'UP'}]}, call=_w.call + 1))\n"
+                      "sys.modules['time'].sleep(30)")
+    assert r.restarted and "protocol violation" in r.text, r.text
+    assert k.session.game.actions == 0
+    alive(k)
+
+
+def test_no_model_code_runs_between_calls(kernel):
+    """A SIGALRM timer and a profile hook left by one call burnt CPU in every gap between
+    calls: the worker is frozen between calls, and its hooks and handlers are reset."""
+    k = kernel()
+    r = k.run(UNGUARD + """
+signal = sys.modules.get('signal') or __import__('signal')
+def burn(*_):
+    for _i in range(200_000):
+        pass
+signal.signal(signal.SIGALRM, burn)
+signal.signal(signal.SIGTERM, burn)
+try:
+    signal.setitimer(signal.ITIMER_REAL, 0.01, 0.01)
+    print('timer set')
+except OSError as e:
+    print('timer denied', e)
+sys.setprofile(lambda *a: None)
+""")
+    assert r.kind == "ok", r.text
+    pid = k.proc.pid
+    before = cpu_s(pid)
+    time.sleep(1.0)
+    assert cpu_s(pid) - before < 0.05  # frozen (before: ~1 s of a core per second when the timer was set)
+    assert open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] in "Tt"
+    r = k.run("import sys, signal\nprint(sys.getprofile(), signal.getsignal(signal.SIGALRM), "
+              "signal.getsignal(signal.SIGTERM), signal.getitimer(signal.ITIMER_REAL))")
+    assert r.stdout.split(" ", 1)[0] == "None" and "burn" not in r.stdout and "(0.0, 0.0)" in r.stdout, r.text
+    assert not r.restarted
+    alive(k)
+
+
+def test_cpu_used_while_frozen_is_seen():
+    """duck.sandbox.freeze against a real busy process: frozen it uses nothing; woken by
+    someone else (any process of its session may send SIGCONT), what it burns is counted."""
+    p = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.2)
+        f = freeze.Frozen()
+        f.freeze(p.pid)
+        time.sleep(0.3)
+        assert f.burnt() is not None and f.burnt() < freeze.BURNT_S
+        os.kill(p.pid, signal.SIGCONT)
+        time.sleep(0.3)
+        assert f.burnt() > freeze.BURNT_S
+        f.thaw()
+        assert f.pid is None and f.burnt() is None
+    finally:
+        p.kill()
+        p.wait()
+
+
+def test_an_8_mb_message_of_small_dicts_costs_the_host_little(kernel):
+    """8 MB of one-key dicts (characters were all trust.clean counted) parsed into ~585 MB of
+    Python objects, and the host kept the worker's `last_result`: now the message is refused
+    before it is parsed."""
+    k = kernel(timeout=10.0)
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    r = k.run(FORGE + """
+big = '[' + ','.join(['{"a":0}'] * 900_000) + ']'  # 7.2 MB: under the 8 MB a message may have
+body = json.dumps(dict(op='done', call=_w.call, kind=None, error=None, total=0, tail='', notes={}, results=[]))
+body = (body[:-1] + ', "last_result": {"x": ' + big + '}}').encode()
+os.write(_w.wfd, struct.pack('<II', len(body), 0) + body)
+sys.modules['time'].sleep(30)
+""")
+    assert r.restarted and "protocol violation" in r.text and "JSON values" in r.text, r.text
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss < 100 << 10  # KB: under 100 MB
+    assert "x" not in k.state.last_result
+    r = k.run("result = [[i] for i in range(60_000)]")  # a legitimate large result: cut by the worker
+    assert not r.restarted and "too large to send" in r.text, r.text
+    alive(k)
+
+
+def test_the_tool_message_is_bounded_whatever_the_results():
+    """Lines from hundreds of refused requests stay a few lines; the message stays under its cap."""
+    results = [{"executed": False, "error": f"Unknown action at index 1: 'X{i}'"} for i in range(200)]
+    results += [{"executed": True, "stop_reason": "no_effect", "guard": f"guard: {i} " + "g" * 5000} for i in range(50)]
+    text = CallResult("ok", actions=["UP"] * 500, action_results=results, stdout="x" * 4096).text
+    assert len(text) <= render.MESSAGE_CHARS
+    assert text.count("not played:") <= render.MAX_LINES and "more lines" in text
