@@ -19,9 +19,13 @@ The worker is untrusted once it has run a snippet. The threat model and the laye
 the package's docstring (duck/sandbox/__init__.py). The process itself (start, kill, restart,
 leftovers, quota) is duck.sandbox.lifecycle; here, the call: every message from the worker is
 checked and cut to size (duck.sandbox.trust) in one loop (`_exchange`), which answers the
-worker's requests (action(), explore) and watches the clock and the disk quota. It is the place
-for what a message may not do to the host (a deadline after every message, call ids on
-messages, a worker frozen between calls: issue 37).
+worker's requests (action(), explore) and watches the clock and the disk quota. What a message
+may not do to the host (issue 37): outlive its call (the deadline is checked after every
+message, nothing is played past it, each reply write ends at the deadline plus the grace);
+belong to another call (every message carries the call's id; anything after `done`, or on the
+pipe between calls, restarts the worker); run between calls (after its `done` the worker is
+frozen, duck.sandbox.freeze, and one that used CPU meanwhile is restarted); be kept (the tool
+message's action lines come from the host's own record of the results it answered with).
 
 Use: `k = Kernel(session); k.run(code) -> CallResult; k.act(action)` for actions the host
 takes itself; `k.notes`; `k.close()`. The worker starts on the first call (or `start_soon()`).

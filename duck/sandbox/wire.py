@@ -7,8 +7,10 @@ write, never a re-serialisation of the history. The host parses only JSON from t
 
 The host never waits on its worker without a deadline: `send(..., deadline=)` writes to a
 non-blocking pipe and gives up (WireError) when a worker that does not read lets the deadline
-pass; `Reader(fd, max_message=)` refuses messages larger than the host accepts, and any JSON
-it cannot parse (nested beyond the parser's recursion limit included) is a WireError.
+pass; `Reader(fd, max_message=, max_nodes=)` refuses messages larger than the host accepts
+or holding more JSON values (counted before parsing), and any JSON it cannot parse (nested
+beyond the parser's recursion limit included) is a WireError; `recv(deadline)` returns None
+once the deadline has passed, even with whole messages buffered.
 """
 
 from __future__ import annotations

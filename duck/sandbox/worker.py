@@ -11,6 +11,9 @@ a request over the pipe and wait for the result and the new boards (`Worker.requ
 Before it reads anything from the host it confines itself (duck.sandbox.confine: namespaces,
 Landlock, hard limits, its own uid, seccomp) and reports the layers in its `ready` message.
 The in-process fences (audit hook, imports: `duck.sandbox.guard`) only give clear messages.
+Every message it writes carries the id of the call it belongs to (the host refuses any other).
+Between calls the host keeps it frozen (SIGSTOP), and it resets what a snippet may leave
+running (duck.sandbox.hooks) after each snippet and before the next.
 At the call's time limit the host sends SIGUSR1, which raises `KernelTimeout` in the snippet
 (the namespace survives); the host kills the process group if the snippet swallows it or is
 stuck in C code. Tracebacks show the snippet's frames with their source lines (`<cell-N>`),
@@ -26,7 +29,6 @@ import os
 import resource
 import signal
 import sys
-import threading
 import time
 import traceback
 from typing import Any
@@ -37,6 +39,7 @@ from duck.game.animation import summarize_animation
 from duck.sandbox import wire
 from duck.sandbox.confine import confine
 from duck.sandbox.guard import GUARD, Guard, namespace_builtins
+from duck.sandbox.hooks import handlers, reset_hooks
 from duck.sandbox.tools import Tools
 from duck.sandbox.views import FrameView, HistoryEntryView, TransitionView, normalize_actions
 
@@ -142,49 +145,6 @@ def format_error(exc: BaseException) -> str:
     out = ["Traceback (most recent call last):\n"] + traceback.format_list(keep)
     out += traceback.format_exception_only(exc)
     return "".join(out).rstrip()
-
-
-_TIMERS = (signal.ITIMER_REAL, signal.ITIMER_VIRTUAL, signal.ITIMER_PROF)
-
-
-def handlers() -> dict[int, Any]:
-    """Every catchable signal's handler now."""
-    out = {}
-    for sig in signal.valid_signals():
-        if sig not in (signal.SIGKILL, signal.SIGSTOP):
-            try:
-                out[sig] = signal.getsignal(sig)
-            except (OSError, ValueError):
-                pass
-    return out
-
-
-def reset_hooks(saved: dict[int, Any]) -> None:
-    """What model code can leave running outside its call, undone after it and before the next
-    (issue 37: a SIGALRM timer or a profile hook burnt CPU in every gap and acted outside any
-    call): profile and trace hooks (this thread's, new threads', sys.monitoring's tools), the
-    interval timers, and every signal handler back to the worker's own (`saved`)."""
-    sys.setprofile(None)
-    sys.settrace(None)
-    threading.setprofile(None)
-    threading.settrace(None)
-    for tool in range(6):  # sys.monitoring's tool ids (6 and 7 are setprofile's and settrace's)
-        try:
-            sys.monitoring.set_events(tool, 0)
-            sys.monitoring.free_tool_id(tool)
-        except ValueError:
-            pass
-    for which in _TIMERS:
-        try:
-            signal.setitimer(which, 0)
-        except OSError:  # (seccomp may deny the call: then no timer can have been set)
-            pass
-    for sig, handler in saved.items():
-        try:
-            if signal.getsignal(sig) is not handler:
-                signal.signal(sig, handler)
-        except (OSError, ValueError, TypeError):
-            pass
 
 
 class Worker:
