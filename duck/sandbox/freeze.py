@@ -50,7 +50,7 @@ class Frozen:
         self.pid = pid
         end = time.monotonic() + STOP_WAIT_S
         while (st := _stat(pid)) is not None and st[0] not in "Tt" and time.monotonic() < end:
-            time.sleep(0.001)
+            time.sleep(0.0002)
         self.cpu = st[1] if st is not None else None
 
     def burnt(self) -> float | None:

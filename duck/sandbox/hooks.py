@@ -46,8 +46,9 @@ def reset_hooks(saved: dict[int, Any]) -> None:
             pass
     for which in _TIMERS:
         try:
-            signal.setitimer(which, 0)
-        except OSError:  # (seccomp may deny the call: then no timer can have been set)
+            if signal.getitimer(which) != (0.0, 0.0):  # (only then: seccomp may deny setitimer)
+                signal.setitimer(which, 0)
+        except OSError:
             pass
     for sig, handler in saved.items():
         try:
