@@ -219,3 +219,46 @@ def test_the_tool_message_is_bounded_whatever_the_results():
     text = CallResult("ok", actions=["UP"] * 500, action_results=results, stdout="x" * 4096).text
     assert len(text) <= render.MESSAGE_CHARS
     assert text.count("not played:") <= render.MAX_LINES and "more lines" in text
+
+
+def _write_pipe(pid: int, end: int, data: bytes) -> None:
+    """Write on one of the worker's pipes (0: its read end, 1: its write end, named on its
+    command line `... worker RFD WFD`) through /proc, as another process could."""
+    fd = int(open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")[-3 + end])
+    try:
+        pipe = open(f"/proc/{pid}/fd/{fd}", "wb", buffering=0)
+    except PermissionError:
+        pytest.skip("/proc/<worker>/fd needs CAP_SYS_PTRACE (or the worker's uid)")
+    with pipe:
+        pipe.write(wire._HDR.pack(len(data), 0) + data)
+
+
+def test_a_message_written_between_calls_is_not_taken_for_the_next_calls(kernel):
+    """Someone else (here the test, through /proc) writes an action request on the worker's
+    pipe between two calls: the next call must not play it as its own."""
+    k = kernel()
+    k.run("x = 1")
+    body = json.dumps({"op": "action", "call": k.calls + 1, "actions": [{"action": "UP"}]}).encode()
+    _write_pipe(k.proc.pid, 1, body)
+    r = k.run("print(len(history))")
+    assert r.restarted and "wrote to its pipe between calls" in r.text, r.text
+    assert k.session.game.actions == 0 and r.stdout == "1\n"
+    alive(k)
+
+
+def test_a_worker_woken_and_busy_between_calls_is_restarted(kernel):
+    """Someone else wakes the frozen worker (any process of its session may send SIGCONT) and
+    gives it work (here: a `run` written on its input pipe): the CPU it used while it should
+    have been frozen is seen before the next call, recorded, and the worker restarted."""
+    k = kernel()
+    k.run("x = 1")
+    pid = k.proc.pid
+    body = json.dumps({"op": "run", "code": "while True:\n    pass", "call": k.calls, "head": 10, "tail": 10,
+                       "timeout": 30, "valid": []}).encode()
+    _write_pipe(pid, 0, body)
+    os.kill(pid, signal.SIGCONT)
+    time.sleep(0.5)
+    r = k.run("print(x)")
+    assert r.restarted and "CPU between calls" in r.text and "NameError" in r.text, r.text
+    assert any("CPU between calls" in line for line in open(k.session.writer.path))
+    alive(k)
