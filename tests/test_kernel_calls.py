@@ -5,7 +5,8 @@ id), model code running between calls (a timer, a profile hook, CPU burnt while 
 8 MB message that becomes hundreds of MB of Python objects, and tool-message lines the
 worker wrote. Each attack is model code against a real kernel (worker process, pipe, game);
 the snippets switch the in-process guard off first and write on the pipe as a hostile worker
-would (tests/attacks.py's UNGUARD).
+would (tests/attacks.py's UNGUARD). `test_these_hold_without_cap_sys_admin` runs this file
+again as root without CAP_SYS_ADMIN (tests/posture.py), as tests/test_sandbox_attacks.py does.
 """
 
 from __future__ import annotations
@@ -17,11 +18,13 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
+import posture
 from attacks import UNGUARD
-from conftest import BUNDLED, alive
+from conftest import BUNDLED, ROOT, alive
 from duck.config import KernelConfig
 from duck.game.source import GameSource
 from duck.play.record import RecordWriter
@@ -262,3 +265,18 @@ def test_a_worker_woken_and_busy_between_calls_is_restarted(kernel):
     assert r.restarted and "CPU between calls" in r.text and "NameError" in r.text, r.text
     assert any("CPU between calls" in line for line in open(k.session.writer.path))
     alive(k)
+
+
+@pytest.mark.slow
+def test_these_hold_without_cap_sys_admin():
+    """This file again in the kaggle posture (tests/posture.py)."""
+    if os.environ.get(posture.ENV):
+        pytest.skip("already in the kaggle posture")
+    why = posture.available()
+    if why:
+        pytest.skip(why)
+    r = subprocess.run(posture.wrap([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
+                                     str(Path(__file__)), "-k", "not without_cap_sys_admin"]),
+                       cwd=ROOT, capture_output=True, text=True, timeout=600)
+    tail = (r.stdout + r.stderr)[-4000:]
+    assert r.returncode == 0 and " passed" in tail, tail
