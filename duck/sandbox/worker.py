@@ -121,10 +121,10 @@ def sized(value: Any, what: str) -> Any:
     """`value` if its JSON fits in MAX_RESULT_CHARS and MAX_RESULT_NODES, else a short note
     saying so."""
     text = json.dumps(value)
-    n = len(text)
-    if n <= MAX_RESULT_CHARS and wire.nodes(text.encode("utf-8", "surrogatepass")) <= MAX_RESULT_NODES:
+    n, values = len(text), wire.nodes(text.encode("utf-8", "surrogatepass"))
+    if n <= MAX_RESULT_CHARS and values <= MAX_RESULT_NODES:
         return value
-    return f"<{what} of {n} characters: too large to send; print a part of it>"
+    return f"<{what} of {n} characters ({values} values or fewer): too large to send; print a part of it>"
 
 
 def format_error(exc: BaseException) -> str:
