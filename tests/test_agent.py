@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -327,6 +328,30 @@ def test_repeated_server_failure_hands_the_game_to_the_explorer(tmp_path):
     assert sum("model request failed" in e["message"] for e in rec.events if e["kind"] == "error") == 2
     fallback = [e["message"] for e in rec.events if e["kind"] == "fallback"]
     assert len(fallback) == 1 and "ModelDown" in fallback[0] and "explorer takes over" in fallback[0]
+
+
+@pytest.mark.parametrize("fail", ["error", "drop", "end"])
+def test_replies_that_break_mid_stream_count_as_failures_and_are_never_kept(tmp_path, fail):
+    """Issue 35: a server that breaks every reply after its first tokens (an error chunk, a
+    reset, a body without a finish reason) fails the requests: no partial reply enters the
+    history, the model never reads "time limit" nor "no tool call", and after
+    `failures_before_fallback` failed requests the explorer takes over (ModelDown)."""
+    model, seen = _capture([{"reasoning": "partial " * 40, "content": "x", "code": "action('RIGHT')", "fail": fail}],
+                           loop=True)
+    source = GameSource.offline(BUNDLED)
+    game_id = next(g.game_id for g in source.games() if g.game_id.startswith("zc01"))
+    with StubServer(model) as url:
+        policy = make_policy("llm", 0, config=_config(fallback="explorer", failures_before_fallback=2),
+                             model_url=url, kernel_factory=FakeKernel)
+        res = play_game(source, game_id, policy, max_actions=5, record_path=tmp_path / "zc01.jsonl",
+                        deadline=time.monotonic() + 20)  # (a kept broken reply never acts: the deadline ends it)
+    rec = read_record(tmp_path / "zc01.jsonl")
+    failed = [e["message"] for e in rec.events if e["kind"] == "error"]
+    assert len(failed) == 2 and all("mid-reply" in m and "not kept" in m for m in failed)
+    assert not [e for e in rec.events if e["kind"] in ("model", "timeout")]  # no reply was kept
+    assert len(seen) == 2 and all(m["role"] != "assistant" for m in seen[-1]["messages"])
+    fallback = [e["message"] for e in rec.events if e["kind"] == "fallback"]
+    assert len(fallback) == 1 and "ModelDown" in fallback[0] and res.actions == 5
 
 
 def test_turns_without_actions_get_a_nudge_then_a_fresh_turn(tmp_path):
