@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from duck.agent.loop import AgentPolicy
+from duck.agent.turn import count_images
 from duck.config import load_config
 from duck.game.actions import MODEL_NAMES, Action, display
 from duck.game.source import GameSource
@@ -233,6 +234,26 @@ def test_requests_are_prefix_stable_across_turns(tmp_path):
         play_game(source, game_id, policy, max_actions=100, record_path=tmp_path / "r.jsonl")
     for prev, now in zip(seen, seen[1:]):
         assert now["messages"][:len(prev["messages"])] == prev["messages"]
+
+
+def test_a_history_at_the_image_cap_is_trimmed_before_the_next_turn_not_refused(tmp_path):
+    """Issue 35: the board went in even when the history already held `images_per_prompt`
+    images, and the server (here the stub, refusing like vLLM 0.33's --limit-mm-per-prompt)
+    answered HTTP 400 until the model's play ended. Now the turn trims first: requests reach
+    the cap and never pass it, and no request fails."""
+    cap = 6
+    model, seen = _capture([{"content": "Plan: go", "code": "action('RIGHT')"}], loop=True)
+    source = GameSource.offline(BUNDLED)
+    game_id = next(g.game_id for g in source.games() if g.game_id.startswith("zs01"))
+    cfg = _config(fallback=None, failures_before_fallback=1)
+    cfg.model.serve.images_per_prompt = cap
+    with StubServer(model, max_images=cap) as url:
+        policy = AgentPolicy(seed=0, model_url=url, config=cfg, kernel_factory=FakeKernel)
+        res = play_game(source, game_id, policy, max_actions=20, record_path=tmp_path / "r.jsonl")
+    rec = read_record(tmp_path / "r.jsonl")
+    images = [count_images(body["messages"]) for body in seen]
+    assert not [e for e in rec.events if e["kind"] == "error"] and res.actions == 20, images
+    assert max(images) == cap and policy.ctx.evictions >= 2, images  # at the cap, then trimmed
 
 
 def test_a_cut_reply_enters_the_history_with_its_thinking_tail_and_the_record_keeps_all(tmp_path):
