@@ -96,6 +96,10 @@ def test_a_stall_before_the_time_limit_is_a_failure_not_a_cut():
         with pytest.raises(ModelError) as e:
             ModelClient(url, ModelConfig(name="stub", timeout_s=30.0, stall_s=0.5, retries=0)).chat(MSGS)
     assert time.monotonic() - t0 < 2.5 and e.value.cut == "error" and "APITimeoutError" in str(e.value)
+    with StubServer(FixedModel([{"stall_s": 3, "content": "late"}])) as url:  # our limit, nothing received yet
+        with pytest.raises(ModelError) as e:
+            ModelClient(url, ModelConfig(name="stub", timeout_s=1.0, stall_s=5.0, retries=0)).chat(MSGS)
+    assert e.value.retryable and e.value.cut is None and "before any token" in str(e.value)
 
 
 def test_a_cut_reply_keeps_only_the_tail_of_its_thinking_marked_as_cut():

@@ -208,7 +208,8 @@ class ModelClient:
         except openai.APIStatusError as e:
             raise self._status_error(e) from e
         except Exception as e:  # an error chunk, a stall or a broken connection (httpx/openai errors)
-            if isinstance(e, openai.APITimeoutError) and time.monotonic() - t0 >= limit:
+            started = parts["content"] or parts["reasoning"] or parts["details"] or calls
+            if isinstance(e, openai.APITimeoutError) and time.monotonic() - t0 >= limit and started:
                 reply.cut = "timeout"  # our own limit passed during a silence: keep what arrived
             else:
                 raise _failed(e, parts, calls) from e
