@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -16,6 +17,7 @@ from typing import Any
 import pytest
 
 from duck.agent.loop import AgentPolicy
+from duck.agent.turn import count_images
 from duck.config import load_config
 from duck.game.actions import MODEL_NAMES, Action, display
 from duck.game.source import GameSource
@@ -234,6 +236,26 @@ def test_requests_are_prefix_stable_across_turns(tmp_path):
         assert now["messages"][:len(prev["messages"])] == prev["messages"]
 
 
+def test_a_history_at_the_image_cap_is_trimmed_before_the_next_turn_not_refused(tmp_path):
+    """Issue 35: the board went in even when the history already held `images_per_prompt`
+    images, and the server (here the stub, refusing like vLLM 0.33's --limit-mm-per-prompt)
+    answered HTTP 400 until the model's play ended. Now the turn trims first: requests reach
+    the cap and never pass it, and no request fails."""
+    cap = 6
+    model, seen = _capture([{"content": "Plan: go", "code": "action('RIGHT')"}], loop=True)
+    source = GameSource.offline(BUNDLED)
+    game_id = next(g.game_id for g in source.games() if g.game_id.startswith("zs01"))
+    cfg = _config(fallback=None, failures_before_fallback=1)
+    cfg.model.serve.images_per_prompt = cap
+    with StubServer(model, max_images=cap) as url:
+        policy = AgentPolicy(seed=0, model_url=url, config=cfg, kernel_factory=FakeKernel)
+        res = play_game(source, game_id, policy, max_actions=20, record_path=tmp_path / "r.jsonl")
+    rec = read_record(tmp_path / "r.jsonl")
+    images = [count_images(body["messages"]) for body in seen]
+    assert not [e for e in rec.events if e["kind"] == "error"] and res.actions == 20, images
+    assert max(images) == cap and policy.ctx.evictions >= 2, images  # at the cap, then trimmed
+
+
 def test_a_cut_reply_enters_the_history_with_its_thinking_tail_and_the_record_keeps_all(tmp_path):
     from duck.play.conversation import find_conversation, read_conversation
     thought = "".join(f"idea {k}: try the left door.\n" for k in range(400))
@@ -327,6 +349,30 @@ def test_repeated_server_failure_hands_the_game_to_the_explorer(tmp_path):
     assert sum("model request failed" in e["message"] for e in rec.events if e["kind"] == "error") == 2
     fallback = [e["message"] for e in rec.events if e["kind"] == "fallback"]
     assert len(fallback) == 1 and "ModelDown" in fallback[0] and "explorer takes over" in fallback[0]
+
+
+@pytest.mark.parametrize("fail", ["error", "drop", "end"])
+def test_replies_that_break_mid_stream_count_as_failures_and_are_never_kept(tmp_path, fail):
+    """Issue 35: a server that breaks every reply after its first tokens (an error chunk, a
+    reset, a body without a finish reason) fails the requests: no partial reply enters the
+    history, the model never reads "time limit" nor "no tool call", and after
+    `failures_before_fallback` failed requests the explorer takes over (ModelDown)."""
+    model, seen = _capture([{"reasoning": "partial " * 40, "content": "x", "code": "action('RIGHT')", "fail": fail}],
+                           loop=True)
+    source = GameSource.offline(BUNDLED)
+    game_id = next(g.game_id for g in source.games() if g.game_id.startswith("zc01"))
+    with StubServer(model) as url:
+        policy = make_policy("llm", 0, config=_config(fallback="explorer", failures_before_fallback=2),
+                             model_url=url, kernel_factory=FakeKernel)
+        res = play_game(source, game_id, policy, max_actions=5, record_path=tmp_path / "zc01.jsonl",
+                        deadline=time.monotonic() + 20)  # (a kept broken reply never acts: the deadline ends it)
+    rec = read_record(tmp_path / "zc01.jsonl")
+    failed = [e["message"] for e in rec.events if e["kind"] == "error"]
+    assert len(failed) == 2 and all("mid-reply" in m and "not kept" in m for m in failed)
+    assert not [e for e in rec.events if e["kind"] in ("model", "timeout")]  # no reply was kept
+    assert len(seen) == 2 and all(m["role"] != "assistant" for m in seen[-1]["messages"])
+    fallback = [e["message"] for e in rec.events if e["kind"] == "fallback"]
+    assert len(fallback) == 1 and "ModelDown" in fallback[0] and res.actions == 5
 
 
 def test_turns_without_actions_get_a_nudge_then_a_fresh_turn(tmp_path):

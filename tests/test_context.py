@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from duck.agent.context import Context, ContextFull
-from duck.agent.turn import render, system_prompt
+from duck.agent.turn import count_images, render, system_prompt
 from duck.config import load_config
 from duck.paths import SHARED
 from duck.testing.stub.render import ChatTemplate, HistoryError, default_template
@@ -238,3 +238,42 @@ def test_context_benchmark_runs_on_the_start_of_a_recorded_game(public, tmp_path
         assert a["prompt_tokens_max"] <= a["budget_tokens"]
         assert 0 < a["prefix_share_mean"] <= 1 and a["harness_ms_per_turn_median"] > 0
         assert a["reprefill_tokens_per_trim"] > 0
+
+
+def _image_turn(ctx: Context, i: int, images: int = 1) -> None:
+    pic = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
+    ctx.begin_turn({"role": "user", "content": [pic] * images + [{"type": "text", "text": f"turn {i}"}]},
+                   index=i, level=1, actions_before=i)
+    ctx.add({"role": "assistant", "content": "ok", "tool_calls": [_call(i)]})
+    ctx.add({"role": "tool", "tool_call_id": f"c{i}", "content": "ok"})
+
+
+def test_a_history_at_the_image_cap_trims_before_the_next_turn_so_no_prompt_passes_it():
+    """Issue 35: with the history at `max_images` (images_per_prompt), the next turn's board
+    made 401 of 400 (vLLM: HTTP 400, retried unchanged until ModelDown). Now the loop asks
+    `fit(images=N)` before it builds the turn: old turns go, down to the low-water mark, and
+    the turn's images have room; a request-time `fit()` keeps every prompt within the cap."""
+    ctx = Context("s", budget=1_000_000, reserve=1000, max_images=10)
+    for i in range(5):
+        _image_turn(ctx, i, 2)
+    assert count_images(ctx.messages()) == 10 and not ctx.fit()  # at the cap: a request may hold all 10
+    assert not ctx.fit(images=0) and ctx.evictions == 0
+    assert ctx.fit(images=2)  # the next turn's board and diff would make 12
+    assert count_images(ctx.messages()) == 2 and [t.index for t in ctx.turns] == [4]  # the last turn stays
+    assert ctx.messages()[1]["content"].startswith("To fit the context, the first 4 turns")
+    _image_turn(ctx, 5, 2)
+    assert not ctx.fit() and count_images(ctx.messages()) == 4
+    for i in range(6, 9):  # 10 again, then a request-time trim when a turn passes the cap anyway
+        _image_turn(ctx, i, 2)
+    _image_turn(ctx, 9, 1)
+    assert count_images(ctx.messages()) == 11 and ctx.fit() and count_images(ctx.messages()) == 3  # (<= 4.5)
+
+
+def test_a_turn_alone_over_the_image_cap_is_context_full():
+    ctx = Context("s", budget=1_000_000, reserve=1000, max_images=2)
+    assert not ctx.fit(images=3)  # nothing to trim before the first turn: nothing raises here
+    _image_turn(ctx, 0, 3)
+    with pytest.raises(ContextFull, match=r"the current turn alone holds 3 images \(limit 2: "
+                                          r"model.serve.images_per_prompt\)") as e:
+        ctx.fit()
+    assert e.value.fresh is False  # (its assistant and tool messages follow the user message)

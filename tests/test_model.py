@@ -65,9 +65,41 @@ def test_a_timeout_keeps_what_was_received():
     model = FixedModel([{"reasoning": "partial thought " * 50, "stall_s": 3, "content": "late", "code": "x=1"}])
     with StubServer(model) as url:
         t0 = time.monotonic()
-        r = ModelClient(url, ModelConfig(name="stub", timeout_s=1.0, stall_s=0.8, retries=0)).chat(MSGS)
-    assert time.monotonic() - t0 < 4.0  # cut at ~1 s, not after the 3 s stall
+        r = ModelClient(url, ModelConfig(name="stub", timeout_s=1.0, stall_s=5.0, retries=0)).chat(MSGS)
+    assert time.monotonic() - t0 < 2.5  # cut at our ~1 s limit, not after the 3 s stall nor at stall_s
     assert r.cut == "timeout" and r.reasoning.startswith("partial thought") and r.tool_calls == []
+
+
+@pytest.mark.parametrize("fail", ["error", "drop", "end"])
+def test_a_stream_that_breaks_mid_reply_is_a_failure_retried_not_a_cut_reply(fail):
+    """Issue 35: an error chunk (vLLM 0.33's, on an engine failure), a reset connection or a
+    body that ends without a finish reason, after the first tokens: the partial reply is thrown
+    away and the request retried (it was kept as `cut="timeout"`, "the time limit", or taken
+    for a whole reply without a tool call)."""
+    broken = {"reasoning": "partial thought " * 50, "content": "x", "code": "x=1", "fail": fail}
+    model = FixedModel([broken, {"reasoning": "whole", "content": "ok", "code": "x=2"}])
+    with StubServer(model) as url:
+        r = ModelClient(url, ModelConfig(name="stub", retries=1, backoff_s=0.01)).chat(MSGS)
+    assert (r.content, r.reasoning, r.cut, r.attempts) == ("ok", "whole", None, 2)
+    with StubServer(FixedModel([broken])) as url:
+        with pytest.raises(ModelError) as e:
+            ModelClient(url, ModelConfig(name="stub", retries=0)).chat(MSGS)
+    assert e.value.cut == "error" and e.value.retryable and "mid-reply (800 characters received, not kept)" in str(e.value)
+
+
+def test_a_stall_before_the_time_limit_is_a_failure_not_a_cut():
+    """No byte for `stall_s` while our own limit is still far: the server went silent (a
+    wedge), a failure like a broken connection; only our limit keeps a partial reply."""
+    model = FixedModel([{"reasoning": "partial thought " * 50, "stall_s": 3, "content": "late", "code": "x=1"}])
+    with StubServer(model) as url:
+        t0 = time.monotonic()
+        with pytest.raises(ModelError) as e:
+            ModelClient(url, ModelConfig(name="stub", timeout_s=30.0, stall_s=0.5, retries=0)).chat(MSGS)
+    assert time.monotonic() - t0 < 2.5 and e.value.cut == "error" and "APITimeoutError" in str(e.value)
+    with StubServer(FixedModel([{"stall_s": 3, "content": "late"}])) as url:  # our limit, nothing received yet
+        with pytest.raises(ModelError) as e:
+            ModelClient(url, ModelConfig(name="stub", timeout_s=1.0, stall_s=5.0, retries=0)).chat(MSGS)
+    assert e.value.retryable and e.value.cut is None and "before any token" in str(e.value)
 
 
 def test_a_cut_reply_keeps_only_the_tail_of_its_thinking_marked_as_cut():
@@ -76,7 +108,7 @@ def test_a_cut_reply_keeps_only_the_tail_of_its_thinking_marked_as_cut():
                         {"reasoning": thought, "content": "Plan: go", "code": "x=1"},
                         {"reasoning": thought, "stall_s": 3, "content": "late"}])
     with StubServer(model) as url:
-        c = ModelClient(url, ModelConfig(name="stub", retries=0, cut_thinking_chars=3000, timeout_s=1.0, stall_s=0.8))
+        c = ModelClient(url, ModelConfig(name="stub", retries=0, cut_thinking_chars=3000, timeout_s=1.0, stall_s=5.0))
         cut, whole, late = c.chat(MSGS), c.chat(MSGS), c.chat(MSGS)
     assert cut.cut == "length" and cut.reasoning == thought  # the reply itself holds all it received
     msg = cut.message("[thinking cut]")

@@ -322,3 +322,54 @@ def test_the_server_is_started_with_the_template_copy_when_the_model_lacks_it(cf
     argv = json.loads(next(line for line in server.log_tail(50).splitlines() if line.startswith("argv "))[5:])
     assert argv[argv.index("--chat-template") + 1] == str(copy)
     assert "without preserve_thinking" in server.chat_template_choice
+
+
+def _checkpoint(folder: Path, keys: list[str] | None) -> Path:
+    """A model folder with a model.safetensors.index.json mapping `keys` (None: no index)."""
+    folder.mkdir(parents=True)
+    if keys is not None:
+        (folder / "model.safetensors.index.json").write_text(json.dumps(
+            {"metadata": {"total_size": 1}, "weight_map": {k: "model-00001-of-00002.safetensors" for k in keys}}))
+    return folder
+
+
+TARGET = ["model.language_model.layers.0.mlp.gate.weight", "lm_head.weight"]
+
+
+@pytest.mark.parametrize("keys, mtp, said", [
+    (TARGET + ["mtp.layers.0.mlp.experts.0.down_proj.qweight", "mtp.fc.weight"], 3, "maps 2 mtp. tensors"),
+    (TARGET + ["model.mtp.norm.weight"], 3, "maps 1 mtp. tensors"),
+    (TARGET, 0, "no mtp. tensors in its model.safetensors.index.json"),
+    (None, 0, "no readable model.safetensors.index.json")])
+def test_mtp_is_served_only_when_the_checkpoint_holds_the_drafter(tmp_path, keys, mtp, said):
+    """Issue 35: `method: mtp` loads the drafter from the checkpoint's own `mtp.*` tensors and
+    vLLM 0.33 does not check they exist for a quantized one. `duck serve --dry-run` (a real
+    subprocess) on a folder without them plans and prints the command without MTP, with a
+    warning line and `mtp_check` in the plan; with them, as the profile says."""
+    folder = _checkpoint(tmp_path / "ckpt", keys)
+    p = subprocess.run([sys.executable, "-m", "duck.cli", "serve", "--dry-run", "--json", "--model-path", str(folder)],
+                       capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert p.returncode == 0, p.stderr
+    out = p.stdout.splitlines()
+    plan = json.loads(next(line for line in out if line.startswith('{"plan"')))["plan"]
+    argv = shlex.split(out[-1])
+    assert plan["mtp_tokens"] == mtp and said in plan["mtp_check"] and argv[argv.index("serve") + 1] == str(folder)
+    assert (_flag(argv, "--speculative-config") is not None) == bool(mtp)
+    assert any(line.startswith("# MTP ") and said in line for line in out)
+    warned = [line for line in p.stderr.splitlines() if "MTP off" in line]
+    assert len(warned) == (0 if mtp else 1) and (mtp or "untrained head" in warned[0])
+    if not mtp:  # the drafter's widened state is not planned either
+        assert plan["state_gib"] < load_config().plan.state_gib
+
+
+def test_the_server_starts_without_mtp_when_the_checkpoint_lacks_the_drafter(cfg, tmp_path):
+    """The notebook and `duck doctor` start VLLMServer from a config: the check is there too."""
+    cfg.model.serve.model_path = str(_checkpoint(tmp_path / "ckpt", TARGET))
+    assert cfg.model.serve.mtp_tokens == 3
+    server = VLLMServer(cfg.model).start()
+    try:
+        server.wait_ready(poll_s=0.1)
+    finally:
+        server.stop()
+    argv = json.loads(next(line for line in server.log_tail(50).splitlines() if line.startswith("argv "))[5:])
+    assert "--speculative-config" not in argv and server.mtp_check.off and cfg.model.serve.mtp_tokens == 3

@@ -17,6 +17,10 @@ prompt tokens came from the cache). Here:
   budget), so the prompt changes once and the next ~half budget of growth reuses one cached
   prefix. Never the current turn (the template then raises "No user query found"), and never
   a history the template rejects: what remains starts with a turn's user message;
+* the same trim when the images would pass `max_images` (`model.serve.images_per_prompt`:
+  vLLM answers a prompt with more with HTTP 400): down to `evict_to` of them, asked by the
+  loop before it builds a turn (`fit(images=N)`), so the new turn's images have room, and
+  again before each request, so no request holds more;
 * no summary of what was dropped (the field saw no gain from summaries, FIELD §2), but one
   fact line (prompts/trimmed.j2): the steps whose turns were removed, and that only messages
   went (the Python session keeps every definition: `dir()` lists them). What must survive a
@@ -35,7 +39,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from duck.agent.turn import render
+from duck.agent.turn import count_images, render
 from duck.llm.tokens import TokenCounter, features
 from duck.play.conversation import NULL, ConversationWriter
 
@@ -76,11 +80,13 @@ class Context:
     """System prompt + [carry] + turns; see the module docstring. Every message added, and
     every trim, goes to `log` (the game's conversation file, duck.play.conversation).
     `counter`: the server's per-message counts (duck.llm.client.ModelClient.counter: estimates
-    where the server cannot count); None estimates only (calibrated by `observe`)."""
+    where the server cannot count); None estimates only (calibrated by `observe`).
+    `max_images`: images a prompt may hold (None: no limit)."""
 
     def __init__(self, system: str, budget: int, reserve: int, *, evict_to: float = 0.45,
                  carry: Callable[[], dict[str, Any] | None] | None = None, counter: TokenCounter | None = None,
-                 log: ConversationWriter = NULL) -> None:
+                 log: ConversationWriter = NULL, max_images: int | None = None) -> None:
+        self.max_images = max_images
         self.log = log
         self.counter = counter or TokenCounter(None)
         self.system = {"role": "system", "content": system}
@@ -178,30 +184,40 @@ class Context:
         return int(sum(self._tokens(c) for c in counts) + self._offset)
 
     # -- budget ---------------------------------------------------------------------------
-    def fit(self) -> bool:
-        """Make the next request fit; True when old turns were dropped (a trim). Raises
-        ContextFull when even the current turn alone is too long."""
+    def fit(self, images: int = 0) -> bool:
+        """Make the next request fit the budget and `max_images`; True when old turns were
+        dropped (a trim). Raises ContextFull when even the current turn alone is too long or
+        holds too many images. `images` > 0: a turn with that many images is about to begin
+        (it is not in the history yet): the old turns but the last are trimmed, if the images
+        would pass `max_images`, as far as they can be, and nothing raises."""
         limit = self.budget - self.reserve - (0 if self.exact else int(ESTIMATE_MARGIN * self.budget))
         before = self.estimate()
-        if before <= limit:
+        pics = [count_images(t.messages) for t in self.turns]
+        cap = (1 << 30) if self.max_images is None else self.max_images
+        if images:  # a turn about to begin: only its images' room counts here
+            if sum(pics) + images <= cap or len(self.turns) < 2:
+                return False
+        elif before <= limit and sum(pics) <= cap:
             return False
         sizes = [self.turn_tokens(t) for t in self.turns]
         fixed = before - sum(sizes) - sum(self._tokens(c) for _, _, c in self.head)
         carried = self._carried()
         extra = self._tokens(self._count(self._head(carried, self.turns[:-1], self.turns[-1])))
-        target = self.evict_to * self.budget
+        target, pic_target = self.evict_to * self.budget, int(self.evict_to * cap) - images
         drop = 1
-        while drop < len(self.turns) - 1 and fixed + extra + sum(sizes[drop:]) > target:
+        while drop < len(self.turns) - 1 and (fixed + extra + sum(sizes[drop:]) > target
+                                              or sum(pics[drop:]) > pic_target):
             drop += 1
         carry = self._head(carried, self.turns[:drop], self.turns[min(drop, len(self.turns) - 1)])
         head = [self._count(carry)]
         extra = self._tokens(head[0])
         after = fixed + extra + sum(sizes[drop:])
-        if len(self.turns) < 2 or after > limit:
+        if not images and (len(self.turns) < 2 or after > limit or sum(pics[drop:]) > cap):
             alone = int(fixed + extra + sizes[-1]) if sizes else before
-            raise ContextFull(f"the current turn alone needs ~{alone} prompt tokens (limit {limit}: budget "
-                              f"{self.budget} - output cap {self.reserve}{'' if self.exact else ' - 3%'})",
-                              tokens=alone, limit=limit,
+            why = (f"holds {pics[-1]} images (limit {cap}: model.serve.images_per_prompt)" if pics and pics[-1] > cap
+                   else f"needs ~{alone} prompt tokens (limit {limit}: budget {self.budget} - output cap "
+                        f"{self.reserve}{'' if self.exact else ' - 3%'})")
+            raise ContextFull(f"the current turn alone {why}", tokens=alone, limit=limit,
                               fresh=bool(self.turns) and len(self.current.messages) == 1)
         dropped, self.turns = self.turns[:drop], self.turns[drop:]
         self.removed += dropped

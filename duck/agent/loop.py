@@ -27,7 +27,7 @@ from typing import Any, Callable
 from duck.agent.context import Context, ContextFull
 from duck.agent.memory import LevelMemory
 from duck.agent.turn import (Correction, call_facts, count_images, python_tool, render, system_prompt, tool_calls,
-                             turn_message)
+                             turn_images, turn_message)
 from duck.config import Config, KernelConfig
 from duck.game.actions import RESET
 from duck.llm.client import ContextOverflow, ModelClient, ModelError, join_urls, pick_url, request_seed
@@ -102,7 +102,8 @@ class AgentPolicy:
         # the system prompt (duck.agent.memory).
         counter = self.client.counter(self.tools) if self.client is not None else None
         return Context(system_prompt(self.cfg), self.cfg.agent.context_tokens, self.cfg.model.max_output_tokens,
-                       evict_to=self.cfg.agent.evict_to, counter=counter, log=self.conv, carry=self.memory.carry)
+                       evict_to=self.cfg.agent.evict_to, counter=counter, log=self.conv, carry=self.memory.carry,
+                       max_images=self.cfg.model.serve.images_per_prompt)
 
     def _loop(self, session: Session, kernel: Any) -> None:
         last, stalled, turn, full = None, 0, 0, 0
@@ -110,10 +111,13 @@ class AgentPolicy:
             if reason := session.stop_reason():
                 raise PlayStopped(reason)
             levels = session.obs.levels_completed
+            cap = self.cfg.model.serve.images_per_prompt
+            if self.ctx.fit(images=len(turn_images(session, last, cap))):  # room for the turn's images first
+                session.yield_slot("trim")
             self.ctx.begin_turn(turn_message(
                 session, last, stalled, turn == 0, self.memory.start,
                 memory=self.memory.block() if last and last.level_completed else "", ask_rule=self.memory.asking,
-                conv=self.conv, room=self.cfg.model.serve.images_per_prompt - count_images(self.ctx.messages())),
+                conv=self.conv, room=cap - count_images(self.ctx.messages())),
                 index=turn, level=levels + 1, actions_before=session.game.actions)
             try:
                 last, stalled, full = self._turn(session, kernel, turn, levels), 0, 0

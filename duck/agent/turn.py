@@ -25,8 +25,10 @@ images before its text anyway):
    `ANIMATION_SCALE` (the open 3rd place's 4 at 4x), each captioned with its level, action
    and frame.
 
-These are the field's (FIELD §2-3: each helped where it was added). Optional images are left
-out when the prompt would pass `model.serve.images_per_prompt`. Every image is rendered from
+These are the field's (FIELD §2-3: each helped where it was added). The prompt never holds
+more than `model.serve.images_per_prompt` (vLLM refuses more): before a turn is built the
+history is trimmed so that its images fit (duck.agent.context), and only where a trim cannot
+make room are optional images left out. Every image is rendered from
 grids (duck.game.images), and the conversation file stores the grids, so it rebuilds each PNG
 bit for bit (duck.play.conversation).
 
@@ -235,7 +237,7 @@ def _action(last: CallFacts, step: int) -> str:
 
 def turn_images(session: Any, last: CallFacts | None, room: int) -> list[Shown]:
     """The images of a turn message, in order (see the module docstring); at most `room`
-    (the board always)."""
+    (the board always: the loop trims the history first so that it has room)."""
     obs = session.obs
     out = [Shown("board", (obs.grid,), IMAGE_SCALE, f"the board now (step {session.game.actions})")]
     if last is None:

@@ -10,13 +10,20 @@ timings). What it guarantees, because the Duck lost turns and time to each of th
   derived from game, pass, turn and call, so two runs of one config sample alike). On a
   hosted profile only standard OpenAI fields (no `top_k`, no `chat_template_kwargs`;
   `reasoning_effort` when set), the key from `model.api_key_env`, `model.headers`.
-* Streaming with a wall-clock limit per request: when the limit passes mid-reply, what
-  was received so far is returned (`Reply.cut == "timeout"`), not thrown away.
+* Streaming with a wall-clock limit per request: when OUR limit passes mid-reply, what
+  was received so far is returned (`Reply.cut == "timeout"`), not thrown away. A failure of
+  the server mid-reply is not a cut reply: an error chunk (vLLM 0.33 sends `{"error": ...}`
+  when a request fails inside its engine), a broken connection, a stall of `model.stall_s`
+  before our limit, or a stream that ends without a finish reason is `cut = "error"`
+  (`ModelError.cut`): the partial reply is thrown away and the request retried like any
+  failed one, and counted as one when the retries are spent (the agent's
+  `failures_before_fallback`). Only our own limit makes the model read "time limit".
 * Retries with exponential back-off on connection errors, time-outs with nothing received,
-  429 and 5xx, moving to the next base URL on each retry (a 429/503's `Retry-After` is waited
-  out on the same one); other 4xx fail at once (`ModelError`, or `ContextOverflow` when the
-  prompt is too long for the server). A refused key (401/403) or no credit (402) also stops
-  the run through the spend guard (duck.llm.guard), which every reply's usage goes to.
+  failures mid-reply, 429 and 5xx, moving to the next base URL on each retry (a 429/503's
+  `Retry-After` is waited out on the same one); other 4xx fail at once (`ModelError`, or
+  `ContextOverflow` when the prompt is too long for the server). A refused key (401/403) or
+  no credit (402) also stops the run through the spend guard (duck.llm.guard), which every
+  reply's usage goes to.
 * The provider's `usage` and `cost` (where it reports one) in `Reply.stats()`, so the records
   keep them per request.
 * Reasoning returned to the server in the field its chat template reads. vLLM returns the
@@ -73,11 +80,12 @@ class ModelError(RuntimeError):
     """The model server could not give a reply (after retries, or a request it refuses)."""
 
     def __init__(self, message: str, *, retryable: bool = False, status: int | None = None,
-                 retry_after: float | None = None) -> None:
+                 retry_after: float | None = None, cut: str | None = None) -> None:
         super().__init__(message)
         self.retryable = retryable
         self.status = status
         self.retry_after = retry_after  # seconds the server asked to wait (429/503 Retry-After)
+        self.cut = cut  # "error": the reply failed after its first tokens (thrown away, not kept)
 
 
 class ContextOverflow(ModelError):
@@ -172,6 +180,8 @@ class ModelClient:
             kwargs["tools"] = tools
         if seed is not None:
             kwargs["seed"] = seed
+        # No byte for stall_s ends the request; near our limit, the limit itself does.
+        kwargs["timeout"] = openai.Timeout(connect=10.0, read=max(0.1, min(c.stall_s, limit)), write=30.0, pool=10.0)
         t0 = time.monotonic()
         reply = Reply(url=self.urls[i], keep_thinking=c.cut_thinking_chars)
         parts: dict[str, Any] = {"content": [], "reasoning": [], "details": [], "names": set()}
@@ -197,15 +207,19 @@ class ModelClient:
                     break
         except openai.APIStatusError as e:
             raise self._status_error(e) from e
-        except Exception as e:  # a stall or a broken connection mid-reply (httpx/openai errors)
-            if not (parts["content"] or parts["reasoning"] or parts["details"] or calls):
-                raise ModelError(f"{type(e).__name__}: {e}", retryable=True) from e
-            reply.cut = "timeout"  # keep what arrived
+        except Exception as e:  # an error chunk, a stall or a broken connection (httpx/openai errors)
+            started = parts["content"] or parts["reasoning"] or parts["details"] or calls
+            if isinstance(e, openai.APITimeoutError) and time.monotonic() - t0 >= limit and started:
+                reply.cut = "timeout"  # our own limit passed during a silence: keep what arrived
+            else:
+                raise _failed(e, parts, calls) from e
         finally:
             try:
                 stream.close()
             except Exception:  # closing a broken stream must not hide the reply
                 pass
+        if reply.cut is None and reply.finish_reason is None:  # the body ended, the reply did not
+            raise _failed(None, parts, calls)
         reply.latency_s = time.monotonic() - t0
         self._assemble(reply, parts, calls, kwargs["max_tokens"])
         return reply
@@ -269,6 +283,20 @@ class ModelClient:
             return TokenCounter(None)
         return TokenCounter(lambda msgs, generation=False: self.tokenize(
             msgs, tools if msgs[0].get("role") == "system" else None, generation))
+
+
+def _failed(e: Exception | None, parts: dict[str, Any], calls: dict[int, dict[str, Any]]) -> ModelError:
+    """The failure of a stream that broke (`e`: the error chunk or the transport's error;
+    None: it ended without a finish reason). Retryable unless an error chunk names a 4xx
+    other than 408/409/429; `cut="error"` once anything of the reply had arrived."""
+    got = sum(len(x) for x in parts["content"] + parts["reasoning"]) + sum(len(a) for c in calls.values() for a in c["args"])
+    started = bool(got or parts["details"] or calls)
+    body = getattr(e, "body", None)
+    status = body.get("code") if isinstance(body, dict) and isinstance(body.get("code"), int) else None
+    why = "the stream ended without a finish reason" if e is None else f"{type(e).__name__}: {e}"
+    where = f"mid-reply ({got} characters received, not kept)" if started else "before any token"
+    return ModelError(f"{why} {where}", retryable=status is None or status in (408, 409, 429) or status >= 500,
+                      status=status, cut="error" if started else None)
 
 
 def _v1(url: str) -> str:

@@ -41,7 +41,8 @@ class Reply:
     url: str = ""
     attempts: int = 1
     seed: int | None = None
-    cut: str | None = None  # "timeout" (the wall-clock limit) or "length" (the token cap)
+    cut: str | None = None  # "timeout" (our wall-clock limit) or "length" (the token cap); never "error":
+    # a reply the server failed mid-stream is no reply (duck.llm.client raises ModelError, its cut "error")
     # Calls the client did not keep (arguments not a complete JSON object), and why:
     # "length" (cut at the output cap), "timeout" (cut at the time limit), "invalid"
     # (complete reply, unreadable arguments: code holding a tag of the tool-call format).

@@ -14,7 +14,8 @@ Each flag, as named in vLLM 0.33's engine arguments:
 * `--enable-prompt-tokens-details`: `cached_tokens` in `usage`, the records' cache hit rate;
 * `--max-model-len`, `--gpu-memory-utilization`, `--max-num-seqs`, `--kv-cache-dtype`: the
   profile's memory plan (duck.profiles.plan: FP8 KV except on Qwen3.6, vllm#26646);
-* `--speculative-config '{"method": "mtp", "num_speculative_tokens": N}'`: the native MTP head;
+* `--speculative-config '{"method": "mtp", "num_speculative_tokens": N}'`: the native MTP head,
+  only where the checkpoint holds its tensors (duck.llm.drafter: else served without, said so);
 * `--engram-config '{"cpu_offload": true}'`: Flash-Next's n-gram table in host RAM;
 * `--stream-interval 1`: a chunk per token. Larger intervals made 0.19's streaming tool
   parser lose calls (ServeConfig.stream_interval; tests/conformance measures 0.33);
@@ -58,6 +59,7 @@ from pathlib import Path
 from typing import Any
 
 from duck.config import ModelConfig, ServeConfig, at_rung, load_config
+from duck.llm.drafter import served, served_config
 from duck.profiles import ProfileError, get as profile_of
 
 from duck.paths import SHARED
@@ -75,9 +77,6 @@ class ServeError(RuntimeError):
 def shared_template(family: str) -> Path:
     """In a checkout: the team's copy beside it (on Kaggle the dataset's copy is configured instead)."""
     return SHARED / family / "chat_template.jinja"
-
-
-SHARED_TEMPLATE = shared_template("qwen3.6")  # (the Qwen3.6 copy, for older callers)
 
 
 def model_chat_template(model_path: str | Path) -> str | None:
@@ -192,6 +191,7 @@ class VLLMServer:
         return f"http://{host}:{self.port}"
 
     def start(self) -> "VLLMServer":
+        self.serve, self.mtp_check = served(self.serve)  # MTP only with its drafter's tensors
         self.chat_template, why = pick_chat_template(self.serve)
         (log.info if self.chat_template or "preserve_thinking branch" in why else log.warning)("serving with %s", why)
         self.chat_template_choice = why
@@ -306,7 +306,8 @@ def start_servers(model: ModelConfig, gpus: list[str] | None, log_dir: str | Pat
 
 
 def _main(args: argparse.Namespace) -> int:
-    cfg = at_rung(load_config(args.config or [], args.set or []), args.rung)
+    path = [f"model.serve.model_path={args.model_path}"] if args.model_path else []
+    cfg = at_rung(load_config(args.config or [], (args.set or []) + path), args.rung)
     if cfg.plan.profile == "hosted":
         print("duck serve: the hosted profile is served by its provider: nothing to start here "
               "(duck play --model-url URL --set model.profile=hosted)", file=sys.stderr)
@@ -315,17 +316,16 @@ def _main(args: argparse.Namespace) -> int:
         cfg.model.serve.executable = args.executable
     if args.port:
         cfg.model.serve.port = args.port
-    if args.model_path:
-        cfg.model.serve.model_path = args.model_path
+    cfg, mtp = served_config(cfg)  # (a warning when the checkpoint lacks the MTP drafter)
     gpus = [g for g in (args.gpus or "").split(",") if g]
     if args.dry_run:
         template, why = pick_chat_template(cfg.model.serve)
         print(f"# {why}", file=sys.stderr)
         print(f"# rung {args.rung}: {profile_of(cfg.model.profile).ladder[args.rung].name}")
-        for line in plan_lines(cfg.plan):
+        for line in plan_lines(cfg.plan) + ([f"# {mtp.line}"] if mtp.line else []):
             print(line)
         if args.json:
-            print(json.dumps({"plan": cfg.plan.as_dict()}))
+            print(json.dumps({"plan": cfg.plan.as_dict() | {"mtp_check": mtp.line}}))
         for i in range(max(1, len(gpus))):
             argv, env = command(cfg.model.serve, cfg.model.name, cfg.model.serve.port + i, template)
             print(" ".join(f"{k}={v}" for k, v in env.items()), " ".join(_quote(a) for a in argv))

@@ -541,11 +541,6 @@ def test_the_agent_plays_on_through_malformed_calls(standin, tmp_path):
 
 # -- What a failing server sends, what the cache reports, what /tokenize counts (issue 35) ------
 
-RUNTIME_HALF = pytest.mark.xfail(strict=True, reason="the client's side of issue 35 (a failure mid-reply is "
-                                 "cut = 'error', not kept) is its runtime half, branch i35a: remove this mark "
-                                 "once that is merged")
-
-
 def _sse(standin, messages: list[dict]) -> tuple[list[dict | str], str]:
     """One streamed chat at the HTTP level: its `data:` payloads (JSON, or the text `[DONE]`)
     and how the body ended ("complete", or "IncompleteRead": a chunked body without its end;
@@ -606,7 +601,6 @@ def _client_outcome(standin, item: dict) -> str:
     return f"cut={r.cut} content={r.content!r} calls={len(r.tool_calls)}"
 
 
-@RUNTIME_HALF
 @pytest.mark.parametrize("fault", ["error_after", "drop_after"])
 def test_the_client_never_keeps_a_reply_that_failed_mid_stream(standin, fault):
     """Issue 35: an error chunk or a dropped connection after the first tokens is a failure

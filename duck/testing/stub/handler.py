@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
+import struct
 import time
 from http.server import BaseHTTPRequestHandler
 from typing import Any, Iterator
@@ -138,10 +140,11 @@ class Handler(BaseHTTPRequestHandler):
 
     def _answer(self, body, content, reasoning, tool_calls, finish, usage, r, stream) -> None:
         """`r`: the scripted reply, whose test knobs `stall_s` (mid-stream) and `stall_end_s`
-        (before the end) delay the stream; `stream`: the latency model's pacing, or None."""
+        (before the end) delay the stream and `fail` breaks it after the reasoning (`_fail`);
+        `stream`: the latency model's pacing, or None."""
         if body.get("stream"):
             self._stream(body, content, reasoning, tool_calls, finish, usage, stream,
-                         r.get("stall_s"), r.get("stall_end_s"))
+                         r.get("stall_s"), r.get("stall_end_s"), r.get("fail"))
             return
         if stream is not None:
             stream.prefill()
@@ -153,7 +156,7 @@ class Handler(BaseHTTPRequestHandler):
                          "choices": [{"index": 0, "message": msg, "finish_reason": finish}]})
 
     def _stream(self, body, content, reasoning, tool_calls, finish, usage, stream, stall_s=None,
-                stall_end_s=None) -> None:
+                stall_end_s=None, fail=None) -> None:
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
@@ -180,6 +183,9 @@ class Handler(BaseHTTPRequestHandler):
                 send(self._reasoning(piece))
             if stall_s:
                 time.sleep(stall_s)
+            if fail:
+                self._fail(fail)
+                return
             for piece in paced(content, 200):
                 send({"content": piece})
             for tc in tool_calls:
@@ -196,6 +202,20 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.flush()
         except (BrokenPipeError, ConnectionResetError):
             pass  # the client gave up (a time-out test): nothing to do
+
+    def _fail(self, how: str) -> None:
+        """A stream that breaks mid-reply: "error", the error chunk and `[DONE]` vLLM 0.33
+        sends when a request fails inside its engine (tests/conformance); "drop", the
+        connection reset; "end", the body ends (no finish reason, no `[DONE]`)."""
+        if how == "error":
+            error = {"message": "EngineCore encountered an issue (stub)", "type": "InternalServerError",
+                     "param": None, "code": 500}
+            self.wfile.write(f"data: {json.dumps({'error': error})}\n\ndata: [DONE]\n\n".encode())
+        elif how == "drop":
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            self.connection.close()  # (with a zero linger: a reset, not an orderly end)
+        elif how != "end":
+            raise ValueError(f"unknown fail {how!r} (error, drop, end)")
 
     def _pacer(self, reasoning: str, content: str, tool_calls: list[dict], usage: dict, stream: Any) -> Any:
         """Without a latency model: a few large pieces at once. With one: pieces of

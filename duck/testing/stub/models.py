@@ -5,7 +5,9 @@
   dict: `content`, `reasoning`, `code` (one `python` call) or `tool_calls`
   ([{"name", "arguments"}]), `finish_reason`, and test knobs: `status` (answer with that
   HTTP error), `delay_s` (before the first byte), `stall_s` (mid-stream, after the
-  reasoning), or a callable `request -> dict`.
+  reasoning), `fail` (the stream breaks after the reasoning: "error" an error chunk as vLLM
+  0.33 sends one, "drop" the connection reset, "end" the body ends without a finish reason),
+  or a callable `request -> dict`.
 * `TraceModel(turns)`: replays one Duck run from ../shared/duck-traces (turns as
   duck.testing.stub.traces.load_trace gives them): each recorded model response in order, its
   visible text as content, reasoning of the recorded length (the text itself was not

@@ -79,8 +79,9 @@ class StubServer:
                  model_name: str = "stub", template: ChatTemplate | str | Path | None = None,
                  max_model_len: int | None = None, keep_prompts: bool = False,
                  latency: LatencyModel | None = None, kv_tokens: int | None = None,
-                 hosted: Hosted | None = None) -> None:
+                 hosted: Hosted | None = None, max_images: int | None = None) -> None:
         self.model = model
+        self.max_images = max_images  # vLLM's --limit-mm-per-prompt: more images in a prompt are a 400
         self.hosted = hosted  # answer as a strict hosted provider (duck.testing.stub.hosted)
         self.model_name = model_name
         self.template = template if isinstance(template, ChatTemplate) else (
@@ -150,6 +151,8 @@ class StubServer:
             raise HistoryError(f"This model's maximum context length is {self.max_model_len} tokens. However, "
                                f"you requested {int(body.get('max_tokens') or 0)} output tokens and your prompt "
                                f"contains at least {tokens} input tokens.")
+        if self.max_images is not None and len(image_token_list(body.get("messages") or [])) > self.max_images:
+            raise HistoryError(f"At most {self.max_images} image(s) may be provided in one prompt.")  # (0.33's words)
         return text, tokens
 
     def account(self, conversation: str, body: dict[str, Any], prompt: tuple[str, int] | None = None
