@@ -18,7 +18,6 @@ import fcntl
 import functools
 import os
 import pwd
-import shutil
 import sys
 import sysconfig
 import tempfile
@@ -26,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from duck.play import record
-from duck.sandbox import cgroup, landlock, process
+from duck.sandbox import cgroup, landlock, process, quota
 from duck.sandbox.confine import LAYERS
 from duck.sandbox.process import descendants, end_uid, leftovers, pids_of_uid, threads  # noqa: F401
 
@@ -75,7 +74,7 @@ def report() -> dict[str, str]:
         got = f"{type(e).__name__}: {e}"
     finally:
         cgroup.remove(cg)
-        shutil.rmtree(workdir, ignore_errors=True)
+        quota.remove_tree(workdir)
         if lease:
             lease.release()
     if isinstance(got, str):  # no worker could start: every layer is unknown, the kernel unusable
