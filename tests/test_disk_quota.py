@@ -38,18 +38,23 @@ def _nest(top: Path, depth: int, name: str = "d") -> int:
 def test_the_walk_counts_beyond_path_max_and_past_the_depth(tmp_path):
     """A path longer than PATH_MAX was skipped by the walk (640 MB unseen); folders nested
     deeper than quota.MAX_DEPTH count as over the quota whatever their size."""
-    fd = _nest(tmp_path, 20, "n" * 250)  # 5,000 characters of path
-    blob = os.open("blob", os.O_WRONLY | os.O_CREAT, 0o600, dir_fd=fd)
-    os.write(blob, b"0" * (2 << 20))
-    os.close(blob)
-    os.close(fd)
-    used = quota.tree(str(tmp_path), quota.Usage(1 << 40, 1 << 40))
-    assert used.bytes >= 2 << 20 and used.inodes == 22 and not used.unseen
-    deep = tmp_path / "deep"
+    long, deep = tmp_path / "long", tmp_path / "deep"
+    long.mkdir()
     deep.mkdir()
-    os.close(_nest(deep, quota.MAX_DEPTH + 1))
-    used = quota.tree(str(deep), quota.Usage(1 << 40, 1 << 40))
-    assert used.unseen.startswith("folders nested deeper") and used.over(1 << 40, 1 << 40)
+    try:
+        fd = _nest(long, 20, "n" * 250)  # 5,000 characters of path
+        blob = os.open("blob", os.O_WRONLY | os.O_CREAT, 0o600, dir_fd=fd)
+        os.write(blob, b"0" * (2 << 20))
+        os.close(blob)
+        os.close(fd)
+        used = quota.tree(str(long), quota.Usage(1 << 40, 1 << 40))
+        assert used.bytes >= 2 << 20 and used.inodes == 22 and not used.unseen
+        os.close(_nest(deep, quota.MAX_DEPTH + 1))
+        used = quota.tree(str(deep), quota.Usage(1 << 40, 1 << 40))
+        assert used.unseen.startswith("folders nested deeper") and used.over(1 << 40, 1 << 40)
+    finally:  # pytest's own clean-up cannot remove a path beyond PATH_MAX
+        quota.remove_tree(str(long))
+        quota.remove_tree(str(deep))
 
 
 def test_a_tree_of_any_depth_is_removed_without_recursion(tmp_path):
@@ -59,6 +64,11 @@ def test_a_tree_of_any_depth_is_removed_without_recursion(tmp_path):
     fd = _nest(top, 2500, "x" * 100)
     os.symlink("/etc", "link", dir_fd=fd)  # never followed
     os.close(fd)
+    try:
+        shutil.rmtree(top)
+        raise AssertionError("shutil.rmtree removed it: the test proves nothing here")
+    except RecursionError:
+        pass
     quota.remove_tree(str(top))
     assert not top.exists() and Path("/etc/passwd").exists()
 
