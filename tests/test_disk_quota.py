@@ -18,6 +18,7 @@ import pytest
 from duck.config import KernelConfig
 from duck.play.record import read_record
 from duck.sandbox import quota
+import posture
 from attacks import UNGUARD
 from test_sandbox_attacks import new_kernel
 
@@ -113,6 +114,27 @@ def test_deleted_files_kept_by_a_memory_map_are_counted(plain_kernel):
     _quota_restart(r)
 
 
+def test_deleted_open_files_are_counted_without_cap_sys_ptrace_too(plain_kernel):
+    """Without CAP_SYS_PTRACE the host could not read /proc/<worker>/fd and counted zero (2 GB
+    held); it reads them as the worker's uid now."""
+    r = plain_kernel.run(UNGUARD + "held = []\nfor i in range(4):\n    fd = os.open(f'h{i}', os.O_RDWR | os.O_CREAT)\n"
+                         "    os.write(fd, b'0' * (15 << 20)); os.unlink(f'h{i}'); held.append(fd)\nprint(held)")
+    _quota_restart(r)
+
+
+def test_a_worker_that_hides_its_files_fails_closed(plain_kernel):
+    """A worker that makes itself non-dumpable cannot be read as its uid either: where the
+    host lacks CAP_SYS_PTRACE its files are unseen, which is over the quota (never a zero)."""
+    k = plain_kernel
+    r = k.run(UNGUARD + "ct = __import__('ctypes')\nprint(ct.CDLL(None).prctl(4, 0, 0, 0, 0))")  # PR_SET_DUMPABLE
+    if posture.current() == "docker":
+        _quota_restart(r)
+        errors = [e["message"] for e in read_record(k.session.writer.path).events if e["kind"] == "error"]
+        assert any("cannot read /proc/" in m for m in errors), errors
+    else:  # root reads it anyway
+        assert r.kind == "ok" and not r.restarted, r.text
+
+
 def test_989_nested_folders_cannot_crash_the_clean_up(plain_kernel):
     """They raised RecursionError out of Kernel._kill() and close(), skipping lease.release()."""
     k = plain_kernel
@@ -149,5 +171,7 @@ def test_the_clean_up_records_what_it_cannot_remove_and_releases_the_uid(plain_k
 def test_the_workers_stderr_is_a_pipe_not_a_file_on_the_hosts_disk(plain_kernel):
     """fd 2 was the host's .worker.log, opened before the tmpfs: 1 GB reserved through it."""
     k = plain_kernel
-    assert os.readlink(f"/proc/{k.proc.pid}/fd/2").startswith("pipe:")
+    own = k.layers["uid"].startswith("on")  # off where the Python installation is closed (pyenv under /root)
+    with quota.as_fs_uid(k.lease.uid if own else None):  # as its uid: a root without CAP_SYS_PTRACE may not
+        assert os.readlink(f"/proc/{k.proc.pid}/fd/2").startswith("pipe:")
     assert not (Path(k.workdir) / ".worker.log").exists()

@@ -97,7 +97,7 @@ def tree(path: str, stop: Usage) -> Usage:
 
 
 @contextmanager
-def _fs_uid(uid: int | None) -> Iterator[None]:
+def as_fs_uid(uid: int | None) -> Iterator[None]:
     """This thread's file-system uid and gid set to `uid` (the host's other threads keep
     theirs): /proc's checks then see the worker's owner, not a root without CAP_SYS_PTRACE."""
     if uid is None:
@@ -116,7 +116,7 @@ def _proc_fd(pid: int, uid: int | None) -> tuple[list[str] | None, int | None]:
     PermissionError when neither root nor the worker's uid may read them."""
     for as_uid in (None, uid) if uid is not None else (None,):
         try:
-            with _fs_uid(as_uid):
+            with as_fs_uid(as_uid):
                 return os.listdir(f"/proc/{pid}/fd"), as_uid
         except (FileNotFoundError, ProcessLookupError):
             return None, None
@@ -151,7 +151,7 @@ def unlinked_open_files(pid: int, uid: int | None = None, file_bytes: int = 0, w
         return used
     if fds is None:
         return used
-    with _fs_uid(as_uid):
+    with as_fs_uid(as_uid):
         for fd in fds:
             try:
                 st = os.stat(f"/proc/{pid}/fd/{fd}")
