@@ -113,11 +113,14 @@ def as_fs_uid(uid: int | None) -> Iterator[None]:
 
 def _proc_fd(pid: int, uid: int | None) -> tuple[list[str] | None, int | None]:
     """The names in /proc/<pid>/fd (None: the process is gone) and the uid to read them as;
-    PermissionError when neither root nor the worker's uid may read them."""
+    PermissionError when neither root nor the worker's uid may follow them (root without
+    CAP_SYS_PTRACE may list them, through its file capabilities, but not follow one)."""
     for as_uid in (None, uid) if uid is not None else (None,):
         try:
             with as_fs_uid(as_uid):
-                return os.listdir(f"/proc/{pid}/fd"), as_uid
+                fds = os.listdir(f"/proc/{pid}/fd")
+                os.readlink(f"/proc/{pid}/fd/{fds[0]}") if fds else None
+                return fds, as_uid
         except (FileNotFoundError, ProcessLookupError):
             return None, None
         except PermissionError:
@@ -155,6 +158,9 @@ def unlinked_open_files(pid: int, uid: int | None = None, file_bytes: int = 0, w
         for fd in fds:
             try:
                 st = os.stat(f"/proc/{pid}/fd/{fd}")
+            except PermissionError:
+                used.unseen = f"cannot read /proc/{pid}/fd/{fd}"
+                return used
             except OSError:
                 continue
             if stat.S_ISREG(st.st_mode) and st.st_nlink == 0 and st.st_ino not in seen:
@@ -163,6 +169,9 @@ def unlinked_open_files(pid: int, uid: int | None = None, file_bytes: int = 0, w
         try:
             with open(f"/proc/{pid}/maps") as f:
                 maps = f.read()
+        except PermissionError:
+            used.unseen = f"cannot read /proc/{pid}/maps"
+            return used
         except OSError:
             maps = ""
         for line in maps.splitlines():
