@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -17,7 +18,7 @@ import pytest
 
 from duck.config import KernelConfig
 from duck.play.record import read_record
-from duck.sandbox import quota
+from duck.sandbox import isolation, quota
 import posture
 from attacks import UNGUARD
 from test_sandbox_attacks import new_kernel
@@ -175,3 +176,24 @@ def test_the_workers_stderr_is_a_pipe_not_a_file_on_the_hosts_disk(plain_kernel)
     with quota.as_fs_uid(k.lease.uid if own else None):  # as its uid: a root without CAP_SYS_PTRACE may not
         assert os.readlink(f"/proc/{k.proc.pid}/fd/2").startswith("pipe:")
     assert not (Path(k.workdir) / ".worker.log").exists()
+
+
+def test_the_layer_report_says_when_the_host_cannot_read_the_workers_files():
+    """Where /proc/<pid>/fd can be followed neither as root nor as the process's uid (root
+    without CAP_SYS_PTRACE, a non-dumpable process), the disk_quota line is off, not on."""
+    if posture.current() != "docker":
+        pytest.skip("root follows every /proc/<pid>/fd here")
+    lease = isolation.UidLease.take()
+    hide = "import ctypes, time; ctypes.CDLL(None).prctl(4, 0, 0, 0, 0); print('hidden', flush=True); time.sleep(60)"
+    p = subprocess.Popen([sys.executable, "-c", hide], user=lease.uid, group=lease.uid, extra_groups=[], cwd="/",
+                         stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "hidden"
+        line = "on: checked by the host (size and inodes of the temp dir, ...)"
+        got = quota.fail_closed({"disk_quota": line}, p.pid, lease.uid)["disk_quota"]
+        assert got.startswith("off: cannot read /proc/") and "over the quota" in got, got
+        assert quota.unlinked_open_files(p.pid, lease.uid).unseen
+    finally:
+        p.kill()
+        p.wait()
+        lease.release()
