@@ -33,6 +33,7 @@ from typing import Iterator
 # World-writable folders any uid can fill (the temp dir itself lives in /tmp).
 SHARED = ("/tmp", "/var/tmp", "/dev/shm")
 MAX_DEPTH = 64  # folders nested deeper than this count as over the quota (model code needs a few)
+_VANISHED = (errno.ENOENT, errno.ENOTDIR, errno.ELOOP)  # removed or replaced while the walk ran
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -85,8 +86,9 @@ def tree(path: str, stop: Usage) -> Usage:
                         break
                     sub = os.open(e.name, _DIR, dir_fd=stack[-1][0])
                     stack.append((sub, os.scandir(sub)))
-            except FileNotFoundError:
-                continue
+            except OSError as e:
+                if e.errno not in _VANISHED:
+                    raise
     except OSError as e:
         used.unseen = f"an entry under {path} could not be read ({e.strerror})"
     finally:
@@ -119,7 +121,12 @@ def _proc_fd(pid: int, uid: int | None) -> tuple[list[str] | None, int | None]:
         try:
             with as_fs_uid(as_uid):
                 fds = os.listdir(f"/proc/{pid}/fd")
-                os.readlink(f"/proc/{pid}/fd/{fds[0]}") if fds else None
+                for fd in fds:  # listing is not following: one link must be read
+                    try:
+                        os.readlink(f"/proc/{pid}/fd/{fd}")
+                        break
+                    except FileNotFoundError:
+                        continue  # closed since the listing
                 return fds, as_uid
         except (FileNotFoundError, ProcessLookupError):
             return None, None
