@@ -18,7 +18,7 @@ import pytest
 
 from duck.config import KernelConfig
 from duck.play.record import read_record
-from duck.sandbox import isolation, quota
+from duck.sandbox import isolation, process, quota
 import posture
 from attacks import UNGUARD
 from test_sandbox_attacks import new_kernel
@@ -176,6 +176,13 @@ def test_the_workers_stderr_is_a_pipe_not_a_file_on_the_hosts_disk(plain_kernel)
     with quota.as_fs_uid(k.lease.uid if own else None):  # as its uid: a root without CAP_SYS_PTRACE may not
         assert os.readlink(f"/proc/{k.proc.pid}/fd/2").startswith("pipe:")
     assert not (Path(k.workdir) / ".worker.log").exists()
+
+
+def test_a_worker_that_cannot_start_says_why_through_its_stderr_pipe(tmp_path):
+    """The pipe replaced the host's .worker.log: a start failure still names its last line."""
+    bad = {"plan": {"workdir": str(tmp_path), "off": ["namespaces", "landlock", "seccomp", "cgroup", "uid"]}}
+    assert process.probe(bad, str(tmp_path)) == "KeyError: 'read'"  # a plan without its read paths
+    assert os.listdir(tmp_path) == []
 
 
 def test_the_layer_report_says_when_the_host_cannot_read_the_workers_files():
