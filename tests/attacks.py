@@ -578,4 +578,33 @@ for target in ('/dev/shm', '/tmp', '/var/tmp'):
         print(target, 'stopped after', n, 'MB:', e)
 print('wrote', n, 'MB outside the temp dir')
 """),
+    # --- issue 37: running between calls, filling the disk past the quota unseen -------------
+    Attack("timers-run-code-between-calls", "process", """{unguard}
+ct = __import__('ctypes')
+libc = ct.CDLL(None, use_errno=True)
+sig = sys.modules.get('signal') or __import__('signal')
+try:
+    sig.setitimer(sig.ITIMER_VIRTUAL, 100, 100); sig.setitimer(sig.ITIMER_VIRTUAL, 0); print('ESCAPED setitimer')
+except OSError as e:
+    print('denied', e)
+print('ESCAPED alarm' if libc.alarm(100) == 0 and libc.alarm(0) == 100 else 'denied alarm')
+fd = libc.timerfd_create(1, 0)
+print('ESCAPED timerfd' if fd >= 0 else 'denied timerfd', ct.get_errno())
+""", survives=True),
+    Attack("fallocate-keep-size", "limits", """{unguard}
+ct = __import__('ctypes')
+libc = ct.CDLL(None, use_errno=True)
+fd = os.open('reserved', os.O_WRONLY | os.O_CREAT, 0o600)
+for mode in (1, 0):  # FALLOC_FL_KEEP_SIZE, then a plain reservation
+    r = libc.fallocate(fd, mode, ct.c_long(0), ct.c_long(64 << 20))
+    print('ESCAPED fallocate', mode, os.fstat(fd).st_blocks * 512) if r == 0 else print('denied', mode, ct.get_errno())
+os.close(fd); os.unlink('reserved')
+""", survives=True),
+    Attack("o-tmpfile-nameless-file", "limits", """{unguard}
+for flags in (0o20200000 | os.O_WRONLY, 0o20000000 | os.O_RDWR):
+    try:
+        fd = os.open('.', flags, 0o600); print('ESCAPED O_TMPFILE', fd); os.close(fd)
+    except OSError as e:
+        print('denied', e)
+""", survives=True),
 ]

@@ -9,9 +9,13 @@
   re-exposes only what is needed (pyenv under /root: Kaggle's Python is open to every user),
   then under `capsh --drop=cap_sys_admin`, which removes the capability from the bounding set
   before the command is executed.
+* `docker`: root without CAP_SYS_ADMIN and without CAP_SYS_PTRACE, Docker's default set (so most
+  likely Kaggle's): `wrap(cmd, "docker")`, as above with `capsh --drop=cap_sys_admin,cap_sys_ptrace`.
+  The host then cannot read another uid's /proc/<pid>/fd as root (issue 37: its disk count read
+  zero there); duck.sandbox.quota reads it as the worker's uid.
 
-`current()` says which posture this process is in; `available()` whether `kaggle` can be
-started here (root, unshare and capsh present) and why not.
+`current()` says which posture this process is in; `available()` whether the wrapped postures
+can be started here (root, unshare and capsh present) and why not.
 """
 
 from __future__ import annotations
@@ -27,17 +31,28 @@ from duck.sandbox.isolation import python_paths
 
 ROOT = Path(__file__).resolve().parent.parent
 ENV = "DUCK_TEST_POSTURE"  # set in the wrapped process, so a nested test run knows where it is
-CAP_SYS_ADMIN = 21
+CAP_SYS_PTRACE, CAP_SYS_ADMIN = 19, 21
+DROPPED = {"kaggle": "cap_sys_admin", "docker": "cap_sys_admin,cap_sys_ptrace"}
+
+
+def _cap(bit: int) -> bool:
+    with open("/proc/self/status") as f:
+        eff = next(int(line.split()[1], 16) for line in f if line.startswith("CapEff:"))
+    return bool(eff >> bit & 1)
 
 
 def cap_sys_admin() -> bool:
-    with open("/proc/self/status") as f:
-        eff = next(int(line.split()[1], 16) for line in f if line.startswith("CapEff:"))
-    return bool(eff >> CAP_SYS_ADMIN & 1)
+    return _cap(CAP_SYS_ADMIN)
+
+
+def cap_sys_ptrace() -> bool:
+    return _cap(CAP_SYS_PTRACE)
 
 
 def current() -> str:
-    return "kaggle" if os.geteuid() == 0 and not cap_sys_admin() else "full"
+    if os.geteuid() != 0 or cap_sys_admin():
+        return "full"
+    return "kaggle" if cap_sys_ptrace() else "docker"
 
 
 def available() -> str | None:
@@ -62,8 +77,9 @@ def _exposures() -> list[tuple[str, list[str]]]:
     return sorted((top, sorted(names)) for top, names in groups.items())
 
 
-def wrap(cmd: list[str]) -> list[str]:
-    """`cmd` as root without CAP_SYS_ADMIN, with the Python installation open to other users."""
+def wrap(cmd: list[str], which: str = "kaggle") -> list[str]:
+    """`cmd` in posture `which` (kaggle: root without CAP_SYS_ADMIN; docker: without
+    CAP_SYS_PTRACE as well), with the Python installation open to other users."""
     lines = ["set -e"]
     for top, names in _exposures():
         for i, name in enumerate(names):
@@ -75,6 +91,6 @@ def wrap(cmd: list[str]) -> list[str]:
             lines += [f"mkdir {dst}", f'mount --move "$st/{i}" {dst}', f'rmdir "$st/{i}"']
     # rmdir, never rm -r: a staging folder that still held a bind mount must not be emptied.
     script = "\n".join(['st=$(mktemp -d /tmp/duck-posture-XXXXXX)', *lines[1:], 'rmdir "$st"',
-                        f'export {ENV}=kaggle',
-                        'exec capsh --drop=cap_sys_admin -- -c \'exec "$0" "$@"\' "$@"'])
+                        f'export {ENV}={which}',
+                        f'exec capsh --drop={DROPPED[which]} -- -c \'exec "$0" "$@"\' "$@"'])
     return ["unshare", "-m", "--propagation", "private", "--", "sh", "-ec", script, "sh", *cmd]

@@ -1,6 +1,6 @@
-"""The attack snippets through the production path (issues 14 and 30), in both postures (root
-with every capability, and root without CAP_SYS_ADMIN as in Kaggle's container:
-tests/posture.py): `duck stub-server --replies FILE` serves every snippet of tests/attacks.py
+"""The attack snippets through the production path (issues 14 and 30), in the postures (root
+with every capability, root without CAP_SYS_ADMIN as in Kaggle's container, and for the quick
+version without CAP_SYS_PTRACE as well: tests/posture.py): `duck stub-server --replies FILE` serves every snippet of tests/attacks.py
 as the model's code, `duck play --policy llm` plays a copy of a bundled game with a canary in
 its source, from a world-readable folder, and afterwards:
 
@@ -61,8 +61,8 @@ def in_posture(which: str, cmd: list[str]) -> list[str]:
         return cmd
     why = posture.available()
     if why:
-        pytest.skip(f"the kaggle posture cannot be started here: {why}")
-    return posture.wrap(cmd)
+        pytest.skip(f"the {which} posture cannot be started here: {why}")
+    return posture.wrap(cmd, which)
 
 
 def play_reaped(which: str, args: list[str], folder: Path, timeout: float) -> tuple[subprocess.CompletedProcess,
@@ -134,10 +134,12 @@ except OSError as e:
 """
 
 
-@pytest.mark.parametrize("which", [*POSTURES, "file-modes"])
+@pytest.mark.parametrize("which", [*POSTURES, "docker", "file-modes"])
 def test_one_attack_through_duck_play(open_place, tmp_path, which):  # noqa: F811 - the fixture
-    """The default suite's quick version, in each posture ("file-modes": root without
-    CAP_SYS_ADMIN and Landlock turned off, the fallback): attacks that used to break the host
+    """The default suite's quick version, in each posture ("docker": without CAP_SYS_PTRACE as
+    well; "file-modes": root without CAP_SYS_ADMIN and Landlock turned off, the fallback). Without
+    a mount namespace the run's folders are 0700 (issue 37: Landlock does not mediate inotify
+    or stat, the records were watchable). Attacks that used to break the host
     (a forged record line through /proc, a kill of the host, a lone surrogate in notes, a hang
     at exit) end in a normal run that leaves no process behind. In the fallback the games are
     played from a root-only copy, the run's records and conversations are 0700 and the games'
@@ -154,7 +156,7 @@ def test_one_attack_through_duck_play(open_place, tmp_path, which):  # noqa: F81
     server, url = serve([*replies, {"content": "the host", "code": PARENT_CMDLINE}], tmp_path)
     extra = ['kernel.layers_off=["landlock"]'] if which == "file-modes" else []
     try:
-        play, leftovers = play_reaped("full" if which == "full" else "kaggle",
+        play, leftovers = play_reaped("kaggle" if which == "file-modes" else which,
                                       ["--games", str(games), "--policy", "llm", "--model-url", url,
                                        "--max-actions", "10", "--out", str(out),
                                        "--set", "model.retries=0", "model.backoff_s=0.01", *extra],
@@ -169,9 +171,10 @@ def test_one_attack_through_duck_play(open_place, tmp_path, which):  # noqa: F81
     assert not any(canary in text for text in run_texts(out))
     said = tool_messages(out)
     assert len(said) >= len(replies) + 1 and not any("ESCAPED" in m for m in said), said
-    if which == "file-modes":
+    if which != "full":
         for folder in (".", "records", "conversations"):
             assert stat.S_IMODE((out / folder).stat().st_mode) == 0o700, folder
+    if which == "file-modes":
         host = next(m for m in said if "host says" in m or "host hidden" in m)
         assert "host says" in host and "play" in host, host[:300]  # /proc is open here: the host's line is read
         assert str(games).replace("/", "|") not in host, host[:300]  # but the games' path is not on it

@@ -177,3 +177,18 @@ def test_the_sandbox_benchmark_prints_its_figures():
     got = json.loads(r.stdout)
     assert got["probe_ms"] > 0 and got["worker_start_ms"] > 0 and got["quota_check_ms"] > 0
     assert got["layers"] == isolation.report()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a uid of its own for the worker needs root")
+def test_the_run_folders_are_closed_wherever_no_mount_namespace_hides_them(tmp_path):
+    """Issue 37: with Landlock but no mount namespace (Kaggle-like) the records were watchable
+    (inotify, stat); they were closed only in the no-Landlock fallback."""
+    records = tmp_path / "run" / "records"
+    games = tmp_path / "games"
+    games.mkdir()
+    with fallback.games_for_play(games, records, ["namespaces"]) as played:
+        if not isolation.without_mount_namespace(["namespaces"]):
+            pytest.skip("the worker has no uid of its own here")
+        for folder in (records.parent, records, records.parent / "conversations"):
+            assert stat.S_IMODE(folder.stat().st_mode) == 0o700, folder
+        assert played == games or not isolation.report()["filesystem"].startswith("on: landlock")

@@ -22,7 +22,8 @@ the outside in:
 2. a seccomp filter built with libseccomp (`seccomp_filter`): no ptrace or process_vm_*,
    no signal, rlimit, priority or CPU placement aimed at another process, no pidfd_*, no
    socket at all, no setpgid, setsid, stop signal or timer, no SysV IPC, message queue, AIO,
-   io_uring, xattr write or memfd (memory no limit counts), no F_SETOWN/F_SETSIG or
+   io_uring, xattr write or memfd (memory no limit counts), no fallocate or O_TMPFILE (disk
+   no count sees), no F_SETOWN/F_SETSIG or
    TIOCSTI, no mknod, mount or namespaces, no new process after start-up;
 3. process control (`process`): a session of its own (no terminal, no way into the host's
    process group), killed by pid, group and uid, every wait with a time-out;
@@ -34,13 +35,16 @@ the outside in:
    /var/tmp under empty read-only tmpfs and mounts /proc with hidepid; with neither, the
    games are played from a root-only copy, the records and conversations folders are closed
    and the games' path is kept out of the command line (`fallback`), so file modes keep them
-   from the worker's uid (verified with a root-only probe file);
+   from the worker's uid (verified with a root-only probe file); without a mount namespace
+   the run's folders are closed in any case (Landlock does not mediate inotify or stat);
 6. hard limits set before the drop of privileges (address space, file size, open files, no
    core, one process for its uid: no thread or child can even be created), a per-call CPU
    limit counting every thread, a memory cgroup of its own where the host can make one
    (`cgroup`), the temp dir capped by a tmpfs in size and inodes (or counted by the host,
-   `quota`, with the unlinked files it holds and what its uid owns in /tmp, /var/tmp and
-   /dev/shm), leftover threads and processes ended after each call;
+   `quota`, by descriptors, with its folder depth, the deleted files it holds open or
+   mapped and what its uid owns in /tmp, /var/tmp and /dev/shm, after each call and on a
+   clock; what cannot be counted is over), its stderr a pipe, leftover threads and
+   processes ended after each call;
 7. a host that trusts nothing (`trust`, `wire`, `host`): every message checked against its
    op's shape and cut to size, a call's output and its whole tool message capped in total,
    any string made valid text, any nesting bounded, every write with a deadline; a worker

@@ -41,7 +41,7 @@ from duck.sandbox import landlock, verify
 
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_MOVE, MS_REC, MS_PRIVATE = 32, 4096, 8192, 16384, 1 << 18
-PR_SET_NO_NEW_PRIVS = 38
+PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS = 4, 38
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -263,6 +263,9 @@ def confine(plan: dict[str, Any]) -> dict[str, str]:
     modes = "the worker keeps the host's uid"
     if uid is not None and root:
         _drop(uid, int(plan["gid"]))  # an error here is fatal: the host sees no `ready`
+        # Dumpable again (the drop cleared it): a host without CAP_SYS_PTRACE reads its
+        # /proc/<pid>/fd as this uid to count deleted open files (duck.sandbox.quota).
+        _libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
         layers["uid"] = "on: a uid of its own, no groups"
         modes = _file_modes(plan)
     elif "uid" not in layers:

@@ -1,9 +1,12 @@
-"""The file-modes fallback (host side): where neither Landlock nor a mount namespace holds but
-the worker has a uid of its own (duck.sandbox.isolation.relies_on_file_modes), only file
-modes keep the games and the run's records from it. Then `games_for_play`:
+"""The file-modes fallback (host side). Wherever the worker has a uid of its own but no mount
+namespace (duck.sandbox.isolation.without_mount_namespace), `games_for_play` closes the run's
+folder (its run.json names the games' path) and its records and conversations folders (0700):
+Landlock, where it holds, does not mediate inotify or stat, and a worker watched the records
+being written (issue 37). Where neither Landlock nor a mount namespace holds
+(duck.sandbox.isolation.relies_on_file_modes), only file modes keep the games from it too. Then
+`games_for_play` also:
 
 * plays the games from a root-only copy (a 0700 folder of root's), never from the original;
-* closes the run's folder (its run.json names the games' path) and its records and conversations folders (0700);
 * keeps the original folder's path out of this process's command line (which every process
   on the machine can read in /proc/<pid>/cmdline; the red team found the games there, issue
   30): the argv bytes are overwritten in place, as `ps` shows them, and processes forked
@@ -92,11 +95,13 @@ def close_run_folders(records: Path) -> None:
 def games_for_play(games_dir: Path, records: Path, off: list[str]) -> Iterator[Path]:
     """The folder to play from: `games_dir` itself, or a root-only copy when file modes are
     the only wall between the kernel's uid and the games (records and conversations closed,
-    the original's path kept out of the command line)."""
+    the original's path kept out of the command line); the run's folders are closed wherever
+    no mount namespace hides them."""
+    if isolation.without_mount_namespace(off):
+        close_run_folders(records)
     if not isolation.relies_on_file_modes(off):
         yield games_dir
         return
-    close_run_folders(records)
     hide_from_cmdline([str(games_dir)])
     if open_to_others(games_dir):
         log.warning("sandbox: file modes are the only wall here (no Landlock, no mount namespace); the games "

@@ -280,6 +280,7 @@ class Kernel(WorkerProcess):
 
     def _crashed(self, call: Call, crash: str) -> CallResult:
         """The worker hung, died or misbehaved: a fresh one, and what the call printed."""
+        crash = self.quota_hit or crash  # the quota's clock killed it (duck.sandbox.lifecycle._watch)
         try:
             status = self.proc.wait(timeout=0.2) if self.proc else None
         except subprocess.TimeoutExpired:

@@ -9,13 +9,16 @@ Ending: `process.end` (by pid, group and uid, every wait with a time-out), then 
 what its uid left outside the temp dir where nothing kept it in, the temp dir. After each
 call: processes it left are killed, a thread it left means a restart, and where no tmpfs
 bounds the temp dir its size and files are counted against `kernel.disk_mb` and
-`kernel.disk_inodes` (`over_quota`). The threat model and the layers: duck/sandbox/__init__.py.
+`kernel.disk_inodes` (`over_quota`), and also on a clock whatever the traffic: a thread
+(`_watch`) walks it every QUOTA_CHECK_S and kills the worker past the quota (issue 37: a call
+printing every 0.1 s was never checked until it ended). Clean-up cannot crash: every step of
+`kill()` and `close()` is caught and recorded, and the uid lease is always released. The
+threat model and the layers: duck/sandbox/__init__.py.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import tempfile
@@ -28,6 +31,7 @@ from duck.sandbox import cgroup, isolation, process, quota, trust, wire
 
 WRITE_DEADLINE_S = 10.0  # a worker that reads nothing for this long is dead to the host
 MAX_WORKER_MESSAGE = 8 << 20  # bytes; larger is a protocol violation
+QUOTA_CHECK_S = 0.5  # how often the disk quota is checked where no tmpfs bounds it
 
 
 class WorkerProcess:
@@ -45,6 +49,8 @@ class WorkerProcess:
         self.cgroup: dict[str, Any] | None = None  # the worker's memory cgroup (duck.sandbox.cgroup)
         self.workdir: str | None = None
         self._starting: threading.Thread | None = None  # start_soon()'s thread
+        self._watching: tuple[threading.Event, threading.Thread] | None = None  # the quota's clock
+        self.quota_hit: str | None = None  # why the clock killed the worker (taken by the next crash)
 
     def worker_config(self) -> dict[str, Any]:
         """What the worker is told at start besides its plan."""
@@ -72,19 +78,16 @@ class WorkerProcess:
             log = self._worker_log()
             self.kill()
             raise RuntimeError(f"the kernel worker did not start{': ' + log if log else ''}")
-        layers = {trust.text(k, 40): trust.text(v, 300) for k, v in msg["layers"].items()}
+        layers = quota.fail_closed({trust.text(k, 40): trust.text(v, 300) for k, v in msg["layers"].items()},
+                                   self.proc.pid, uid)
         if layers != self.layers:  # the first start, or a restart that got other layers
             self.event("sandbox", f"kernel worker confined in {(time.monotonic() - t0) * 1000:.0f} ms", layers)
             self.layers = layers
         self.tmpfs = layers.get("disk_quota", "").startswith("on: tmpfs")
+        self._watch()
 
     def _worker_log(self) -> str:
-        try:
-            with open(os.path.join(self.workdir or "", ".worker.log"), "rb") as f:
-                lines = f.read()[-2000:].decode("utf-8", "replace").strip().splitlines()
-            return lines[-1] if lines else ""
-        except OSError:
-            return ""
+        return process.last_error_line(self.worker) if self.worker else ""
 
     def send(self, msg: dict[str, Any], blob: bytes = b"", deadline: float | None = None) -> None:
         """Write to the worker; a worker that does not read by `deadline` (at most
@@ -123,39 +126,58 @@ class WorkerProcess:
     def kill(self) -> None:
         """End the worker whatever its code did (duck.sandbox.process.end: by pid, group and
         uid, every wait with a time-out), then what it left: its cgroup, its files outside
-        the temp dir (where no tmpfs or Landlock kept it in), the temp dir."""
+        the temp dir (where no tmpfs or Landlock kept it in), the temp dir. No step's failure
+        stops the next: each is recorded as an `error` event."""
         uid = self.lease.uid if self.lease else None
-        if self.worker is not None:
-            note = process.end(self.worker, uid)
+        self._unwatch()
+        worker, self.worker, self.proc = self.worker, None, None
+        cg, self.cgroup = self.cgroup, None
+        workdir, self.workdir = self.workdir, None
+        shared = uid is not None and self._shared_writable()
+        steps = (("end the worker", lambda: self._end(worker, uid)), ("remove its cgroup", lambda: cgroup.remove(cg)),
+                 ("remove its files in the shared folders", lambda: shared and quota.remove_owned(uid, skip=workdir)),
+                 ("remove its temp dir", lambda: workdir and quota.remove_tree(workdir)))
+        for what, step in steps:
+            try:
+                step()
+            except Exception as e:  # noqa: BLE001 - clean-up goes on; what failed is recorded
+                self._record(f"kernel clean-up could not {what}: {type(e).__name__}: {e}")
+
+    def _end(self, worker: process.Started | None, uid: int | None) -> None:
+        if worker is not None:
+            note = process.end(worker, uid)
             if note:
-                self.event("error", note)
-            self.worker = self.proc = None
+                self._record(note)
         elif uid is not None:
             process.end_uid(uid)
-        cgroup.remove(self.cgroup)
-        self.cgroup = None
-        if uid is not None and self._shared_writable():
-            quota.remove_owned(uid, skip=self.workdir)
-        if self.workdir:
-            shutil.rmtree(self.workdir, ignore_errors=True)
-            self.workdir = None
+
+    def _record(self, message: str) -> None:
+        try:
+            self.event("error", message)
+        except Exception:  # noqa: BLE001 - a record that cannot be written must not stop the clean-up
+            pass
 
     def restart(self) -> None:
         self.kill()
         self.start()
 
     def close(self) -> None:
-        self.started()
-        if self.proc is not None:
-            try:
-                self.send({"op": "exit"})
-                self.proc.wait(timeout=2)
-            except (OSError, wire.WireError, subprocess.TimeoutExpired):
-                pass
-        self.kill()
-        if self.lease:
-            self.lease.release()
-            self.lease = None
+        """Ask the worker to exit, end it and what it left, release its uid: whatever fails."""
+        try:
+            self.started()
+            if self.proc is not None:
+                try:
+                    self.send({"op": "exit"})
+                    self.proc.wait(timeout=2)
+                except (OSError, wire.WireError, subprocess.TimeoutExpired):
+                    pass
+            self.kill()
+        except Exception as e:  # noqa: BLE001 - the lease below must go back whatever happened
+            self._record(f"kernel close failed: {type(e).__name__}: {e}")
+        finally:
+            if self.lease:
+                self.lease.release()
+                self.lease = None
 
     def __enter__(self) -> "WorkerProcess":
         return self
@@ -172,20 +194,62 @@ class WorkerProcess:
         """Whether the host must count the worker's disk use (no tmpfs, or shared folders open)."""
         return bool(self.workdir) and (not self.tmpfs or (self.lease is not None and self._shared_writable()))
 
+    def _usage(self, workdir: str | None, pid: int | None) -> quota.Usage:
+        limit = quota.Usage(self.cfg.disk_mb << 20, self.cfg.disk_inodes)
+        uid = self.lease.uid if self.lease else None
+        return quota.usage(None if self.tmpfs else workdir, uid if self._shared_writable() else None, pid, limit,
+                           file_bytes=isolation.FILE_MB << 20, fs_uid=uid)
+
     def over_quota(self) -> bool:
         """Past `kernel.disk_mb` or `kernel.disk_inodes`, counting what no tmpfs bounds
-        (duck.sandbox.quota): the temp dir where it is a plain folder, the worker's unlinked
-        open files, and what its uid owns in the shared folders where no Landlock closes them."""
+        (duck.sandbox.quota): the temp dir where it is a plain folder, the worker's deleted
+        open or mapped files, and what its uid owns in the shared folders where no Landlock
+        closes them. What cannot be counted is over (and recorded)."""
         if not self.counted():
             return False
-        limit = quota.Usage(self.cfg.disk_mb << 20, self.cfg.disk_inodes)
-        uid = self.lease.uid if self.lease and self._shared_writable() else None
-        pid = self.proc.pid if self.proc else None
-        used = quota.Usage() if self.tmpfs else quota.usage(self.workdir, None, pid, limit)
-        if uid is not None:
-            for p in quota.owned(uid, skip=self.workdir):
-                used.add(quota.tree(p, limit))
-        return used.over(limit.bytes, limit.inodes)
+        used = self._usage(self.workdir, self.proc.pid if self.proc else None)
+        if used.unseen:
+            self._record(f"kernel disk quota: {used.unseen}")
+        return used.over(self.cfg.disk_mb << 20, self.cfg.disk_inodes)
+
+    def quota_message(self) -> str:
+        return f"its temp dir outgrew the disk quota of {self.cfg.disk_mb} MB or {self.cfg.disk_inodes} files"
+
+    def _watch(self) -> None:
+        """Check the quota every QUOTA_CHECK_S from a thread, whatever the worker sends; past
+        it, SIGKILL the worker (through a pidfd: never a reused pid) and keep why in
+        `quota_hit`, for the call that sees the worker die (Kernel._crashed)."""
+        if not self.counted() or self.proc is None:
+            return
+        stop, workdir, pid = threading.Event(), self.workdir, self.proc.pid
+        try:
+            pidfd = os.pidfd_open(pid)
+        except OSError:
+            return  # it is gone already
+        self.quota_hit = None
+
+        def loop() -> None:
+            try:
+                while not stop.wait(QUOTA_CHECK_S):
+                    used = self._usage(workdir, pid)
+                    if used.over(self.cfg.disk_mb << 20, self.cfg.disk_inodes):
+                        self.quota_hit = self.quota_message() + (f" ({used.unseen})" if used.unseen else "")
+                        signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+                        return
+            except OSError:
+                pass  # the worker is gone: the call sees it
+            finally:
+                os.close(pidfd)
+
+        t = threading.Thread(target=loop, name="kernel-quota", daemon=True)
+        t.start()
+        self._watching = (stop, t)
+
+    def _unwatch(self) -> None:
+        if self._watching is not None:
+            self._watching[0].set()
+            self._watching[1].join()
+            self._watching = None
 
     def end_leftovers(self) -> tuple[str | None, bool]:
         """End what outlived the call: processes are killed; a thread cannot be ended alone,

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from duck.sandbox import trust, wire
+from duck.sandbox import quota, trust, wire
 
 IMPORT_ROOT = Path(__file__).resolve().parents[2]  # where `duck` is imported from (PYTHONPATH)
 REAP_S = 5.0  # after SIGKILL, how long the host waits for the worker to be reaped
@@ -38,6 +38,7 @@ class Started:
     proc: subprocess.Popen
     wfd: int  # the host's write end (non-blocking)
     reader: wire.Reader
+    errfd: int = -1  # the read end of the worker's stderr (non-blocking; a pipe, never a file)
 
 
 def environment(workdir: str) -> dict[str, str]:
@@ -52,20 +53,21 @@ def spawn(cfg: dict[str, Any], workdir: str, max_message: int, module: str = "du
     """Start `python -m MODULE RFD WFD` in `workdir` and send it `cfg` (its plan)."""
     h2w_r, h2w_w = os.pipe()
     w2h_r, w2h_w = os.pipe()
+    err_r, err_w = os.pipe()  # its stderr: a pipe whose capacity caps it (issue 37: a file on the host's disk)
     try:
-        with open(os.path.join(workdir, ".worker.log"), "wb") as err:
-            proc = subprocess.Popen(
-                [sys.executable, "-s", "-m", module, str(h2w_r), str(w2h_w)],
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, cwd=workdir,
-                env=environment(workdir), pass_fds=(h2w_r, w2h_w), start_new_session=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-s", "-m", module, str(h2w_r), str(w2h_w)],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err_w, cwd=workdir,
+            env=environment(workdir), pass_fds=(h2w_r, w2h_w), start_new_session=True)
     except BaseException:
-        for fd in (h2w_r, h2w_w, w2h_r, w2h_w):
+        for fd in (h2w_r, h2w_w, w2h_r, w2h_w, err_r, err_w):
             os.close(fd)
         raise
-    os.close(h2w_r)
-    os.close(w2h_w)
+    for fd in (h2w_r, w2h_w, err_w):
+        os.close(fd)
     os.set_blocking(h2w_w, False)  # writes wait with a deadline, never forever
-    started = Started(proc, h2w_w, wire.Reader(w2h_r, max_message, wire.MAX_NODES))
+    os.set_blocking(err_r, False)
+    started = Started(proc, h2w_w, wire.Reader(w2h_r, max_message, wire.MAX_NODES), err_r)
     try:
         wire.send(h2w_w, {"op": "config", "cfg": cfg}, deadline=time.monotonic() + 10)
     except wire.WireError:
@@ -94,12 +96,24 @@ def end(started: Started, uid: int | None) -> str | None:
         note = f"the kernel worker (pid {proc.pid}) was not reaped within {REAP_S:.0f} s of SIGKILL"
     if uid is not None:
         end_uid(uid)  # anything that raced the first round
-    for fd in (started.wfd, started.reader.fd):
+    for fd in (started.wfd, started.reader.fd, started.errfd):
         try:
             os.close(fd)
         except OSError:
             pass
     return note
+
+
+def last_error_line(started: Started) -> str:
+    """The last line the worker wrote to its stderr so far (why it did not start)."""
+    tail = b""
+    try:
+        while chunk := os.read(started.errfd, 1 << 16):
+            tail = (tail + chunk)[-2000:]
+    except OSError:
+        pass
+    lines = tail.decode("utf-8", "replace").strip().splitlines()
+    return lines[-1] if lines else ""
 
 
 def ready(started: Started, deadline: float) -> dict[str, Any] | None:
@@ -118,20 +132,18 @@ def probe(cfg: dict[str, Any], workdir: str) -> dict[str, str] | str:
     msg = ready(started, time.monotonic() + START_S)
     uid = cfg["plan"].get("uid")
     if msg is None:
+        line = last_error_line(started)
         end(started, uid)
-        try:
-            with open(os.path.join(workdir, ".worker.log"), "rb") as f:
-                lines = f.read()[-2000:].decode("utf-8", "replace").strip().splitlines()
-        except OSError:
-            lines = []
-        return lines[-1] if lines else "the probe worker did not start"
+        return line or "the probe worker did not start"
+    layers = {trust.text(k, 40): trust.text(v, 300) for k, v in msg["layers"].items()}
+    layers = quota.fail_closed(layers, started.proc.pid, uid)  # while it lives
     try:
         wire.send(started.wfd, {"op": "exit"}, deadline=time.monotonic() + 2)
         started.proc.wait(timeout=2)
     except (wire.WireError, subprocess.TimeoutExpired):
         pass
     end(started, uid)
-    return {trust.text(k, 40): trust.text(v, 300) for k, v in msg["layers"].items()}
+    return layers
 
 
 # --- what outlived a call ----------------------------------------------------------------

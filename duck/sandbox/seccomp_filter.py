@@ -15,6 +15,11 @@ break on the next glibc). Denied with EPERM, what the worker never needs once st
   signal), fcntl F_SETOWN/F_SETOWN_EX/F_SETSIG/F_SETLEASE/F_NOTIFY and ioctl FIOSETOWN/
   SIOCSPGRP/FIOASYNC (an O_ASYNC pipe signals its owner: SIGKILL to the host), ioctl TIOCSTI/
   TIOCLINUX (typing into a terminal), TIOCSCTTY/TIOCSPGRP/TIOCCONS/TIOCSETD;
+* running between calls or filling the disk unseen (issue 37): setitimer, alarm and
+  timerfd_create (a timer's signal handler ran model code in every gap between calls), fallocate
+  (FALLOC_FL_KEEP_SIZE reserved 2 GB past RLIMIT_FSIZE in 7 ms), open/openat with O_TMPFILE (a
+  file with no name no walk can count) and openat2 (whose flags sit in a struct a filter cannot
+  read: ENOSYS, so that a libc falls back to openat);
 * new processes: fork, vfork, execve, execveat, clone without CLONE_THREAD (clone3 answers
   ENOSYS so that libc falls back to clone, whose flags a filter can read);
 * every socket (it talks to the host over inherited pipes): socket and socketpair of any
@@ -61,7 +66,9 @@ _DENY_ALWAYS = (
     "setreuid", "setregid", "setresuid", "setresgid", "setfsuid", "setfsgid", "setgroups",
     "process_madvise", "quotactl", "lookup_dcookie", "name_to_handle_at", "open_by_handle_at",
     # process control
-    "setpgid", "setsid", "timer_create",
+    "setpgid", "setsid", "timer_create", "setitimer", "alarm", "timerfd_create",
+    # the disk beyond the quota
+    "fallocate",
     # sockets
     "socket", "socketpair",
     # memory beyond the limits
@@ -80,12 +87,13 @@ STOP_SIGNALS = (signal.SIGSTOP, signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU)
 F_SETOWN, F_SETSIG, F_SETOWN_EX, F_SETLEASE, F_NOTIFY = 8, 10, 15, 1024, 1026
 TIOCSCTTY, TIOCSPGRP, TIOCSTI, TIOCLINUX, TIOCCONS, TIOCSETD = 0x540E, 0x5410, 0x5412, 0x541C, 0x541D, 0x5423
 FIOASYNC, FIOSETOWN, SIOCSPGRP = 0x5452, 0x8901, 0x8902
+O_TMPFILE_BIT = 0o20000000  # __O_TMPFILE (O_TMPFILE is it with O_DIRECTORY): the same on x86_64 and arm64
 DENIED_FCNTL = (F_SETOWN, F_SETSIG, F_SETOWN_EX, F_SETLEASE, F_NOTIFY)
 DENIED_IOCTL = (TIOCSCTTY, TIOCSPGRP, TIOCSTI, TIOCLINUX, TIOCCONS, TIOCSETD, FIOASYNC, FIOSETOWN, SIOCSPGRP)
 
 DENIED = _DENY_ALWAYS + ("kill/tgkill/rt_sigqueueinfo/rt_tgsigqueueinfo to another pid",
                          "stop signals to any pid", "prlimit64 on another pid", "clone without CLONE_THREAD",
-                         "clone3", "fcntl F_SETOWN/F_SETSIG/F_SETOWN_EX/F_SETLEASE/F_NOTIFY",
+                         "clone3", "open/openat with O_TMPFILE", "openat2", "fcntl F_SETOWN/F_SETSIG/F_SETOWN_EX/F_SETLEASE/F_NOTIFY",
                          "ioctl TIOCSTI/TIOCLINUX/TIOCSCTTY/TIOCSPGRP/TIOCCONS/TIOCSETD/FIOASYNC/FIOSETOWN/SIOCSPGRP")
 
 
@@ -124,6 +132,9 @@ def load() -> int:
     deny("prlimit64", sc.Arg(0, sc.NE, 0))
     deny("clone", sc.Arg(0, sc.MASKED_EQ, CLONE_THREAD, 0))
     deny("clone3", action=sc.ERRNO(errno.ENOSYS))
+    deny("open", sc.Arg(1, sc.MASKED_EQ, O_TMPFILE_BIT, O_TMPFILE_BIT))
+    deny("openat", sc.Arg(2, sc.MASKED_EQ, O_TMPFILE_BIT, O_TMPFILE_BIT))
+    deny("openat2", action=sc.ERRNO(errno.ENOSYS))
     for cmd in DENIED_FCNTL:
         deny("fcntl", low(1, cmd))
     for cmd in DENIED_IOCTL:
