@@ -6,7 +6,8 @@
   deadline set at its first grant and clipped to the budget's end. Returns the grants,
   `(game_id, "start" | "resume")`, for the caller to act on.
 * `release(game_id, reason, now)`: a yield point (trim, level, preempted): the game waits,
-  resumable, until the policy grants it a slot again. `end(game_id, now)`: it is over.
+  resumable, until the policy grants it a slot again; a `parked` game (its model server is
+  down: GameState.parked) is granted nothing until it unparks. `end(game_id, now)`: it is over.
 * `overdue(now)`: stop every game whose deadline has come; `next_deadline()`: when to look.
 
 Stopping is where the two differ, so it is the caller's `on_stop(game_id, now)`: the runner
@@ -65,7 +66,7 @@ class SlotBook:
             st = self.states[gid]
             if st.status == "queued":
                 kind = "start"
-            elif st.status == "waiting" and not st.stop_requested:
+            elif st.status == "waiting" and not st.stop_requested and not st.parked:
                 kind = "resume"
             else:
                 continue
