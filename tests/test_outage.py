@@ -165,3 +165,25 @@ def test_a_parked_game_frees_its_slot_and_gets_one_only_when_it_unparks(tmp_path
     assert order == ["a parks", "b plays", "a resumes"], order
     releases = [(g, why) for _, g, kind, why in result.timeline if kind == "release"]
     assert ("zb01-00000001", "parked") in releases
+
+
+def test_the_health_probe_gives_up_on_a_wedged_server_within_its_time_out(tmp_path):
+    """A server that accepts the chat and sends nothing (the stand-in's hang): the probe says
+    no within its time-out, not after the client's 60 s stall limit (the notebook's monitor
+    sat in one probe so, and never marked the server down)."""
+    import os
+
+    from duck.llm.health import probe_model
+    from duck.testing.rehearse.layout import write_standin
+    port = free_port()
+    p = subprocess.Popen([str(write_standin(tmp_path / "vllm")), "serve", "m", "--port", str(port),
+                          "--served-model-name", "stub"], env=dict(os.environ, DUCK_STANDIN_HANG_AFTER_S="0.01"),
+                         stdout=subprocess.PIPE, text=True)
+    try:
+        p.stdout.readline()  # serving
+        time.sleep(0.1)
+        t = time.monotonic()
+        assert probe_model(f"http://127.0.0.1:{port}", 2.0) is False
+        assert time.monotonic() - t < 10
+    finally:
+        p.kill()

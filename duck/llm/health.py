@@ -63,10 +63,12 @@ class ModelHealth:
 
 def probe_model(model_url: str | None, timeout_s: float, config: ModelConfig | None = None) -> bool:
     """A one-token chat (a wedged server still answers /v1/models, not this): True when it
-    answers. `config`: the run's model settings (a hosted provider's name, key and fields);
+    answers within `timeout_s`, a wedged server's silence included. `config`: the run's model settings (a hosted provider's name, key and fields);
     None, the served model's defaults under the name the server lists."""
     try:
         cfg = config if config is not None else ModelConfig(name=list_models(model_url)[0])
+        # timeout_s bounds a reply once it streams; stall_s, a server that sends no byte (a wedge)
+        cfg = cfg.model_copy(update={"stall_s": min(cfg.stall_s, timeout_s)})
         smoke_chat(model_url, cfg, timeout_s=timeout_s, max_tokens=1, retries=0)
         return True
     except Exception as e:  # any failure, of the server or of the network, means "not answering"
