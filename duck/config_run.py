@@ -111,7 +111,7 @@ class KaggleConfig(Section):
     # --soak` says 0 or 1); a boot that fails, or crashes or wedges within `climb_within_s` of
     # being ready, sends the next one a rung up (the field saw MTP crash within ~20 min).
     restart: bool = True
-    restart_min_left_s: NonNegativeFloat = 1800.0
+    restart_min_left_s: NonNegativeFloat = 3600.0
     start_rung: NonNegativeInt = 0
     climb_within_s: NonNegativeFloat = 1800.0
     # MTP's acceptance, read from /metrics once the server generated `mtp_check_tokens`: fewer

@@ -207,7 +207,7 @@ class Supervisor:
                 failures = 0
                 if self.health.down() and self.health.coming_back():
                     self.health.mark_up()  # a game's probe failed, ours answers: nothing to restart
-                if self._mtp_too_low():
+                if self._mtp_too_low() and self.may_restart():  # (else it serves on, slower)
                     self._outage("MTP below the minimum", "MTP accepted too few tokens a step")
                 continue
             failures = failures + 1 if alive else k.health_failures

@@ -70,7 +70,7 @@ def reply(request):
 server = StubServer(FixedModel([reply], loop=True), port=int(opt("--port", "8000")),
                     host=opt("--host", "127.0.0.1"), model_name=opt("--served-model-name", "stub"),
                     latency=LatencyModel.parse(LATENCY) if LATENCY else None)
-if MTP:  # the spec-decode counters of vLLM's /metrics
+if MTP and (os.environ.get("DUCK_STANDIN_MTP_STEP_TOKENS") or server.metrics.spec is None):  # vLLM's spec-decode counters
     server.metrics.spec = (3, float(os.environ.get("DUCK_STANDIN_MTP_STEP_TOKENS") or 2.7))
 die = 0.0 if STRUCK else float(os.environ.get("DUCK_STANDIN_DIE_AFTER_S") or 0)
 if MTP and os.environ.get("DUCK_STANDIN_DIE_WITH_MTP_AFTER_S"):
