@@ -199,6 +199,13 @@ class Supervisor:
         return probe_model(self.url, self.cfg.kaggle.health_timeout_s)
 
     def _watch(self) -> None:
+        try:
+            self._watch_loop()
+        except Exception as e:  # a bug here must not leave the games parked for ever
+            log.exception("the model monitor failed: %s", e)
+            self.health.mark_down(f"the model monitor failed ({type(e).__name__}: {e})")
+
+    def _watch_loop(self) -> None:
         k = self.cfg.kaggle
         failures = 0
         while not self._stop.wait(k.health_interval_s):
