@@ -186,7 +186,8 @@ class AgentConfig(Section):
     failures_before_fallback: PositiveInt = 3  # consecutive failed requests (each already retried)
     # With no monitor to restart the server (`duck play`): how long a model game whose server
     # stopped answering waits (parked, probing it) before the explorer takes it. The notebook's
-    # monitor decides instead (duck.kaggle.serving: a restart while time allows).
+    # monitor decides instead (duck.kaggle.serving: a restart while time allows). 0: the
+    # explorer at once.
     outage_wait_s: NonNegativeFloat = 900.0
     # The world-model tools in the kernel (objects, diff, controlled, check, plan, explore:
     # duck.sandbox.tools) and the method section of the system prompt that goes with them

@@ -260,7 +260,7 @@ class Parking:
         if h.ok():  # this game's requests failed: is the server down, or only this game?
             if self.probe is None or self.probe():
                 return False  # it answers: the failure is this game's
-            h.mark_down(f"no answer to a probe after: {why}"[:500], quiet=True, coming_back=True)
+            h.mark_down(f"no answer to a probe after: {why}"[:500], quiet=True, coming_back=self.wait_s != 0)
         if not h.coming_back():
             return False
         session.event("parked", f"the model server is down ({why[:200]}): the game waits for it, no action played")
