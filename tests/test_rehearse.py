@@ -61,7 +61,7 @@ def test_without_the_test_tools_rehearse_says_how_to_get_them(tmp_path):
 
 @pytest.mark.slow
 @faults
-@pytest.mark.parametrize("fault", [f for f in FAULTS if f != "none"])
+@pytest.mark.parametrize("fault", [f for f in FAULTS if f not in ("none", "crash-loop")])  # (crash-loop: below, in CI)
 def test_rehearsal_fault_variants(fault, tmp_path):
     rep = rehearse(BUNDLED, 60, fault=fault, out=tmp_path / fault, max_actions=200)
     assert rep.ok, json.dumps({k: v for k, v in rep.checks.items() if not v["ok"]}, indent=1, default=str)
