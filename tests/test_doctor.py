@@ -268,8 +268,11 @@ def test_low_acceptance_means_rung_1_and_a_compile_in_the_log_fails_the_doctor(t
     assert doc["checks"]["mtp_tokens_per_step"]["ok"] is False
     assert doc["start_rung"]["rung"] == 1 and "MTP accepted" in doc["start_rung"]["why"]
     assert doc["start_rung"]["set"] == ["kaggle.start_rung=1"]
-    assert doc["start_rung"]["notebook"] == 'os.environ["DUCK_KAGGLE__START_RUNG"] = "1"'
-    # ... which the notebook reads: its first boot serves rung 1 (MTP off)
+    line = doc["start_rung"]["notebook"]
+    assert line == 'os.environ.setdefault("DUCK_KAGGLE__START_RUNG", "1")'
+    # ... the line notebook.py carries (with 0), which the notebook reads: its first boot's rung
+    notebook = (Path(__file__).resolve().parent.parent / "notebook.py").read_text()
+    assert line.replace('"1"', '"0"') in notebook
     from duck.config import load_config
     assert load_config(env={"DUCK_KAGGLE__START_RUNG": "1"}).kaggle.start_rung == 1
     log = doc["steps"]["vllm_log"]

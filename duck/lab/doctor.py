@@ -224,7 +224,7 @@ def doctor(cfg: Any, out: Path, games: Path, only: list[str] | None, seconds: fl
     if "soak" in steps:  # the first submission's rung (duck.lab.soak's rule)
         rung, why = start_rung(steps["soak"], cfg.model.serve.mtp_tokens, limits["min_mtp_tokens_per_step"])
         doc["start_rung"] = {"rung": rung, "why": why, "set": [f"kaggle.start_rung={rung}"],
-                             "notebook": f'os.environ["DUCK_KAGGLE__START_RUNG"] = "{rung}"'}
+                             "notebook": f'os.environ.setdefault("DUCK_KAGGLE__START_RUNG", "{rung}")'}
     (out / "doctor.json").write_text(json.dumps(doc, indent=1, default=str))
     return doc
 
