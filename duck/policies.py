@@ -269,6 +269,7 @@ class Parking:
         while h.down():
             if not h.coming_back():
                 session.event("parked", "the model server cannot come back in time: the explorer takes the game")
+                session.yield_slot("back")  # (unparked: the explorer plays holding a slot, as any game)
                 return False
             if reason := session.stop_reason():
                 raise PlayStopped(reason)

@@ -7,7 +7,8 @@
   `(game_id, "start" | "resume")`, for the caller to act on.
 * `release(game_id, reason, now)`: a yield point (trim, level, preempted): the game waits,
   resumable, until the policy grants it a slot again; a `parked` game (its model server is
-  down: GameState.parked) is granted nothing until it unparks. `end(game_id, now)`: it is over.
+  down: GameState.parked) is granted nothing until it unparks, and while one is parked no
+  game starts (it would start its kernel only to park too). `end(game_id, now)`: it is over.
 * `overdue(now)`: stop every game whose deadline has come; `next_deadline()`: when to look.
 
 Stopping is where the two differ, so it is the caller's `on_stop(game_id, now)`: the runner
@@ -60,11 +61,12 @@ class SlotBook:
         self.recheck, self.wake_at = d.recheck, d.wake_at
         grants = []
         free = self.slots - self.held
+        outage = any(s.parked for s in self.order)  # a new game would only park too
         for gid in d.start:
             if free <= 0 or now >= self.budget_s:
                 break
             st = self.states[gid]
-            if st.status == "queued":
+            if st.status == "queued" and not outage:
                 kind = "start"
             elif st.status == "waiting" and not st.stop_requested and not st.parked:
                 kind = "resume"

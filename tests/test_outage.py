@@ -132,10 +132,16 @@ def test_a_game_waits_for_the_server_only_while_it_is_coming_back(tmp_path):
 
 
 def test_a_parked_game_frees_its_slot_and_gets_one_only_when_it_unparks(tmp_path):
-    """Two games, one slot: the first parks (its server down), the second gets the slot and
-    plays while the first waits; the first is granted a slot again only after it unparks."""
+    """Three games, two slots: the first parks (its server down) and frees its slot; the
+    second plays on; the third, queued, does not start while a game is parked (it would only
+    start its kernel to park too), and starts once the first unparks."""
     health = ModelHealth(tmp_path / "down")
     order: list[str] = []
+    up_at: list[float] = []
+
+    def mark_up():
+        up_at.append(time.monotonic())
+        health.mark_up()
 
     class Parks:
         name = "llm"
@@ -145,7 +151,7 @@ def test_a_parked_game_frees_its_slot_and_gets_one_only_when_it_unparks(tmp_path
             session.step(Action(1))
             order.append("a parks")
             health.mark_down("test", coming_back=True)
-            threading.Timer(1.0, health.mark_up).start()
+            threading.Timer(1.5, mark_up).start()
             assert Parking(health, poll_s=0.05).wait(session, "test")
             order.append("a resumes")
             session.step(Action(1))
@@ -153,18 +159,27 @@ def test_a_parked_game_frees_its_slot_and_gets_one_only_when_it_unparks(tmp_path
     class Plays:
         name = "llm"
 
+        def __init__(self, who):
+            self.who, self.at = who, None
+
         def play(self, session):
             from duck.game.actions import Action
-            order.append("b plays")
+            while "a parks" not in order:  # (b holds its slot until a has parked)
+                time.sleep(0.01)
+            self.at = time.monotonic()
+            order.append(f"{self.who} plays")
             session.step(Action(1))
 
-    policies = {"zb01-00000001": Parks(), "zc01-00000001": Plays()}
-    runner = Runner(make_scheduler_policy("field"), source=GameSource.offline(BUNDLED), slots=1, budget_s=60,
+    third = Plays("c")
+    policies = {"zb01-00000001": Parks(), "zc01-00000001": Plays("b"), "zs01-00000001": third}
+    runner = Runner(make_scheduler_policy("field"), source=GameSource.offline(BUNDLED), slots=2, budget_s=60,
                     play_policy=policies.get, records_dir=tmp_path / "records", max_actions=5)
     result = runner.run(list(policies))
-    assert order == ["a parks", "b plays", "a resumes"], order
+    assert order.index("a parks") < order.index("a resumes") and "b plays" in order and "c plays" in order
+    assert third.at > up_at[0], (order, third.at, up_at)  # the third game waited for the server
     releases = [(g, why) for _, g, kind, why in result.timeline if kind == "release"]
     assert ("zb01-00000001", "parked") in releases
+    assert all(r.error is None for r in result.games.values())
 
 
 def test_the_health_probe_gives_up_on_a_wedged_server_within_its_time_out(tmp_path):
