@@ -71,7 +71,10 @@ if DATASET:
     importlib.invalidate_caches()
 
 # %%
-# Mode, config, inputs and budget.
+# Mode, config, inputs and budget. The first boot's rung of the restart ladder is what
+# `duck doctor --soak` said on the first GPU (docs/serving.md, "The first GPU, in order"):
+# 0 as planned (MTP on), 1 MTP off.
+os.environ.setdefault("DUCK_KAGGLE__START_RUNG", "0")
 from duck.kaggle.run import KaggleRun
 
 run = KaggleRun(started_at=T0)

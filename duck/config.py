@@ -184,6 +184,11 @@ class AgentConfig(Section):
     guards: bool = True
     fallback: PolicyName | None = "explorer"  # policy that takes over when the model fails (duck.policies)
     failures_before_fallback: PositiveInt = 3  # consecutive failed requests (each already retried)
+    # With no monitor to restart the server (`duck play`): how long a model game whose server
+    # stopped answering waits (parked, probing it) before the explorer takes it. The notebook's
+    # monitor decides instead (duck.kaggle.serving: a restart while time allows). 0: the
+    # explorer at once.
+    outage_wait_s: NonNegativeFloat = 900.0
     # The world-model tools in the kernel (objects, diff, controlled, check, plan, explore:
     # duck.sandbox.tools) and the method section of the system prompt that goes with them
     # (issue 16). Off until the first GPU A/B (experiments/world-model-tools.toml) says so.

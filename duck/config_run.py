@@ -14,7 +14,8 @@ When games end (the only time knobs; everything else is derived from them):
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, get_args
+import logging
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import AfterValidator, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
 
@@ -104,8 +105,34 @@ class KaggleConfig(Section):
     health_interval_s: PositiveFloat = 30.0  # a 1-token chat this often tells a wedged server
     health_timeout_s: PositiveFloat = 120.0  # under 28 streams a 1-token request still lands in time
     health_failures: PositiveInt = 2  # consecutive failed probes before the server counts as down
-    model_restarts: NonNegativeInt = 1  # restarts of a dead server (each ~6.5 min on Kaggle)
-    restart_min_left_s: NonNegativeFloat = 3600.0  # no restart with less than this left to play
+    # The server's restarts (duck.kaggle.serving): after a crash or a wedge it restarts while
+    # the games' time left exceeds a boot plus `restart_min_left_s` of play (false: never).
+    # Each boot is one rung of the profile's restart ladder, from `start_rung` (`duck doctor
+    # --soak` says 0 or 1); a boot that fails, or crashes or wedges within `climb_within_s` of
+    # being ready, sends the next one a rung up (the field saw MTP crash within ~20 min).
+    restart: bool = True
+    restart_min_left_s: NonNegativeFloat = 3600.0
+    start_rung: NonNegativeInt = 0
+    climb_within_s: NonNegativeFloat = 1800.0
+    # MTP's acceptance, read from /metrics once the server generated `mtp_check_tokens`: fewer
+    # tokens a step than `min_mtp_tokens_per_step` (an untrained draft head gave ~1.5; FIELD §4
+    # measured 2.6-2.9) restarts the server a rung up (MTP off).
+    min_mtp_tokens_per_step: NonNegativeFloat = 1.5
+    mtp_check_tokens: PositiveInt = 20000
+
+    @model_validator(mode="before")
+    @classmethod
+    def _retired_restarts(cls, data: Any) -> Any:
+        """`model_restarts` (a count, before the ladder): 0 still means no restart; any other
+        count now means restarts while time allows (a warning says so)."""
+        if isinstance(data, dict) and "model_restarts" in data:
+            data = dict(data)
+            n = data.pop("model_restarts")
+            data.setdefault("restart", str(n).strip() not in ("0", "0.0", "False", "false"))
+            logging.getLogger("duck.config").warning(
+                "kaggle.model_restarts is retired: the server restarts while time allows (kaggle.restart=%s)",
+                data["restart"])
+        return data
 
     @model_validator(mode="after")
     def _margin_inside_budgets(self) -> "KaggleConfig":

@@ -1,9 +1,12 @@
 """The composition root: every policy by name, and the model-driven one wrapped in its fallback.
 
 Nothing below this module knows which policies exist. `make_policy("llm", ...)` gives the
-agent wrapped in `FallbackPolicy`, so that a game whose model fails (the server keeps
-failing, the notebook's health flag says it is down, or the agent raises) goes on with the
-explorer from where it stands instead of sitting idle; the agent itself only raises.
+agent wrapped in `FallbackPolicy`, so that a game whose model fails for good (the server is
+gone and cannot come back in time, or the agent raises) goes on with the explorer from where
+it stands instead of sitting idle; the agent itself only raises. While the server is down
+but coming back (the health flag says so: the notebook restarts it, or `duck play` waits
+`agent.outage_wait_s` for it) a model game parks instead (`Parking`): its slot freed, its
+kernel, conversation and level memory kept, no action played; it resumes with the model.
 
 A user's own policy is a class in one file, `make_policy("path/to/file.py:MyPolicy")`
 (`duck play --policy path/to/file.py:MyPolicy`): a subclass of `UserPolicy` that answers
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+import time
 import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
@@ -32,7 +36,6 @@ if TYPE_CHECKING:  # the model side is imported when a model plays (the agent br
     from duck.llm.health import ModelHealth
     from duck.sandbox.host import Kernel
 
-MODEL_DOWN = "model_down"  # the PlayStopped reason that hands a game to the fallback
 __all__ = ["RESET", "Action", "Observation", "UserPolicy", "make_policy", "load_policy_file"]
 
 
@@ -142,9 +145,10 @@ def make_policy(name: str, seed: int = 0, *, config: Config | None = None, model
     (`agent.fallback`, None for none); `model_url` overrides `model.urls`; `url_index` picks
     the endpoint a game starts on (paired A/B units share it); `pass_` seeds the model's
     sampling; `health` is the model-down flag (the notebook's monitor, or `duck play`'s);
-    `on_fallback(message)` hears when the fallback takes over; `probe_on_failure`: when the
-    agent gives up, probe the server and, when it does not answer, set `health` so that the
-    other games switch at their next action (`duck play`, which has no monitor)."""
+    `on_fallback(message)` hears when the fallback takes over; `probe_on_failure`: no monitor
+    watches the server (`duck play`): a game whose requests keep failing probes it and, when
+    it does not answer, sets `health` (coming back) and parks; the parked games probe it until
+    it answers or `agent.outage_wait_s` has passed (then the explorer takes them)."""
     if name == "random":
         return RandomPolicy(seed)
     if name not in POLICIES and ":" in name:
@@ -160,16 +164,19 @@ def make_policy(name: str, seed: int = 0, *, config: Config | None = None, model
         if kernel_factory is None and cfg.agent.world_model_tools:
             kernel_factory = world_model_kernel(cfg, seed)
 
+        url = (join_urls(model_url) or cfg.model.urls or [None])[0]
+        probe = (lambda: probe_model(url, 10.0, cfg.model)) if health is not None else None
+        parking = Parking(health, probe, cfg.agent.outage_wait_s if probe_on_failure else None) \
+            if health is not None else None
+
         def agent() -> "AgentPolicy":
             return AgentPolicy(seed, cfg, model_url=model_url, url_index=url_index, pass_=pass_,
-                               kernel_factory=kernel_factory)
+                               kernel_factory=kernel_factory, outage=parking)
 
         if cfg.agent.fallback is None:
             return agent()
-        probe = (lambda: probe_model((join_urls(model_url) or cfg.model.urls or [None])[0], 10.0, cfg.model)) \
-            if probe_on_failure else None
         return FallbackPolicy(agent, lambda: make_policy(cfg.agent.fallback, seed, config=cfg), health,
-                              on_fallback=on_fallback, probe=probe)
+                              on_fallback=on_fallback)
     raise ValueError(f"unknown policy {name!r}: {', '.join(POLICIES)}")
 
 
@@ -195,35 +202,27 @@ def world_model_kernel(cfg: Config, seed: int) -> Any:
 
 class FallbackPolicy:
     """The model-driven policy while it works, the fallback (the explorer) from where the game
-    stands as soon as it does not: the health flag is set (checked before every action), or the
-    model policy raises (ModelDown after repeated failed requests, or a bug)."""
+    stands, for good, as soon as it cannot: the health flag says the server is gone (at the
+    start), or the model policy raises (ModelDown: its server cannot come back in time, or
+    its requests fail while the server answers; or a bug)."""
 
     name = "llm"
 
     def __init__(self, llm: Callable[[], Policy], fallback: Callable[[], Policy],
-                 health: "ModelHealth | None" = None, *, on_fallback: Callable[[str], None] | None = None,
-                 probe: Callable[[], bool] | None = None) -> None:
+                 health: "ModelHealth | None" = None, *, on_fallback: Callable[[str], None] | None = None) -> None:
         self.llm, self.fallback, self.health = llm, fallback, health
-        self.on_fallback, self.probe = on_fallback, probe
+        self.on_fallback = on_fallback
 
     def play(self, session: Any) -> None:
-        if self.health is None or self.health.ok():
-            try:
-                # The next action after the server is marked down ends the model's play.
-                with session.stopping_when(self._model_down):
-                    self.llm().play(session)
+        if self.health is None or self.health.ok() or self.health.coming_back():
+            try:  # (a model game parks while the server is coming back: duck.agent.loop, Parking)
+                self.llm().play(session)
                 return
-            except PlayStopped as e:
-                if e.reason != MODEL_DOWN:
-                    raise
-                self._say(session, "the model server is down: the explorer takes over")
-            except GameError:
+            except (GameError, PlayStopped):
                 raise
             except Exception as e:  # a failing model or a bug must not idle the game
                 self._say(session, f"the model policy failed ({type(e).__name__}: {e}): the explorer takes over",
                           traceback.format_exc(limit=6))
-                if self.probe is not None and self.health is not None and not self.probe():
-                    self.health.mark_down(f"{type(e).__name__}: {e}", quiet=True)
         else:
             self._say(session, "no model server: the explorer plays")
         if session.stop_reason() is None:
@@ -234,5 +233,60 @@ class FallbackPolicy:
         if self.on_fallback is not None:
             self.on_fallback(message)
 
-    def _model_down(self) -> str | None:
-        return MODEL_DOWN if self.health is not None and self.health.down() else None
+
+
+class Parking:
+    """How a model game waits out an outage of its server (the agent calls `wait` when its
+    requests keep failing, or before a request while the health flag is down).
+
+    `health`: the run's flag. `probe`: a one-token chat to the server. `wait_s`: None when a
+    monitor owns the flag (the notebook: it restarts the server, and sets the flag to gone
+    when no restart can come in time); a number when nobody does (`duck play`): the parked
+    games probe the server themselves and give up `wait_s` after the flag was set."""
+
+    def __init__(self, health: "ModelHealth", probe: Callable[[], bool] | None = None,
+                 wait_s: float | None = None, poll_s: float = 1.0) -> None:
+        self.health, self.probe, self.wait_s = health, probe, wait_s
+        self.poll_s = poll_s if wait_s is None else max(poll_s, 5.0)  # (probes are chats: not every second)
+
+    def down(self) -> bool:
+        return self.health.down()
+
+    def wait(self, session: Any, why: str) -> bool:
+        """Park until the server answers again: True then (the game holds a slot again, its
+        kernel and context as they were); False when it cannot come back in time (the
+        explorer's turn). Raises PlayStopped when the game must end meanwhile."""
+        h = self.health
+        if h.ok():  # this game's requests failed: is the server down, or only this game?
+            if self.probe is None or self.probe():
+                return False  # it answers: the failure is this game's
+            h.mark_down(f"no answer to a probe after: {why}"[:500], quiet=True, coming_back=self.wait_s != 0)
+        if not h.coming_back():
+            return False
+        session.event("parked", f"the model server is down ({why[:200]}): the game waits for it, no action played")
+        t0 = time.monotonic()
+        session.yield_slot("parked")
+        while h.down():
+            if not h.coming_back():
+                session.event("parked", "the model server cannot come back in time: the explorer takes the game")
+                session.yield_slot("back")  # (unparked: the explorer plays holding a slot, as any game)
+                return False
+            if reason := session.stop_reason():
+                raise PlayStopped(reason)
+            if self.wait_s is not None and self._probe_again():
+                break
+            time.sleep(self.poll_s)
+        session.yield_slot("back")
+        session.event("resumed", f"the model server answers again after {time.monotonic() - t0:.0f} s: "
+                                 "the game resumes with the model")
+        return True
+
+    def _probe_again(self) -> bool:
+        """No monitor: True when the probe answers (the flag cleared), else gives up (the
+        flag set to gone) once the server has been down `wait_s`."""
+        if self.probe is not None and self.probe():
+            self.health.mark_up()
+            return True
+        if self.health.down_for_s() > self.wait_s:
+            self.health.mark_down(f"no answer for {self.wait_s:.0f} s", quiet=True)
+        return False

@@ -6,7 +6,9 @@
   deadline set at its first grant and clipped to the budget's end. Returns the grants,
   `(game_id, "start" | "resume")`, for the caller to act on.
 * `release(game_id, reason, now)`: a yield point (trim, level, preempted): the game waits,
-  resumable, until the policy grants it a slot again. `end(game_id, now)`: it is over.
+  resumable, until the policy grants it a slot again; a `parked` game (its model server is
+  down: GameState.parked) is granted nothing until it unparks, and while one is parked no
+  game starts (it would start its kernel only to park too). `end(game_id, now)`: it is over.
 * `overdue(now)`: stop every game whose deadline has come; `next_deadline()`: when to look.
 
 Stopping is where the two differ, so it is the caller's `on_stop(game_id, now)`: the runner
@@ -59,13 +61,14 @@ class SlotBook:
         self.recheck, self.wake_at = d.recheck, d.wake_at
         grants = []
         free = self.slots - self.held
+        outage = any(s.parked for s in self.order)  # a new game would only park too
         for gid in d.start:
             if free <= 0 or now >= self.budget_s:
                 break
             st = self.states[gid]
-            if st.status == "queued":
+            if st.status == "queued" and not outage:
                 kind = "start"
-            elif st.status == "waiting" and not st.stop_requested:
+            elif st.status == "waiting" and not st.stop_requested and not st.parked:
                 kind = "resume"
             else:
                 continue

@@ -264,7 +264,9 @@ class _Run:
 
 class SlotGate:
     """The worker's side of its game's slot; `gate(reason)` is called in the game's thread
-    (Session.yield_slot). `reason` None: yield only if the policy preempted the game.
+    (Session.yield_slot). `reason` None: yield only if the policy preempted the game;
+    "parked": the game's model server is down, so it frees its slot and returns at once (it
+    waits for the server itself, duck.policies.Parking); its next call waits for a slot.
 
     It releases the slot in the book and waits on the one condition until the game holds a
     slot again or must end (stopped, or its deadline `until` passed)."""
@@ -281,7 +283,14 @@ class SlotGate:
     def __call__(self, reason: str | None) -> None:
         run, st = self.run, self.state
         with run.clock.cond:
-            if reason is None and not st.preempt_requested:
+            if reason == "parked":  # the model server is down: the slot goes, no grant until unparked
+                run.book.release(self.game_id, reason, run.now())
+                st.parked = True
+                run.tell()
+                return
+            if st.parked:  # back from an outage: waits for a slot like any yielded game
+                st.parked = False
+            elif reason is None and not st.preempt_requested:
                 return
             run.book.release(self.game_id, reason or "preempted", run.now())
             run.tell()

@@ -33,6 +33,7 @@ class GameState:
     yields: int = 0
     stop_requested: bool = False  # a stop was sent; the worker has not returned yet
     preempt_requested: bool = False  # it yields at its next model request
+    parked: bool = False  # waiting for the model server to come back: granted nothing until then
 
     @property
     def level(self) -> int:

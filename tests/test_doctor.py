@@ -254,7 +254,7 @@ def test_the_soak_starts_the_submission_on_rung_0_when_mtp_holds(tmp_path, bundl
     if (offline_traces := ROOT.parent / "shared" / "duck-traces" / "turns").is_dir():
         assert soak["shapes"] == "the Duck traces", offline_traces
     assert doc["figures"]["mtp"] == soak["mtp"] and doc["checks"]["mtp_tokens_per_step"]["ok"]
-    assert doc["start_rung"]["rung"] == 0 and doc["start_rung"]["set"] == []
+    assert doc["start_rung"]["rung"] == 0 and doc["start_rung"]["set"] == ["kaggle.start_rung=0"]
     assert "start on rung 0" in r.stdout.splitlines()[-1] and (tmp_path / "doctor" / "soak.json").exists()
 
 
@@ -267,7 +267,14 @@ def test_low_acceptance_means_rung_1_and_a_compile_in_the_log_fails_the_doctor(t
     assert doc["steps"]["soak"]["ok"] and doc["steps"]["soak"]["mtp"]["tokens_per_step"] < 1.5
     assert doc["checks"]["mtp_tokens_per_step"]["ok"] is False
     assert doc["start_rung"]["rung"] == 1 and "MTP accepted" in doc["start_rung"]["why"]
-    assert doc["start_rung"]["set"] == ["model.serve.mtp_tokens=0"]
+    assert doc["start_rung"]["set"] == ["kaggle.start_rung=1"]
+    line = doc["start_rung"]["notebook"]
+    assert line == 'os.environ.setdefault("DUCK_KAGGLE__START_RUNG", "1")'
+    # ... the line notebook.py carries (with 0), which the notebook reads: its first boot's rung
+    notebook = (Path(__file__).resolve().parent.parent / "notebook.py").read_text()
+    assert line.replace('"1"', '"0"') in notebook
+    from duck.config import load_config
+    assert load_config(env={"DUCK_KAGGLE__START_RUNG": "1"}).kaggle.start_rung == 1
     log = doc["steps"]["vllm_log"]
     assert log["ok"] is False and log["failing"] == ["compile"]
     assert "Building JIT module norm" in log["logs"]["vllm.log"]["lines"]["compile"][0]

@@ -150,15 +150,6 @@ def test_fallback_takes_over_when_the_model_policy_raises(tmp_path):
     assert len(fallbacks) == 1 and "boom" in fallbacks[0]["message"]
 
 
-def test_fallback_takes_over_when_the_server_goes_down_mid_game(tmp_path):
-    health = ModelHealth(tmp_path / "down")
-    llm = _Steps(10, on_step=lambda i: health.mark_down("test") if i == 5 else None)
-    explorer = _Steps(2)
-    result, rec = _play(tmp_path, FallbackPolicy(lambda: llm, lambda: explorer, health))
-    assert (llm.played, explorer.played, result.actions) == (5, 2, 7)
-    assert "down" in [e for e in rec.events if e["kind"] == "fallback"][0]["message"]
-
-
 def test_fallback_without_a_server_plays_the_explorer_only(tmp_path):
     health = ModelHealth(tmp_path / "down")
     health.mark_down("never started")

@@ -137,7 +137,8 @@ def test_llm_without_a_server_plays_nothing_unless_the_fallback_is_asked_for(tmp
 
 
 def test_the_fallback_taking_over_mid_run_is_said_once(tmp_path):
-    """Two scripted model replies (two actions), then the stub answers 410 to everything: the
+    """Two scripted model replies (two actions), then the stub answers 410 to everything and
+    no game waits for it (`agent.outage_wait_s=0`: tests/test_outage.py has the wait): the
     first game hands over to the explorer mid-game, the others at their first request; the run
     says so once, every game's line shows it, and the summary names them."""
     reply = {"content": "Up.", "code": "action('UP')"}
@@ -146,7 +147,7 @@ def test_the_fallback_taking_over_mid_run_is_said_once(tmp_path):
         out = tmp_path / "run"
         r = duck("play", "--games", str(BUNDLED), "--only", "zb01", "zs01", "--model-url", url, "--out", str(out),
                  "--max-actions", "30", "--set", "model.retries=0", "model.backoff_s=0.01",
-                 "agent.failures_before_fallback=1")
+                 "agent.failures_before_fallback=1", "agent.outage_wait_s=0")
     finally:
         server.terminate()
         server.wait(timeout=10)

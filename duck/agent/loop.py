@@ -10,9 +10,15 @@ exceptions that carry their message:
 `TurnStalled` (too many calls without an action: a fresh turn starts), `ContextFull` (the
 turn alone outgrew the budget: it is dropped and a fresh turn starts), `ContextTooSmall` (no
 turn can fit: the system prompt and one turn message outgrow the budget, or turn after turn
-outgrew it without an action), `ModelDown` (the server keeps failing), both raised to the
-composition root, duck.policies, which hands the game to the fallback, and the session's
-`PlayStopped` (budget, deadline, stop, win) which ends play.
+outgrew it without an action), `ModelDown` (the server keeps failing and cannot come back in
+time), both raised to the composition root, duck.policies, which hands the game to the
+fallback, and the session's `PlayStopped` (budget, deadline, stop, win) which ends play.
+
+An outage of the server (`outage`, duck.policies.Parking: the health flag is down before a
+request, or `failures_before_fallback` requests in a row failed) parks the game: it waits,
+its slot freed, its kernel, context and level memory kept, and when the server is back the
+turn goes on where it was, its whole history sent again with one line saying that the
+server restarted and nothing was played meanwhile (prompts/correct.j2 `outage`).
 
 Everything the model sees and writes goes to the session's conversation file
 (duck.play.conversation): the context logs each message and eviction, the loop each request,
@@ -46,7 +52,8 @@ class TurnStalled(Exception):
 
 
 class ModelDown(Exception):
-    """The model server failed `failures_before_fallback` requests in a row."""
+    """The model server failed `failures_before_fallback` requests in a row and cannot come
+    back in time (or nothing waits for it: no `outage`)."""
 
 
 class ContextTooSmall(Exception):
@@ -61,14 +68,16 @@ MAX_CALLS_PER_TURN = 16  # then the turn ends and a fresh one starts
 
 class AgentPolicy:
     """Plays one game (one instance per game). `kernel_factory(session, kernel_config)` makes
-    the sandbox (default: duck.sandbox.host.Kernel; the replay tooling passes its own)."""
+    the sandbox (default: duck.sandbox.host.Kernel; the replay tooling passes its own);
+    `outage` waits out a server that is down (the module docstring)."""
 
     name = "llm"
 
     def __init__(self, seed: int, config: Config, *, model_url: str | list[str] | None = None,
                  url_index: int | None = None, pass_: int = 0,
-                 kernel_factory: Callable[[Session, KernelConfig], Any] | None = None) -> None:
+                 kernel_factory: Callable[[Session, KernelConfig], Any] | None = None, outage: Any = None) -> None:
         self.cfg = config.model_copy(deep=True)  # a shared config stays untouched
+        self.outage = outage  # duck.policies.Parking (None: a failing server ends the model's play)
         self.seed, self.pass_, self.url_index = seed, pass_, url_index
         self.urls = join_urls(model_url) or self.cfg.model.urls
         self.kernel_factory = kernel_factory or Kernel
@@ -157,6 +166,8 @@ class AgentPolicy:
                              call=call, correction="act_now")
             if reason := session.stop_reason():
                 raise PlayStopped(reason)
+            if self.outage is not None and self.outage.down():
+                self._wait_out(session, "the server is marked down", call)
             try:
                 reply = self._ask(session, turn, call)
                 failures = 0
@@ -164,7 +175,10 @@ class AgentPolicy:
                 failures += 1
                 session.event("error", f"model request failed: {e}", {"turn": turn, "call": call})
                 if failures >= self.cfg.agent.failures_before_fallback:
-                    raise ModelDown(str(e)) from e
+                    if self.outage is None:
+                        raise ModelDown(str(e)) from e
+                    self._wait_out(session, str(e), call)
+                    failures = 0
                 continue
             try:
                 calls = tool_calls(reply)
@@ -191,6 +205,14 @@ class AgentPolicy:
                 if reason := session.stop_reason():
                     raise PlayStopped(reason)
         raise TurnStalled(MAX_CALLS_PER_TURN)
+
+    def _wait_out(self, session: Session, why: str, call: int) -> None:
+        """Park until the server is back, then tell the model in one line; ModelDown when it
+        cannot come back in time."""
+        if not self.outage.wait(session, why):
+            raise ModelDown(f"the model server cannot come back in time ({why})")
+        self.ctx.add({"role": "user", "content": render("correct.j2", reason="outage", detail="")},
+                     call=call, correction="outage")
 
     def _log_notes(self, turn: int, notes: dict[str, Any]) -> None:
         """A `notes` line whenever the model's `notes` dict changed (what changed: duck.play.conversation)."""

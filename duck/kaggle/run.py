@@ -28,8 +28,11 @@ verified first: duck.kaggle.inputs), else the model agent. A policy other than t
 agent starts no server; a user's plays inside the fallback and the runner's time limits.
 
 Nothing here may stop the notebook: every step catches what goes wrong, logs it, keeps it
-in `summary.json` and degrades. No model server (it did not come up, died, or stopped
-answering): the games are played by the explorer. A game that raises is recorded with its
+in `summary.json` and degrades. The model server (duck.kaggle.serving) is restarted after a
+crash or a wedge while time allows, each boot one rung of the profile's restart ladder (every
+boot in `summary.json`'s `model.boots`); meanwhile the model games park. No model server (it
+did not come up, or died with no time for another boot): the games are played by the
+explorer. A game that raises is recorded with its
 error and the others go on. The games end `kaggle.margin_s` before the notebook's budget
 (`kaggle.budget_s` in the rerun, `kaggle.interactive_budget_s` otherwise), and whatever
 happened the scorecard is closed and vLLM stopped.
@@ -50,7 +53,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import threading
 import time
 import traceback
 from contextlib import ExitStack, contextmanager
@@ -64,9 +66,9 @@ from duck.kaggle.inputs import (check_driver, check_python, env_config, find_com
                                 find_model_dir, install_vllm, is_rerun, notebook_policy)
 from duck.kaggle.outputs import Step, Summary, log_to_file, write_placeholder_submission
 from duck.kaggle.prepare import PreparedSource
+from duck.kaggle.serving import Supervisor, boots_line
 from duck.kaggle.play import run_pool, run_scheduler, scheduler_runner, wait_for_gateway
-from duck.llm.health import ModelHealth, probe_model
-from duck.llm.serve import VLLMServer
+from duck.llm.health import ModelHealth
 from duck.play.scoring import write_score
 from duck.policies import FallbackPolicy, make_policy
 from duck.sandbox.fallback import games_for_play
@@ -98,13 +100,10 @@ class KaggleRun:
         self.summary.errors += self.config_errors
         self.health = ModelHealth(self.out / "model_down")
         self.health.mark_down("not started", quiet=True)
-        self.server: Any = None
-        self.model_url: str | None = None
+        self.serving = Supervisor(self.cfg, self.health, self.out, self.t0, self.left, self.step,
+                                  self.summary.model, self._write_summary)
         self.source: Any = None
         self.game_ids: list[str] = []
-        self._monitor: threading.Thread | None = None
-        self._monitor_stop = threading.Event()
-        self._restarts = k.model_restarts
         self._finished = False
         self._exits = ExitStack()  # the root-only copy of the games, if one was made
         with self.step("locate"):
@@ -196,7 +195,7 @@ class KaggleRun:
                     self.cfg.model.serve.executable = str(exe)
             m["executable"] = self.cfg.model.serve.executable
         with self.step("serve_start"):
-            self._launch()
+            self.serving.launch()
             m["started_at_s"] = round(time.time() - self.t0, 1)
             return True
         return False  # (the step caught an error)
@@ -207,82 +206,28 @@ class KaggleRun:
         return False
 
     def wait_model(self) -> bool:
-        """Wait for the started server to answer; True when it does (the monitor then runs)."""
+        """Wait for the started server to answer; True when it does (the monitor then runs:
+        duck.kaggle.serving restarts it on the ladder while time allows)."""
         if self.server is None:
             return False
         with self.step("serve") as s:
-            if self._await_server():
+            if self.serving.boot():
                 self.summary.model["status"] = "ready"
-                self._start_monitor()
+                self.serving.start_monitor()
                 return True
             s.ok = False
         self.summary.model.setdefault("status", "did not come up: the explorer plays")
         return False
 
-    def _launch(self) -> None:
-        self.server = VLLMServer(self.cfg.model, log_path=self.out / "vllm.log").start()
+    @property
+    def server(self) -> Any:
+        """The current vLLM process (None before start_model)."""
+        return self.serving.server
 
-    def _await_server(self) -> bool:
-        """Ready when /v1/models lists the model and a smoke chat succeeds, bounded by the
-        budget. False (server stopped) when it does not come up."""
-        timeout = max(1.0, min(self.cfg.model.serve.ready_timeout_s, self.left() - 60))
-        try:
-            ready_s = self.server.wait_ready(timeout)
-        except Exception as e:  # ServeError: crashed, timed out, or the smoke chat failed
-            self.summary.model["status"] = f"did not come up ({type(e).__name__}): the explorer plays"
-            self.summary.model["error"] = str(e)[-2000:]
-            log.error("vLLM did not come up: %s", e)
-            self.server.stop()
-            return False
-        self.model_url = self.server.url
-        self.summary.model["chat_template"] = getattr(self.server, "chat_template_choice", None)
-        self.health.mark_up()
-        self.summary.model["url"] = self.model_url
-        self.summary.model["ready_s"] = round(ready_s, 1)
-        self.summary.model["ready_at_s"] = round(time.time() - self.t0, 1)
-        return True
-
-    def _start_server(self) -> bool:
-        """Start and wait (the monitor's restart)."""
-        self._launch()
-        return self._await_server()
-
-    def _start_monitor(self) -> None:
-        self._monitor = threading.Thread(target=self._watch_model, name="duck-model-health", daemon=True)
-        self._monitor.start()
-
-    def _probe(self) -> bool:
-        """A one-token chat: a wedged server still answers /v1/models, not this."""
-        return probe_model(self.model_url, self.cfg.kaggle.health_timeout_s)
-
-    def _watch_model(self) -> None:
-        k = self.cfg.kaggle
-        failures = 0
-        while not self._monitor_stop.wait(k.health_interval_s):
-            alive = self.server is not None and self.server.alive()
-            if alive and self._probe():
-                failures = 0
-                continue
-            failures = failures + 1 if alive else k.health_failures
-            if failures < k.health_failures:
-                continue
-            reason = "the server process ended" if not alive else f"{failures} probes failed"
-            self.health.mark_down(reason)
-            self.summary.model.setdefault("down", []).append(
-                {"at_s": round(time.time() - self.t0, 1), "reason": reason})
-            try:
-                self.server.stop()  # a wedged server: fail its open requests now
-            except Exception as e:
-                log.warning("stopping the model server: %s", e)
-            if self._restarts > 0 and self.left() > k.restart_min_left_s and not self._monitor_stop.is_set():
-                self._restarts -= 1
-                log.info("restarting the model server (%d restarts left)", self._restarts)
-                with self.step("serve_restart"):
-                    if self._start_server():
-                        self.summary.model.setdefault("restarted_at_s", []).append(round(time.time() - self.t0, 1))
-                        failures = 0
-                        continue
-            return  # down for good: the explorer plays the rest
+    @property
+    def model_url(self) -> str | None:
+        """The server's URL once it was ready (None: the model never answered)."""
+        return self.serving.url
 
     # -- the games -------------------------------------------------------------------------
 
@@ -363,7 +308,7 @@ class KaggleRun:
         if self._finished:
             return
         self._finished = True
-        self._monitor_stop.set()
+        self.serving.halt()
         self._exits.close()
         with self.step("close_scorecard"):
             if self.source is not None:
@@ -376,7 +321,7 @@ class KaggleRun:
                 log.info("scorecard %s closed", card_id)
         with self.step("stop_model"):
             if self.server is not None:
-                self.server.stop()
+                self.serving.stop()
                 self.summary.model["stopped"] = True
         if not self.rerun:
             with self.step("score"):
@@ -389,8 +334,9 @@ class KaggleRun:
         self.summary.ended_at = time.time()
         self._write_summary()
         played = sum(1 for r in self.summary.results.values() if r.get("actions", 0) > 0)
-        log.info("done: %d/%d games played, %.0f s of %.0f s, errors: %s", played, len(self.game_ids),
-                 self.summary.ended_at - self.t0, self.budget_s, self.summary.errors or "none")
+        log.info("done: %d/%d games played, %.0f s of %.0f s, model server boots: %s; errors: %s", played,
+                 len(self.game_ids), self.summary.ended_at - self.t0, self.budget_s, boots_line(self.serving.boots),
+                 self.summary.errors or "none")
 
 
 def _s(p: Path | None) -> str | None:

@@ -20,7 +20,8 @@ reported and the doctor goes on wherever the next step can still run:
    scheduler's runner, the agent and the kernel, for `--game-seconds` each; or with `--soak
    [MINUTES]` (default 30) instead, `soak`: `--streams` Duck-shaped conversations for that
    long with MTP and prefix caching on (duck.lab.soak), whose result says the rung the first
-   submission starts on (`start_rung`: 0 as planned, or 1 with MTP off, and why);
+   submission starts on (`start_rung`: 0 as planned, or 1 with MTP off, and why, as the
+   `kaggle.start_rung` line to put in notebook.py);
 6. `vllm_log`: the boot's vllm.log read for a download or a kernel compile (FlashInfer's
    cubin fetches and JIT builds, vLLM's note that its precompiled kernels are missing, an
    HTTP client that tried to go out: duck.lab.offline.SIGNS); any fails the doctor, by name;
@@ -222,7 +223,8 @@ def doctor(cfg: Any, out: Path, games: Path, only: list[str] | None, seconds: fl
            "figures": figures, "checks": verdicts, "plan": cfg.plan.as_dict(), "steps": steps}
     if "soak" in steps:  # the first submission's rung (duck.lab.soak's rule)
         rung, why = start_rung(steps["soak"], cfg.model.serve.mtp_tokens, limits["min_mtp_tokens_per_step"])
-        doc["start_rung"] = {"rung": rung, "why": why, "set": [] if rung == 0 else ["model.serve.mtp_tokens=0"]}
+        doc["start_rung"] = {"rung": rung, "why": why, "set": [f"kaggle.start_rung={rung}"],
+                             "notebook": f'os.environ.setdefault("DUCK_KAGGLE__START_RUNG", "{rung}")'}
     (out / "doctor.json").write_text(json.dumps(doc, indent=1, default=str))
     return doc
 
@@ -255,7 +257,7 @@ def _main(args: argparse.Namespace) -> int:
         [f"{k} {c['value']} not {c['limit']}" for k, c in doc["checks"].items() if not c["ok"]]
     rung = doc.get("start_rung")
     print(f"duck doctor: {'OK' if doc['ok'] else 'PROBLEMS'} ({', '.join(failed) or 'every step and check held'}); "
-          + (f"start on rung {rung['rung']}: {rung['why']}; " if rung else "")
+          + (f"start on rung {rung['rung']}: {rung['why']} (notebook.py: {rung['notebook']}); " if rung else "")
           + f"written to {Path(args.out) / 'doctor.json'}")
     return 0 if doc["ok"] else 1
 

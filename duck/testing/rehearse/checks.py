@@ -2,13 +2,16 @@
 notebook.ipynb is in sync with notebook.py; every game the gateway lists was played (a
 record with actions; a broken game recorded with its error); the scorecard was closed (the
 gateway shows it); the notebook ended inside the budget; the outputs are where Kaggle
-expects them; vLLM was stopped; and each fault's own effect (the model marked down and
-games going on with the explorer, the notebook waiting for a slow gateway, ...).
+expects them; vLLM was stopped; and each fault's own effect (a model that dies, hangs or
+crash-loops: marked down, restarted (a crash loop ends on the ladder's MTP-off rung), and every
+game unfinished at the outage waited for it, no explorer action, then played on with the model;
+the notebook waiting for a slow gateway, ...).
 """
 
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -85,6 +88,8 @@ def check_run(rep: Report, paths: dict[str, Path], run: dict[str, Any], listed: 
               {"notebook_s": run["seconds"], "own_clock_s": round(own, 1), "budget_s": rep.budget_s})
     _check_outputs(rep, working, summary_path.exists(), len(records), len(listed))
     _check_model(rep, summary.get("model") or {}, model_url, missing, policy)
+    if rep.fault in ("model-dies", "model-hangs", "crash-loop"):
+        _check_parked(rep, summary, records)
     if policy is not None:  # every game played by the user's policy, which nothing refused
         names = {g: r.header.get("policy") for g, r in records.items() if not isinstance(r, Exception)}
         rep.check("user_policy_played", bool(names) and set(names.values()) == {policy}
@@ -176,19 +181,54 @@ def _check_outputs(rep: Report, working: Path, summary_written: bool, records: i
 def _check_model(rep: Report, model: dict[str, Any], model_url: str, missing: list[str], policy: str | None) -> None:
     """vLLM torn down, and each fault's own effect (a user's policy starts none)."""
     rep.check("model_server_stopped", not port_open(model_url), model.get("status"))
-    fallbacks = sum(len(v["fallbacks"]) for v in rep.facts["games"].values())
     if policy is not None:
         rep.check("no_model_started", str(model.get("status", "")).startswith("off (play.policy"), model.get("status"))
-    elif rep.fault in ("model-dies", "model-hangs"):
-        down = model.get("down") or []
+    elif rep.fault in ("model-dies", "model-hangs", "crash-loop"):
+        down, boots = model.get("down") or [], model.get("boots") or []
         rep.check("model_marked_down", bool(down), down)
-        after = {g: v["actions_after_handover"] for g, v in rep.facts["games"].items()}
-        rep.check("games_went_on_with_explorer", fallbacks > 0 and not missing and sum(after.values()) > 0,
-                  {"handovers": fallbacks, "actions_after_handover": after})
+        rep.check("model_restarted", len(boots) >= 2 and bool(model.get("restarted_at_s")) and not missing
+                  and boots[-1].get("ready_s") is not None,
+                  [{k: b.get(k) for k in ("rung", "end", "ready_s", "uptime_s", "cause")} for b in boots])
+        if rep.fault == "crash-loop":  # MTP's boots crashed; the run ends on the MTP-off rung
+            rep.check("ended_on_the_mtp_off_rung", boots[-1:] and boots[-1]["settings"]["mtp_tokens"] == 0
+                      and boots[-1]["rung"] == 1 and all(b["end"] == "crashed" and b["settings"]["mtp_tokens"]
+                                                         for b in boots[:-1]),
+                      [(b["rung"], b["settings"]["mtp_tokens"], b["end"]) for b in boots])
     elif rep.fault == "no-model":
         rep.check("model_never_up", model.get("status", "").startswith("did not come up"), model.get("status"))
     elif rep.fault == "none":
         rep.check("model_was_ready", model.get("status") == "ready", model.get("status"))
+
+
+def _check_parked(rep: Report, summary: dict[str, Any], records: dict[str, Any]) -> None:
+    """Every game unfinished at the (first) outage waited for the server: no explorer action
+    (no handover at all), and model actions after the server was back."""
+    model = summary.get("model") or {}
+    t0 = summary.get("started_at") or 0.0
+    down = (model.get("down") or [{}])[0].get("at_s")
+    back = (model.get("restarted_at_s") or [None])[0]
+    waited: dict[str, Any] = {}
+    for g, r in records.items():
+        if isinstance(r, Exception) or down is None:
+            continue
+        start = _epoch(r.header.get("started"))
+        if start is None or start + float((r.end or {}).get("t", 1e9)) < t0 + down - 1:
+            continue  # over before the outage
+        after = sum(1 for a in r.actions if back is not None and start + a.get("t", 0) > t0 + back)
+        waited[g] = {"handovers": sum(1 for e in r.events if _handover(e)), "model_actions_after_restart": after,
+                     "parked": sum(1 for e in r.events if e.get("kind") == "parked")}
+    rep.check("games_waited_for_the_server", bool(waited) and back is not None
+              and all(v["handovers"] == 0 and v["model_actions_after_restart"] > 0 for v in waited.values()),
+              {"outage_at_s": down, "back_at_s": back, "games": waited})
+
+
+def _epoch(iso: str | None) -> float | None:
+    """A record header's `started` (UTC, to the second) as seconds since the epoch."""
+    import calendar
+    try:
+        return float(calendar.timegm(time.strptime(iso or "", "%Y-%m-%dT%H:%M:%SZ")))
+    except ValueError:
+        return None
 
 
 def check_waited(rep: Report, paths: dict[str, Path], proxy: SlowProxy) -> None:

@@ -1,7 +1,9 @@
 """How a rehearsal's faults are made (`duck rehearse --fault`):
 
-* `model-dies`, `model-hangs`, `no-model`: knobs of the stand-in `vllm` (environment
-  variables `fault_env` sets: it exits mid-run, stops answering, or never comes up);
+* `model-dies`, `model-hangs`, `no-model`, `crash-loop`: knobs of the stand-in `vllm`
+  (environment variables `fault_env` sets: it exits mid-run, or stops answering, once: the
+  restarted server serves; it never comes up; it exits ~10 s after each boot served with MTP,
+  so that the restarts climb to the ladder's MTP-off rung);
 * `game-raises`: the broken fixture games (one cannot be created), and zr01, a copy of the
   bundled zs01 whose step() raises mid-play (`add_raising_game`);
 * `gateway-slow`: `SlowProxy` in front of the gateway: it comes up late and answers slowly.
@@ -22,7 +24,7 @@ from typing import Any
 from duck.paths import BUNDLED_GAMES
 from duck.game.gateway import free_port
 
-FAULTS = ("none", "model-dies", "model-hangs", "no-model", "game-raises", "gateway-slow")
+FAULTS = ("none", "model-dies", "model-hangs", "no-model", "game-raises", "gateway-slow", "crash-loop")
 
 # A game that raises mid-play: zs01 with its step() failing after a few frames.
 RAISING_GAME = '''
@@ -54,8 +56,9 @@ def add_raising_game(games: Path) -> None:
     (d / "metadata.json").write_text(json.dumps(meta, indent=2))
 
 
-def fault_env(fault: str, budget_s: float) -> dict[str, str]:
-    """The stand-in vLLM's knobs for a model fault (none for the others)."""
+def fault_env(fault: str, budget_s: float, struck: Path) -> dict[str, str]:
+    """The stand-in vLLM's knobs for a model fault (none for the others); `struck`: the file
+    that makes a fault strike one boot only."""
     env: dict[str, str] = {}
     if fault == "model-dies":
         env["DUCK_STANDIN_DIE_AFTER_S"] = str(round(max(3.0, 0.15 * budget_s), 1))
@@ -63,6 +66,10 @@ def fault_env(fault: str, budget_s: float) -> dict[str, str]:
         env["DUCK_STANDIN_HANG_AFTER_S"] = str(round(max(3.0, 0.15 * budget_s), 1))
     elif fault == "no-model":
         env["DUCK_STANDIN_EXIT_AT_ONCE"] = "1"
+    elif fault == "crash-loop":
+        env["DUCK_STANDIN_DIE_WITH_MTP_AFTER_S"] = str(round(max(3.0, 0.1 * budget_s), 1))
+    if fault in ("model-dies", "model-hangs"):
+        env["DUCK_STANDIN_FAULT_ONCE"] = str(struck)
     return env
 
 

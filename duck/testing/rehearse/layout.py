@@ -33,6 +33,10 @@ MAX_ACTIONS = 300  # per game (play.max_actions): enough to play, few enough for
 # The stand-in `vllm`: `vllm serve MODEL --port P --served-model-name NAME ...` serves the
 # scripted stub model there (its /metrics too, with vLLM 0.19's names). Knobs (environment):
 # DUCK_STANDIN_DIE_AFTER_S (exit then), DUCK_STANDIN_HANG_AFTER_S (stop answering then),
+# DUCK_STANDIN_FAULT_ONCE (a file: those two faults strike only the boot that finds no such
+# file, and leave it: a restarted server then serves), DUCK_STANDIN_DIE_WITH_MTP_AFTER_S (exit
+# then, on every boot served with MTP: a crash loop), DUCK_STANDIN_MTP_STEP_TOKENS (with MTP:
+# the tokens an engine step yields, in /metrics' spec-decode counters; default 2.7),
 # DUCK_STANDIN_EXIT_AT_ONCE (never come up), DUCK_STANDIN_LATENCY (answer as a loaded GPU
 # would: a duck.testing.stub.latency spec such as "speed=20"), DUCK_STANDIN_BOOT_S (take
 # this long to start listening, as vLLM loads its weights).
@@ -52,7 +56,12 @@ from duck.testing.stub.server import StubServer
 time.sleep(float(os.environ.get("DUCK_STANDIN_BOOT_S") or 0))
 T0 = time.monotonic()
 LATENCY = os.environ.get("DUCK_STANDIN_LATENCY")
-HANG = float(os.environ.get("DUCK_STANDIN_HANG_AFTER_S") or 0)
+ONCE = os.environ.get("DUCK_STANDIN_FAULT_ONCE")
+STRUCK = bool(ONCE) and os.path.exists(ONCE)  # a fault meant once already struck an earlier boot
+if ONCE and not STRUCK:
+    open(ONCE, "w").close()
+HANG = 0.0 if STRUCK else float(os.environ.get("DUCK_STANDIN_HANG_AFTER_S") or 0)
+MTP = "--speculative-config" in argv
 CODE = {code!r}
 def reply(request):
     if HANG and time.monotonic() - T0 > HANG:
@@ -61,7 +70,11 @@ def reply(request):
 server = StubServer(FixedModel([reply], loop=True), port=int(opt("--port", "8000")),
                     host=opt("--host", "127.0.0.1"), model_name=opt("--served-model-name", "stub"),
                     latency=LatencyModel.parse(LATENCY) if LATENCY else None)
-die = float(os.environ.get("DUCK_STANDIN_DIE_AFTER_S") or 0)
+if MTP and (os.environ.get("DUCK_STANDIN_MTP_STEP_TOKENS") or server.metrics.spec is None):  # vLLM's spec-decode counters
+    server.metrics.spec = (3, float(os.environ.get("DUCK_STANDIN_MTP_STEP_TOKENS") or 2.7))
+die = 0.0 if STRUCK else float(os.environ.get("DUCK_STANDIN_DIE_AFTER_S") or 0)
+if MTP and os.environ.get("DUCK_STANDIN_DIE_WITH_MTP_AFTER_S"):
+    die = float(os.environ["DUCK_STANDIN_DIE_WITH_MTP_AFTER_S"])
 if die:
     threading.Timer(die, lambda: (print("stand-in vllm: dying, as told", flush=True), os._exit(17))).start()
 print("stand-in vllm serving", opt("--served-model-name", "stub"), "on", server.url, "argv:", argv, flush=True)
@@ -152,7 +165,8 @@ def notebook_env(paths: dict[str, Path], budget_s: float, mode: str, fault: str,
         "DUCK_KAGGLE__HEALTH_INTERVAL_S": "1",
         "DUCK_KAGGLE__HEALTH_TIMEOUT_S": "3",
         "DUCK_KAGGLE__HEALTH_FAILURES": "2",
-        "DUCK_KAGGLE__MODEL_RESTARTS": "0",
+        # A restart must fit: the stand-in boots in seconds; the games need a little play after it.
+        "DUCK_KAGGLE__RESTART_MIN_LEFT_S": str(round(0.1 * budget_s, 1)),
         "DUCK_MODEL__SERVE__EXECUTABLE": str(paths["vllm"]),
         "DUCK_MODEL__SERVE__PORT": str(model_port),
         "DUCK_MODEL__SERVE__READY_TIMEOUT_S": str(round(min(30.0, budget_s / 3), 1)),
@@ -167,5 +181,5 @@ def notebook_env(paths: dict[str, Path], budget_s: float, mode: str, fault: str,
         "DUCK_PLAY__MAX_ACTIONS": str(max_actions),
         "PYTHONUNBUFFERED": "1",
     })
-    env.update(fault_env(fault, budget_s))
+    env.update(fault_env(fault, budget_s, paths["working"].parent / "standin-fault-struck"))
     return env

@@ -20,17 +20,20 @@ fresh kernel. Nothing in our code is faked; what stands in for Kaggle is:
 `kaggle-dataset/build.py --policy` packs it (sha256 and all), played by the notebook in every
 game, with no model server started.
 
-Fault variants (`--fault`): `model-dies` (the stand-in exits mid-run), `model-hangs` (it
-stops answering), `no-model` (it never comes up), `game-raises` (one game cannot be
-created, another raises mid-play), `gateway-slow` (the gateway comes up late and answers
-slowly). `--mode interactive` rehearses a Save & Run All instead (public games offline,
+Fault variants (`--fault`): `model-dies` (the stand-in exits mid-run, once), `model-hangs`
+(it stops answering, once), `no-model` (it never comes up), `crash-loop` (it exits soon
+after every boot served with MTP), `game-raises` (one game cannot be created, another
+raises mid-play), `gateway-slow` (the gateway comes up late and answers slowly). A model
+fault needs a budget with room for a restart (`--budget-seconds 90`). `--mode interactive` rehearses a Save & Run All instead (public games offline,
 placeholder submission). `--fault all` runs every variant and both modes.
 
 Checks: the notebook ran without a cell error; notebook.ipynb is in sync with notebook.py;
 every game the gateway lists was played (a record with actions; a broken game recorded
 with its error); the scorecard was closed (the gateway shows it); the notebook ended
 inside the budget; the outputs are where Kaggle expects them; vLLM was stopped; and each
-fault's own effect (the model marked down and games going on with the explorer, ...).
+fault's own effect (the model marked down and restarted, every game unfinished at the
+outage parked, no explorer action, then model actions after the restart; a crash loop ending
+on the ladder's MTP-off rung; ...).
 Exit status 0 only when every check holds. A JSON report is printed and written to
 OUT/rehearsal.json.
 
