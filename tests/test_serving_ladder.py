@@ -108,3 +108,19 @@ def test_the_retired_restart_count_still_loads(caplog):
         assert load_config(overrides=["kaggle.model_restarts=0"], env={}).kaggle.restart is False
         assert load_config(env={"DUCK_KAGGLE__MODEL_RESTARTS": "2"}).kaggle.restart is True
     assert "kaggle.model_restarts is retired" in caplog.text
+
+
+def test_a_boot_records_mtp_off_when_the_checkpoint_holds_no_drafter(tmp_path):
+    """A profile with MTP on a checkpoint whose index maps no `mtp.` tensor: the boot is
+    recorded as served (mtp_tokens 0) with the check's line, not as the rung planned it."""
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "model.safetensors.index.json").write_text('{"weight_map": {"model.embed_tokens.weight": "a"}}')
+    sup, _ = _supervisor(tmp_path, f"model.serve.model_path={folder}")
+    sup.launch()
+    try:
+        assert sup.boot()
+        settings = sup.boots[0].settings
+        assert settings["mtp_tokens"] == 0 and "served without MTP" in settings["mtp_check"], settings
+    finally:
+        sup.stop()

@@ -98,14 +98,16 @@ class Supervisor:
     def launch(self) -> None:
         """Start the server on the current rung (not waiting for it)."""
         rcfg = at_rung(self.cfg, self.rung)
-        s = rcfg.model.serve
         log_path = self.out / "vllm.log"
         self._log_at = log_path.stat().st_size if log_path.exists() else 0
+        log.info("starting the model server on rung %d (%s)", self.rung, self.ladder[self.rung].name)
+        at = self._at()
+        self.server = VLLMServer(rcfg.model, log_path=log_path).start()
+        s = self.server.serve  # as started: MTP off where the checkpoint holds no drafter (duck.llm.drafter)
         self.boots.append(Boot(self.rung, self.ladder[self.rung].name,
                                {"mtp_tokens": s.mtp_tokens, "cudagraph_mode": s.cudagraph_mode or "vLLM's default",
-                                "enforce_eager": s.enforce_eager, "max_num_seqs": s.max_num_seqs}, self._at()))
-        log.info("starting the model server on rung %d (%s)", self.rung, self.ladder[self.rung].name)
-        self.server = VLLMServer(rcfg.model, log_path=log_path).start()
+                                "enforce_eager": s.enforce_eager, "max_num_seqs": s.max_num_seqs,
+                                "mtp_check": self.server.mtp_check.line}, at))
         self.model["rung"] = self.rung
 
     def await_ready(self) -> bool:

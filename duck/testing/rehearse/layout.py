@@ -7,7 +7,8 @@ scaled to the rehearsal's budget).
   installed here (so the notebook's offline `pip install --no-index` runs for real and has
   nothing to do) and no project wheel (the notebook then runs this checkout's installed
   package);
-* the weights: a folder with a `config.json` and an empty `.safetensors`, laid out like a
+* the weights: a folder with a `config.json`, an empty `.safetensors` and an index naming one
+  drafter tensor (so a profile with MTP keeps it), laid out like a
   Kaggle Model, for the notebook's search to find;
 * vLLM: a stand-in `vllm` that serves duck.testing.stub.server's scripted model on the port
   `duck serve` asks for (it plays random valid actions through the agent's tool).
@@ -130,6 +131,9 @@ def layout(work: Path, games: Path, mode: str, fault: str) -> dict[str, Path]:
     model.mkdir(parents=True, exist_ok=True)
     (model / "config.json").write_text(json.dumps({"architectures": ["Qwen3ForCausalLM"], "rehearsal": True}))
     (model / "model.safetensors").write_bytes(b"")
+    # the index names a drafter's tensor, so that a profile with MTP is served with it (duck.llm.drafter)
+    (model / "model.safetensors.index.json").write_text(json.dumps(
+        {"weight_map": {"model.embed_tokens.weight": "model.safetensors", "mtp.fc.weight": "model.safetensors"}}))
     exe = write_standin(bin_dir / "vllm")
     return {"input": inp, "working": working, "competition": comp, "served": served, "vllm": exe,
             "dataset": ds, "model": model}
