@@ -5,25 +5,21 @@ actions, the board and the other images: duck.agent.turn) followed by model call
 model's Python plays an action. Per solved level the memory (duck.agent.memory) goes into
 the first turn of every later level and, after a trim, right after the system prompt; the
 host's guards (duck.sandbox.batch_guards) are installed on the kernel. Control flow is by
-exceptions that carry their message:
-`Correction` (a reply without a usable tool call: the message goes back to the model),
-`TurnStalled` (too many calls without an action: a fresh turn starts), `ContextFull` (the
-turn alone outgrew the budget: it is dropped and a fresh turn starts), `ContextTooSmall` (no
-turn can fit: the system prompt and one turn message outgrow the budget, or turn after turn
-outgrew it without an action), `ModelDown` (the server keeps failing and cannot come back in
-time), both raised to the composition root, duck.policies, which hands the game to the
-fallback, and the session's `PlayStopped` (budget, deadline, stop, win) which ends play.
+exceptions that carry their message: `Correction` (a reply without a usable tool call: back
+to the model), `TurnStalled` (too many calls without an action: a fresh turn), `ContextFull`
+(the turn alone outgrew the budget: dropped, a fresh turn), `ContextTooSmall` (no turn can
+fit) and `ModelDown` (the server keeps failing and cannot come back in time), both raised to
+duck.policies, which hands the game to the fallback, and the session's `PlayStopped`.
 
-An outage of the server (`outage`, duck.policies.Parking: the health flag is down before a
-request, or `failures_before_fallback` requests in a row failed) parks the game: it waits,
-its slot freed, its kernel, context and level memory kept, and when the server is back the
-turn goes on where it was, its whole history sent again with one line saying that the
-server restarted and nothing was played meanwhile (prompts/correct.j2 `outage`).
+An outage (`outage`, duck.policies.Parking: the health flag down, or
+`failures_before_fallback` failed requests in a row) parks the game, its slot freed and all
+else kept; when the server is back the turn goes on, its history sent again with one line
+saying the server restarted and nothing was played (prompts/correct.j2 `outage`).
 
 Everything the model sees and writes goes to the session's conversation file
-(duck.play.conversation): the context logs each message and eviction, the loop each request,
-reply, failure, turn end and change of the model's `notes` dict (the kernel's: with the
-kernel's namespace and the level memory, that is all the memory there is).
+(duck.play.conversation): messages, evictions, requests, replies, failures, turn ends and
+changes of the model's `notes` dict (with the kernel's namespace and the level memory, all
+the memory there is).
 """
 
 from __future__ import annotations
@@ -106,9 +102,7 @@ class AgentPolicy:
                           kernel.notes)
 
     def _new_context(self) -> Context:
-        # Token counts from the server where it can count (/tokenize), estimates where not. The
-        # per-level memory survives a trim of old turns: the context carries it right after
-        # the system prompt (duck.agent.memory).
+        # Counts from the server's /tokenize where it has one; the level memory carried past trims.
         counter = self.client.counter(self.tools) if self.client is not None else None
         return Context(system_prompt(self.cfg), self.cfg.agent.context_tokens, self.cfg.model.max_output_tokens,
                        evict_to=self.cfg.agent.evict_to, counter=counter, log=self.conv, carry=self.memory.carry,
