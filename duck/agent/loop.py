@@ -48,8 +48,7 @@ class TurnStalled(Exception):
 
 
 class ModelDown(Exception):
-    """The model server failed `failures_before_fallback` requests in a row and cannot come
-    back in time (or nothing waits for it: no `outage`)."""
+    """The server failed `failures_before_fallback` requests in a row and cannot come back in time."""
 
 
 class ContextTooSmall(Exception):
