@@ -202,3 +202,25 @@ def test_the_health_probe_gives_up_on_a_wedged_server_within_its_time_out(tmp_pa
         assert time.monotonic() - t < 10
     finally:
         p.kill()
+
+
+def test_a_server_that_refuses_is_up_and_one_that_is_gone_is_down(tmp_path):
+    """The probe that decides whether a game parks: a server answering 410 (the stub's replies
+    used up) is up (the game's failures are its own: no outage, no 15-minute wait in
+    `duck play`); the same port with nothing listening is down."""
+    from duck.llm.health import probe_model
+
+    replies = tmp_path / "replies.json"
+    replies.write_text(json.dumps([{"content": "one", "code": "action('RIGHT')"}]))
+    port = free_port()
+    p = subprocess.Popen([sys.executable, "-m", "duck.cli", "stub-server", "--port", str(port), "--replies",
+                          str(replies)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=ROOT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        json.loads(p.stdout.readline())
+        assert probe_model(url, 5.0)  # the one reply
+        assert probe_model(url, 5.0)  # 410 Gone: refused, but up
+    finally:
+        p.terminate()
+        p.wait(10)
+    assert not probe_model(url, 5.0)

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from duck.config import ModelConfig
-from duck.llm.client import list_models, smoke_chat
+from duck.llm.client import ModelError, list_models, smoke_chat
 
 log = logging.getLogger(__name__)
 
@@ -63,14 +63,21 @@ class ModelHealth:
 
 def probe_model(model_url: str | None, timeout_s: float, config: ModelConfig | None = None) -> bool:
     """A one-token chat (a wedged server still answers /v1/models, not this): True when it
-    answers within `timeout_s`, a wedged server's silence included. `config`: the run's model settings (a hosted provider's name, key and fields);
-    None, the served model's defaults under the name the server lists."""
+    answers within `timeout_s`, a refusal included (a 4xx other than 408/429: the server is
+    up, the failure is the request's); False on silence (a wedge), no connection, or a 5xx.
+    `config`: the run's model settings (a hosted provider's name, key and fields); None, the
+    served model's defaults under the name the server lists."""
     try:
         cfg = config if config is not None else ModelConfig(name=list_models(model_url)[0])
         # timeout_s bounds a reply once it streams; stall_s, a server that sends no byte (a wedge)
         cfg = cfg.model_copy(update={"stall_s": min(cfg.stall_s, timeout_s)})
         smoke_chat(model_url, cfg, timeout_s=timeout_s, max_tokens=1, retries=0)
         return True
-    except Exception as e:  # any failure, of the server or of the network, means "not answering"
+    except ModelError as e:
+        if e.status is not None and 400 <= e.status < 500 and e.status not in (408, 429):
+            return True  # it answers, with a refusal: up (a game's failures are its own, no outage)
+        log.info("model probe failed: %s", e)
+        return False
+    except Exception as e:  # any other failure, of the server or of the network, means "not answering"
         log.info("model probe failed: %s", e)
         return False
