@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from duck import profiles
+import duck.profiles as profiles
 from duck.config import Config, at_rung
 from duck.llm import metrics as vllm_metrics
 from duck.llm.health import ModelHealth, probe_model
