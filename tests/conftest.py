@@ -58,14 +58,14 @@ def make_kernel(tmp_path: Path):
     made: list[Kernel] = []
 
     def make(game: str = "zs01", timeout: float = 5.0, memory_mb: int = 1024, kernel: type = Kernel,
-             **kw: Any) -> Kernel:
+             grace: float | None = None, **kw: Any) -> Kernel:
         source = GameSource.offline(BUNDLED)
         gid = next(g.game_id for g in source.games() if g.game_id.startswith(game))
         g = source.make(gid)
         writer = RecordWriter(tmp_path / f"{gid}-{len(made)}.jsonl")
         writer.header(game_id=gid, title=g.title, baselines=g.baselines, obs=g.obs, policy="test", seed=0)
         session = Session(g, writer, max_actions=1000)
-        k = kernel(session, KernelConfig(call_timeout_s=timeout, memory_mb=memory_mb), **kw)
+        k = kernel(session, KernelConfig(call_timeout_s=timeout, memory_mb=memory_mb, **({} if grace is None else {"grace_s": grace})), **kw)
         k.start()
         made.append(k)
         return k

@@ -24,13 +24,9 @@ import pytest
 
 import posture
 from attacks import UNGUARD
-from conftest import BUNDLED, ROOT, alive
-from duck.config import KernelConfig
-from duck.game.source import GameSource
-from duck.play.record import RecordWriter
-from duck.play.session import Session
+from conftest import ROOT, alive
 from duck.sandbox import freeze, render, wire
-from duck.sandbox.host import CallResult, Kernel
+from duck.sandbox.host import CallResult
 
 # Writes one message on the worker's pipe to the host, as the worker's own `write` frames it.
 FORGE = UNGUARD + """
@@ -43,23 +39,9 @@ DONE = {"op": "done", "kind": None, "error": None, "total": 0, "tail": "", "note
 
 
 @pytest.fixture
-def kernel(tmp_path):
-    made = []
-
-    def make(timeout: float = 5.0, grace: float = 0.5) -> Kernel:
-        source = GameSource.offline(BUNDLED)
-        g = source.make(next(x.game_id for x in source.games() if x.game_id.startswith("zs01")))
-        writer = RecordWriter(tmp_path / f"zs01-{len(made)}.jsonl")
-        writer.header(game_id=g.game_id, title=g.title, baselines=g.baselines, obs=g.obs, policy="test", seed=0)
-        k = Kernel(Session(g, writer, max_actions=1000), KernelConfig(call_timeout_s=timeout, grace_s=grace,
-                                                                      memory_mb=1024))
-        k.start()
-        made.append(k)
-        return k
-
-    yield make
-    for k in made:
-        k.close()
+def kernel(make_kernel):
+    """A kernel on zs01 (conftest's make_kernel), its grace 0.5 s: `kernel(timeout=..., grace=...)`."""
+    return lambda timeout=5.0, grace=0.5: make_kernel(timeout=timeout, grace=grace)
 
 
 def cpu_s(pid: int) -> float:
