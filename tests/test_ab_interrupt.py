@@ -7,6 +7,7 @@ the records finished before the Ctrl-C untouched."""
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import subprocess
 import sys
@@ -37,7 +38,8 @@ def ended(out: Path) -> list[Path]:
 
 def test_progress_then_ctrl_c_stops_within_two_seconds_and_the_resume_line_finishes_it(tmp_path):
     out = tmp_path / "ab"
-    child = pexpect.spawn(DUCK, ab_args(out), cwd=str(ROOT), dimensions=(40, 160), timeout=300,
+    env = {**os.environ, "TERM": "xterm-256color"}  # a terminal that redraws (CI's own TERM may be "dumb")
+    child = pexpect.spawn(DUCK, ab_args(out), cwd=str(ROOT), dimensions=(40, 160), timeout=300, env=env,
                           encoding="utf-8", codec_errors="replace")
     seen = ""
     t0 = time.monotonic()

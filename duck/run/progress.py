@@ -1,7 +1,7 @@
 """What `duck play` shows while it plays: one live line per game on a terminal, log lines
 otherwise, and a summary at the end.
 
-On a terminal (stderr is a tty; rich, imported only then) a live table redraws a few times a
+On a terminal (stderr is a tty that redraws; rich, imported only then) a live table redraws a few times a
 second: per game its state, level, actions, score so far and the policy in use, and
 "explorer: model unreachable" once the model's fallback took over; a header line with the
 games done, playing and queued and the mean score so far; the queued games are one line
@@ -21,6 +21,18 @@ from dataclasses import dataclass
 from typing import Any, Callable, TextIO
 
 UNREACHABLE = "model unreachable"  # what the line says when the fallback took over
+
+
+def redraws(stream: TextIO) -> bool:
+    """Whether a live table can redraw on `stream`: rich's own rule (a tty, TERM neither
+    "dumb" nor "unknown", TTY_COMPATIBLE and FORCE_COLOR honoured). On a tty where rich would
+    not redraw (TERM=dumb: an editor's shell, some CI runners) the live table would show
+    nothing until the end, so such a terminal gets the log lines instead."""
+    if not stream.isatty():
+        return False
+    from rich.console import Console  # only on a tty (~50 ms to import)
+    console = Console(file=stream)
+    return console.is_terminal and not console.is_dumb_terminal
 
 
 @dataclass
@@ -52,7 +64,7 @@ class RunView:
                  live: bool | None = None, prog: str = "duck play",
                  group: Callable[[str], str] | None = None) -> None:
         self.stream = stream or sys.stderr
-        self.live_mode = self.stream.isatty() if live is None else live
+        self.live_mode = redraws(self.stream) if live is None else live
         self.title, self.prog, self.group = title, prog, group
         self.rows = {g: Row(g) for g in games}
         self.notices: list[str] = []
