@@ -144,6 +144,18 @@ def test_a_parked_game_frees_its_slot_and_gets_one_only_when_it_unparks(tmp_path
         up_at.append(time.monotonic())
         health.mark_up()
 
+    class Parked:  # the real session; says when its slot was given up for the outage
+        def __init__(self, session):
+            self.session = session
+
+        def __getattr__(self, name):
+            return getattr(self.session, name)
+
+        def yield_slot(self, why):
+            self.session.yield_slot(why)
+            if why == "parked":
+                order.append("a parked")
+
     class Parks:
         name = "llm"
 
@@ -153,7 +165,7 @@ def test_a_parked_game_frees_its_slot_and_gets_one_only_when_it_unparks(tmp_path
             order.append("a parks")
             health.mark_down("test", coming_back=True)
             threading.Timer(1.5, mark_up).start()
-            assert Parking(health, poll_s=0.05).wait(session, "test")
+            assert Parking(health, poll_s=0.05).wait(Parked(session), "test")
             order.append("a resumes")
             session.step(Action(1))
 
@@ -165,7 +177,8 @@ def test_a_parked_game_frees_its_slot_and_gets_one_only_when_it_unparks(tmp_path
 
         def play(self, session):
             from duck.game.actions import Action
-            while "a parks" not in order:  # (b holds its slot until a has parked)
+            while "a parked" not in order:  # (b holds its slot until a's is given up: else the
+                # slot b frees at its end could go to c in the moment before a parks)
                 time.sleep(0.01)
             self.at = time.monotonic()
             order.append(f"{self.who} plays")

@@ -1,8 +1,8 @@
 """What the keys move: finding the controlled object (the avatar) from transitions.
 
-`find_motion(before, after, mask)` explains one transition as a translation: regions (4-connected,
+`find_motions(before, after, mask)` explains one transition as translations: regions (4-connected,
 same colour, duck.game.regions.regions) of the board before that reappear with the same colour and
-shape elsewhere after, all by the same offset. The offset moving the most pixels wins; moved
+shape elsewhere after, each group by one offset, the offset moving the most pixels first; moved
 regions larger than `MAX_AREA` are ignored (a scrolling background is not an avatar).
 
 `Avatar` keeps what the keys did: the avatar's parts (colour, area, offset in its box), its
@@ -87,12 +87,6 @@ def find_motions(before: np.ndarray, after: np.ndarray, mask: np.ndarray | None 
 
 def _area(m: Motion) -> int:
     return sum(p[1] for p in m.parts)
-
-
-def find_motion(before: np.ndarray, after: np.ndarray, mask: np.ndarray | None = None) -> Motion | None:
-    """The translation moving the most pixels, or None."""
-    ms = find_motions(before, after, mask)
-    return ms[0] if ms else None
 
 
 @dataclass

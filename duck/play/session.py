@@ -19,10 +19,9 @@ import logging
 import threading
 import time
 import traceback
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Protocol
+from typing import Any, Callable, Protocol
 
 from duck.game.actions import Action
 from duck.game.source import Game, GameError, GameSource, Observation
@@ -102,7 +101,6 @@ class Session:
         # `yield_slot` itself between requests.
         self.yields_in_step = False
         self.t0 = time.monotonic()
-        self._also_stop: Callable[[], str | None] | None = None
 
     @property
     def obs(self) -> Observation:
@@ -123,18 +121,7 @@ class Session:
             return "stopped"
         if self.deadline is not None and time.monotonic() >= self.deadline:
             return "deadline"
-        return self._also_stop() if self._also_stop is not None else None
-
-    @contextmanager
-    def stopping_when(self, check: Callable[[], str | None]) -> Iterator["Session"]:
-        """Inside the block, play also ends as soon as `check()` names a reason (e.g. the
-        model server marked down): `stop_reason` returns it and `step` raises it."""
-        outer = self._also_stop
-        self._also_stop = check if outer is None else (lambda: outer() or check())
-        try:
-            yield self
-        finally:
-            self._also_stop = outer
+        return None
 
     def step(self, action: Action, info: dict[str, Any] | None = None) -> Observation:
         if self.yields_in_step:
