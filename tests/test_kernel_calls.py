@@ -262,3 +262,57 @@ def test_these_hold_without_cap_sys_admin():
                        cwd=ROOT, capture_output=True, text=True, timeout=600)
     tail = (r.stdout + r.stderr)[-4000:]
     assert r.returncode == 0 and " passed" in tail, tail
+
+
+HOST = """
+import sys, time
+from pathlib import Path
+from duck.config import KernelConfig
+from duck.game.source import GameSource
+from duck.play.record import RecordWriter
+from duck.play.session import Session
+from duck.sandbox.host import Kernel
+source = GameSource.offline(sys.argv[1])
+gid = next(g.game_id for g in source.games() if g.game_id.startswith("zs01"))
+g = source.make(gid)
+writer = RecordWriter(Path(sys.argv[2]) / "zs01.jsonl")
+writer.header(game_id=gid, title=g.title, baselines=g.baselines, obs=g.obs, policy="test", seed=0)
+k = Kernel(Session(g, writer, max_actions=100), KernelConfig(call_timeout_s=5.0))
+k.start_soon()  # started from a thread that ends at once: the worker must outlive that thread
+k.started()
+time.sleep(0.5)
+print(k.run("x = 1").kind, k.run("print(x + 1)").stdout.strip(), k.proc.pid, flush=True)
+time.sleep(120)
+"""
+
+
+def state(pid: int) -> str | None:
+    try:
+        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+
+
+def test_a_worker_ends_with_its_host_even_frozen(tmp_path):
+    """A host killed with SIGKILL (the OOM killer, a second Ctrl-C of a parent) left its worker
+    stopped for ever: frozen between calls, nothing would send it SIGCONT, and a stopped
+    process never reads the EOF on its pipe. The worker asks the kernel to SIGKILL it when its
+    parent dies (PR_SET_PDEATHSIG, set after its uid drop, which clears it), and the host
+    forks every worker from one thread that lives as long as the process (the death signal
+    follows the forking thread, and start_soon forks from a thread that ends at once)."""
+    from conftest import BUNDLED
+    host = subprocess.Popen([sys.executable, "-c", HOST, str(BUNDLED), str(tmp_path)], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = host.stdout.readline().split()
+        assert line[:2] == ["ok", "2"], (line, host.stderr.read() if host.poll() is not None else "")
+        pid = int(line[2])
+        time.sleep(0.3)
+        assert state(pid) in ("T", "t"), state(pid)  # frozen between calls, alive
+    finally:
+        host.kill()
+        host.wait()
+    t0 = time.monotonic()
+    while state(pid) not in (None, "Z") and time.monotonic() - t0 < 5:
+        time.sleep(0.05)
+    assert state(pid) in (None, "Z"), f"the worker outlived its host: state {state(pid)}"

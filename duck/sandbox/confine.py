@@ -41,7 +41,7 @@ from duck.sandbox import landlock, verify
 
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_MOVE, MS_REC, MS_PRIVATE = 32, 4096, 8192, 16384, 1 << 18
-PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS = 4, 38
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS = 1, 4, 38
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -235,6 +235,7 @@ def _file_modes(plan: dict[str, Any]) -> str | None:
 def confine(plan: dict[str, Any]) -> dict[str, str]:
     """Apply the plan's layers to this process, in order; returns what was verified."""
     layers: dict[str, str] = {}
+    parent = os.getppid()  # the host (duck.sandbox.process.spawn)
     try:  # before any file-system rule: the binding finds and loads libseccomp
         from duck.sandbox import seccomp_filter  # noqa: F401 - imported now, loaded by _seccomp()
         _import_pyseccomp()
@@ -272,6 +273,12 @@ def confine(plan: dict[str, Any]) -> dict[str, str]:
         layers["uid"] = "off: " + ("not root" if not root else "turned off")
     if "/proc hides" in layers["mounts"] and uid is not None and (err := verify.hidepid(int(plan["host_pid"]))):
         layers["mounts"] = f"off: {err}"
+    # SIGKILL when the host dies: frozen between calls, the worker would never read the EOF
+    # on its pipe. After the uid drop, which clears it; a host that died before this line
+    # shows as another parent.
+    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:
+        os._exit(1)
     _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)  # before Landlock, always
     layers["filesystem"] = _filesystem(plan, off, mounts, modes)
     if "seccomp" in off:

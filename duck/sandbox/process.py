@@ -10,6 +10,11 @@ an empty group and its `wait()` had no time-out, so `duck play` never ended. Her
 * its plan travels over the pipe, never on its command line (which any process can read);
 * `end()` kills it by pid, by its own group and by its uid, and every wait has a time-out:
   a worker the kernel cannot reap (stuck in uninterruptible sleep) is reported, never waited on.
+* a host that dies takes its workers with it, even a SIGKILLed one whose worker is frozen
+  between calls: the worker asks for SIGKILL at its parent's death (PR_SET_PDEATHSIG,
+  duck.sandbox.confine), and since that signal follows the thread that forked, every worker
+  is forked from one thread that lives as long as the process (`_forker`), never from the
+  short-lived thread of `start_soon` or a game's;
 * `probe()` starts a worker that only confines itself (duck.sandbox.probe: the same
   `confine()`, without numpy) and says what it verified: the layer report of every record
   header (duck.sandbox.isolation.report) comes from it.
@@ -18,10 +23,13 @@ an empty group and its `wait()` had no time-out, so `duck play` never ended. Her
 from __future__ import annotations
 
 import os
+import queue
 import signal
 import subprocess
 import sys
+import threading
 import time
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -49,13 +57,46 @@ def environment(workdir: str) -> dict[str, str]:
             "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
+_forks: queue.SimpleQueue | None = None  # the forking thread's queue
+_forks_lock = threading.Lock()
+os.register_at_fork(after_in_child=lambda: globals().update(_forks=None, _forks_lock=threading.Lock()))
+
+
+def _forker() -> queue.SimpleQueue:
+    """The queue of the one thread that forks this process's workers (started at first use,
+    again in a forked child, where threads do not survive)."""
+    global _forks
+    with _forks_lock:
+        if _forks is None:
+            q: queue.SimpleQueue = queue.SimpleQueue()
+            threading.Thread(target=_fork_loop, args=(q,), name="duck-worker-parent", daemon=True).start()
+            _forks = q
+        return _forks
+
+
+def _fork_loop(q: queue.SimpleQueue) -> None:
+    while True:
+        fn, done = q.get()
+        try:
+            done.set_result(fn())
+        except BaseException as e:  # noqa: BLE001 - handed to the caller
+            done.set_exception(e)
+
+
+def _popen(*args: Any, **kw: Any) -> subprocess.Popen:
+    """subprocess.Popen, forked by the forking thread (see the module docstring)."""
+    done: Future = Future()
+    _forker().put((lambda: subprocess.Popen(*args, **kw), done))
+    return done.result()
+
+
 def spawn(cfg: dict[str, Any], workdir: str, max_message: int, module: str = "duck.sandbox.worker") -> Started:
     """Start `python -m MODULE RFD WFD` in `workdir` and send it `cfg` (its plan)."""
     h2w_r, h2w_w = os.pipe()
     w2h_r, w2h_w = os.pipe()
     err_r, err_w = os.pipe()  # its stderr: a pipe whose capacity caps it (issue 37: a file on the host's disk)
     try:
-        proc = subprocess.Popen(
+        proc = _popen(
             [sys.executable, "-s", "-m", module, str(h2w_r), str(w2h_w)],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err_w, cwd=workdir,
             env=environment(workdir), pass_fds=(h2w_r, w2h_w), start_new_session=True)
