@@ -281,7 +281,8 @@ k = Kernel(Session(g, writer, max_actions=100), KernelConfig(call_timeout_s=5.0)
 k.start_soon()  # started from a thread that ends at once: the worker must outlive that thread
 k.started()
 time.sleep(0.5)
-print(k.run("x = 1").kind, k.run("print(x + 1)").stdout.strip(), k.proc.pid, flush=True)
+first = k.run("x = 1")
+print(first.kind, first.restarted, k.run("print(x + 1)").stdout.strip(), k.proc.pid, flush=True)
 time.sleep(120)
 """
 
@@ -305,8 +306,8 @@ def test_a_worker_ends_with_its_host_even_frozen(tmp_path):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         line = host.stdout.readline().split()
-        assert line[:2] == ["ok", "2"], (line, host.stderr.read() if host.poll() is not None else "")
-        pid = int(line[2])
+        assert line[:3] == ["ok", "False", "2"], (line, host.stderr.read() if host.poll() is not None else "")
+        pid = int(line[3])
         time.sleep(0.3)
         assert state(pid) in ("T", "t"), state(pid)  # frozen between calls, alive
     finally:
