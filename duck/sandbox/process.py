@@ -13,7 +13,7 @@ an empty group and its `wait()` had no time-out, so `duck play` never ended. Her
 * a host that dies takes its workers with it, even a SIGKILLed one whose worker is frozen
   between calls: the worker asks for SIGKILL at its parent's death (PR_SET_PDEATHSIG,
   duck.sandbox.confine), and since that signal follows the thread that forked, every worker
-  is forked from one thread that lives as long as the process (`_forker`), never from the
+  is forked from one thread that lives as long as the process (`_popen`), never from the
   short-lived thread of `start_soon` or a game's;
 * `probe()` starts a worker that only confines itself (duck.sandbox.probe: the same
   `confine()`, without numpy) and says what it verified: the layer report of every record
@@ -23,13 +23,12 @@ an empty group and its `wait()` had no time-out, so `duck play` never ended. Her
 from __future__ import annotations
 
 import os
-import queue
 import signal
 import subprocess
 import sys
 import threading
 import time
-from concurrent.futures import Future
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -57,37 +56,20 @@ def environment(workdir: str) -> dict[str, str]:
             "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
-_forks: queue.SimpleQueue | None = None  # the forking thread's queue
-_forks_lock = threading.Lock()
-os.register_at_fork(after_in_child=lambda: globals().update(_forks=None, _forks_lock=threading.Lock()))
-
-
-def _forker() -> queue.SimpleQueue:
-    """The queue of the one thread that forks this process's workers (started at first use,
-    again in a forked child, where threads do not survive)."""
-    global _forks
-    with _forks_lock:
-        if _forks is None:
-            q: queue.SimpleQueue = queue.SimpleQueue()
-            threading.Thread(target=_fork_loop, args=(q,), name="duck-worker-parent", daemon=True).start()
-            _forks = q
-        return _forks
-
-
-def _fork_loop(q: queue.SimpleQueue) -> None:
-    while True:
-        fn, done = q.get()
-        try:
-            done.set_result(fn())
-        except BaseException as e:  # noqa: BLE001 - handed to the caller
-            done.set_exception(e)
+_forker: ThreadPoolExecutor | None = None  # its one thread forks this process's workers
+_forker_lock = threading.Lock()
+os.register_at_fork(after_in_child=lambda: globals().update(_forker=None, _forker_lock=threading.Lock()))
 
 
 def _popen(*args: Any, **kw: Any) -> subprocess.Popen:
-    """subprocess.Popen, forked by the forking thread (see the module docstring)."""
-    done: Future = Future()
-    _forker().put((lambda: subprocess.Popen(*args, **kw), done))
-    return done.result()
+    """subprocess.Popen, forked by the forking thread (see the module docstring; made at first
+    use, and again in a forked child, where threads do not survive)."""
+    global _forker
+    with _forker_lock:
+        if _forker is None:
+            _forker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="duck-worker-parent")
+        forker = _forker
+    return forker.submit(subprocess.Popen, *args, **kw).result()
 
 
 def spawn(cfg: dict[str, Any], workdir: str, max_message: int, module: str = "duck.sandbox.worker") -> Started:
