@@ -72,23 +72,11 @@ class LevelGraph:
     Also the level's effect statistics per class, and tries and effective tries per
     action identity."""
 
-    def __init__(self, level: int, start: np.ndarray) -> None:
+    def __init__(self, level: int, start: np.ndarray, hud: HudTracker) -> None:
         self.level = level
         self.start_grid = start
         self.log: list[Transition] = []
-        self.nodes: dict[str, Node] = {}
-        self.start = ""
-        self.cls_stats: dict[str, Stats] = {}
-        self.tried: dict[Any, int] = {}
-        self.worked: dict[Any, int] = {}  # action identity -> tries that changed the state
-        # or ran a test
-        # action identity -> the last change it made: flat pixel indices, before, after
-        self.diffs: dict[Any, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
-        self.edge_cls: dict[tuple[str, Any], str] = {}  # (state key, action key) -> class
-        # click identity -> the clicks that led to the same new state as it did from one
-        # state and never to different results (two parts of one button)
-        self.twins: dict[Any, set] = {}
-        self.not_twins: set[frozenset] = set()
+        self.rebuild(hud)
 
     def path_classes(self, to: str) -> list[str]:
         """The classes of the actions on a shortest known path from the level's start to
@@ -114,14 +102,19 @@ class LevelGraph:
         return out[::-1]
 
     def rebuild(self, hud: HudTracker) -> None:
-        self.nodes = {}
-        self.cls_stats = {}
-        self.tried = {}
-        self.worked = {}
-        self.diffs = {}
-        self.edge_cls = {}
-        self.twins = {}
-        self.not_twins = set()
+        """Everything but the log, from the log, under the HUD mask `hud` has now."""
+        self.nodes: dict[str, Node] = {}
+        self.cls_stats: dict[str, Stats] = {}
+        self.tried: dict[Any, int] = {}
+        self.worked: dict[Any, int] = {}  # action identity -> tries that changed the state
+        # or ran a test
+        # action identity -> the last change it made: flat pixel indices, before, after
+        self.diffs: dict[Any, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        self.edge_cls: dict[tuple[str, Any], str] = {}  # (state key, action key) -> class
+        # click identity -> the clicks that led to the same new state as it did from one
+        # state and never to different results (two parts of one button)
+        self.twins: dict[Any, set] = {}
+        self.not_twins: set[frozenset] = set()
         self.start = self.node(self.start_grid, hud).key
         for t in self.log:
             self._add(t, hud)

@@ -90,8 +90,7 @@ class Explorer(RankCosts):
         self.carried: dict[str, Stats] = {}  # class statistics of the levels before
         self.reversal = Stats()  # how often repeating an effective action undid it
         self.win_cls: set[str] = set()  # coarse classes of the clicks on a level's winning path
-        self.graph = LevelGraph(obs.levels_completed, self.grid)
-        self.graph.rebuild(self.hud)
+        self.graph = LevelGraph(obs.levels_completed, self.grid, self.hud)
         self.last_akey: Any = None
         self.prev_key: str | None = None  # state before the last effective action
         self._why: Any = None
@@ -116,8 +115,7 @@ class Explorer(RankCosts):
         for st in self.carried.values():
             st.tries, st.effects, st.tests = ((st.tries + 1) // 2, (st.effects + 1) // 2,
                                               (st.tests + 1) // 2)
-        self.graph = LevelGraph(obs.levels_completed, self.grid)
-        self.graph.rebuild(self.hud)
+        self.graph = LevelGraph(obs.levels_completed, self.grid, self.hud)
         self.last_akey = None
         self.prev_key = None
         self.attempt = 0
@@ -234,8 +232,7 @@ class Explorer(RankCosts):
         if found:  # the graph so far took the click mark for states: start the level over
             session.event("explorer", "click feedback found: the mark drawn around the last "
                           "click is left out of states")
-            self.graph = LevelGraph(self.graph.level, self.graph.start_grid)
-            self.graph.rebuild(self.hud)
+            self.graph = LevelGraph(self.graph.level, self.graph.start_grid, self.hud)
             self.clicks_matter = False
             self.last_akey = self.prev_key = None
             return

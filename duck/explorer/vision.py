@@ -63,7 +63,6 @@ class HudTracker:
         self.min_rate = min_rate
         self.hud: set[tuple[str, int]] = set()
         self.mask = np.zeros(shape, dtype=bool)  # True = HUD pixel, ignored by the state key
-        self.version = 0
 
     def observe(self, before: np.ndarray, after: np.ndarray) -> bool:
         """Count one transition; True when the mask changed (state keys must be recomputed)."""
@@ -89,8 +88,6 @@ class HudTracker:
                 else:
                     self.mask[:, i] = True
                 changed = True
-        if changed:
-            self.version += 1
         return changed
 
     def _depth(self, ln: tuple[str, int]) -> int:
@@ -104,15 +101,6 @@ class HudTracker:
         if g.shape == self.shape:
             g[self.mask] = -1
         return hashlib.blake2b(g.tobytes() + bytes(g.shape), digest_size=10).hexdigest()
-
-    def effect(self, before: np.ndarray, after: np.ndarray) -> int:
-        """Pixels that changed outside the HUD."""
-        if before.shape != after.shape:
-            return before.size
-        d = before != after
-        if d.shape == self.shape:
-            d &= ~self.mask
-        return int(d.sum())
 
 
 @dataclass(frozen=True)
