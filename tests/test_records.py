@@ -92,7 +92,6 @@ def test_killed_run_keeps_every_recorded_action(bundled, tmp_path):
 def test_an_actions_animation_frames_are_kept(tmp_path):
     """The frames before the final board (the report's player shows them): one zlib stream per
     action, a few dozen bytes for each frame after the first."""
-    from duck.play.record import unpack_grids
     frames = [np.zeros((64, 64), dtype=np.int8) for _ in range(12)]
     for k, f in enumerate(frames):
         f[5, k:k + 3] = 9  # a sprite sliding right
@@ -102,6 +101,6 @@ def test_an_actions_animation_frames_are_kept(tmp_path):
     w.action(2, Action(4), _obs(1))  # one frame: nothing more
     w.end("max_actions", 0, 2, "NOT_FINISHED")
     rec = read_record(tmp_path / "g.jsonl")
-    anim = unpack_grids(rec.actions[0]["anim"])
+    anim = unpack_grid(rec.actions[0]["anim"])
     assert anim.shape == (11, 64, 64) and all(np.array_equal(a, f) for a, f in zip(anim, frames[:-1]))
     assert len(rec.actions[0]["anim"]) < 400 and "anim" not in rec.actions[1]

@@ -31,7 +31,7 @@ from duck.bench.facts_check import Claim, check_animation_line, check_change
 from duck.game.animation import summarize_animation
 from duck.game.change import Step
 from duck.game.frames import Frame
-from duck.play.record import Record, read_record, unpack_grids
+from duck.play.record import Record, read_record, unpack_grid
 
 
 def _level(levels: int, state: str, win_levels: int) -> int:
@@ -48,7 +48,7 @@ def steps_of(rec: Record) -> Iterator[tuple[dict[str, Any], Step, int]]:
     before, levels = grids[0], int(rec.header.get("levels", 0))
     for a in rec.actions:
         after = grids[a["i"]]
-        frames = list(unpack_grids(a["anim"])) + [after] if a.get("anim") else [after]
+        frames = list(unpack_grid(a["anim"])) + [after] if a.get("anim") else [after]
         yield a, Step(str(a["action"]), before, tuple(np.asarray(f) for f in frames), a["state"], a["levels"]), levels
         before, levels = after, a["levels"]
 

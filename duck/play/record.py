@@ -12,7 +12,7 @@ Lines (one JSON object each, `"type"` first):
 * `action`: `i` (actions so far, RESETs included), `action` ([id] or [6, x, y]),
   `frames` (animation length), `hash` (of the final grid), `grid` (compact final grid, only
   when it differs from the previous line's), `anim` (the animation's frames before the final
-  one, `pack_grids`, only when there are some), `levels`, `state`, `t` (seconds since
+  one, `pack_grid`, only when there are some), `levels`, `state`, `t` (seconds since
   start), and optional `info` (anything the policy wants kept, e.g. the model turn, the
   explorer's or a user policy's reason).
 * `event`: something worth keeping that is not an action (an error, a refused action, a
@@ -50,29 +50,18 @@ def grid_hash(grid: np.ndarray) -> str:
 
 
 def pack_grid(grid: np.ndarray) -> str:
-    """64x64 colours → ~100-400 characters (zlib over the int8 bytes, base64)."""
+    """A board, or several boards of one shape stacked (an animation), as `HxW:` or `NxHxW:`
+    and base64 of zlib over the int8 bytes: a 64x64 board in ~100-400 characters; an
+    animation's frames share most cells, so each one after the first costs a few dozen bytes."""
     raw = np.ascontiguousarray(grid, dtype=np.int8)
-    return f"{raw.shape[0]}x{raw.shape[1]}:" + base64.b64encode(zlib.compress(raw.tobytes(), 6)).decode()
+    return "x".join(map(str, raw.shape)) + ":" + base64.b64encode(zlib.compress(raw.tobytes(), 6)).decode()
 
 
 def unpack_grid(text: str) -> np.ndarray:
+    """The array `pack_grid` packed, of its shape."""
     shape, data = text.split(":", 1)
-    h, w = (int(v) for v in shape.split("x"))
-    return np.frombuffer(zlib.decompress(base64.b64decode(data)), dtype=np.int8).reshape(h, w)
-
-
-def pack_grids(grids: list[np.ndarray]) -> str:
-    """Several boards of one shape in one zlib stream (an animation: consecutive frames share
-    most cells, so each one after the first costs a few dozen bytes)."""
-    raw = np.ascontiguousarray(np.stack(grids), dtype=np.int8)
-    n, h, w = raw.shape
-    return f"{n}x{h}x{w}:" + base64.b64encode(zlib.compress(raw.tobytes(), 6)).decode()
-
-
-def unpack_grids(text: str) -> np.ndarray:
-    shape, data = text.split(":", 1)
-    n, h, w = (int(v) for v in shape.split("x"))
-    return np.frombuffer(zlib.decompress(base64.b64decode(data)), dtype=np.int8).reshape(n, h, w)
+    dims = tuple(int(v) for v in shape.split("x"))
+    return np.frombuffer(zlib.decompress(base64.b64decode(data)), dtype=np.int8).reshape(dims)
 
 
 # name -> a function whose result every header keeps under that name (registered by the
@@ -136,7 +125,7 @@ class RecordWriter:
         if h != self._last_hash:
             line["grid"] = pack_grid(obs.grid)
         if len(obs.frames) > 1 and len({np.shape(f) for f in obs.frames}) == 1:
-            line["anim"] = pack_grids(list(obs.frames[:-1]))
+            line["anim"] = pack_grid(np.stack(obs.frames[:-1]))
         line |= {"levels": obs.levels_completed, "state": obs.state, "t": self.elapsed()}
         if info:
             line["info"] = info

@@ -37,7 +37,7 @@ import numpy as np
 from duck.game.actions import Action
 from duck.lab.report.conversation import readable, turns
 from duck.lab.report.views import GameView
-from duck.play.record import unpack_grid, unpack_grids
+from duck.play.record import unpack_grid
 
 MAX_TEXT = 4000  # characters of a turn's code or output kept on the page
 STATES = {"NOT_FINISHED": "N", "WIN": "W", "GAME_OVER": "G"}
@@ -190,7 +190,7 @@ def game_data(v: GameView) -> dict[str, Any]:
     st = [STATES.get(h.get("state"), "N")]
     table: dict[str, int] = {"": 0}
     for a in rec.actions:
-        anim = [f for f in unpack_grids(a["anim"])] if a.get("anim") else []
+        anim = [f for f in unpack_grid(a["anim"])] if a.get("anim") else []
         anim = [f for f in anim if f.shape == grid.shape]
         if "grid" in a:
             g = unpack_grid(a["grid"])
