@@ -123,6 +123,3 @@ class LevelMemory:
         """The message a context places right after its system prompt (after its trim line)
         when it trims old turns."""
         return {"role": "user", "content": self.block()}
-
-    def as_dict(self) -> list[dict[str, Any]]:
-        return [vars(s) | {"tail": list(s.tail)} for s in self.solved]

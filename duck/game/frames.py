@@ -60,13 +60,17 @@ PALETTE = np.array([[int(h[k:k + 2], 16) for k in (1, 3, 5)] for h in (
     dtype=np.uint8)
 
 
-def grid_png(grid: np.ndarray, scale: int = 4) -> bytes:
-    """The board as a PNG in the ARC palette, each cell `scale` x `scale` pixels."""
+def rgb_png(rgb: np.ndarray) -> bytes:
+    """An (h, w, 3) uint8 image as a PNG (every image the model is shown is written here)."""
     from PIL import Image
-    rgb = PALETTE[np.asarray(grid, dtype=np.int64) & 15].repeat(scale, axis=0).repeat(scale, axis=1)
     buf = io.BytesIO()
     Image.fromarray(rgb, "RGB").save(buf, format="PNG", optimize=False, compress_level=6)
     return buf.getvalue()
+
+
+def grid_png(grid: np.ndarray, scale: int = 4) -> bytes:
+    """The board as a PNG in the ARC palette, each cell `scale` x `scale` pixels."""
+    return rgb_png(PALETTE[np.asarray(grid, dtype=np.int64) & 15].repeat(scale, axis=0).repeat(scale, axis=1))
 
 
 def to_ascii(grid: np.ndarray) -> str:
@@ -289,6 +293,3 @@ class Frame:
         return f"AsciiFrameView(level={self.level}, step={self.step}, shape={rows}x{cols})"
 
     __repr__ = __str__
-
-
-# ---------------------------------------------------------------------------------------

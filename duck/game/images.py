@@ -14,24 +14,15 @@ height (for the image-token count, duck.llm.vision).
 
 from __future__ import annotations
 
-import io
-from typing import Literal, Sequence
+from typing import Sequence
 
 import numpy as np
 
-from duck.game.frames import PALETTE, grid_png
+from duck.game.frames import PALETTE, grid_png, rgb_png
 
-ImageKind = Literal["board", "diff"]
 KINDS: tuple[str, ...] = ("board", "diff")
 DIM_TO = 128  # unchanged cells are blended towards this grey...
 DIM_SHARE = 0.75  # ...by this share
-
-
-def _png(rgb: np.ndarray) -> bytes:
-    from PIL import Image
-    buf = io.BytesIO()
-    Image.fromarray(rgb, "RGB").save(buf, format="PNG", optimize=False, compress_level=6)
-    return buf.getvalue()
 
 
 def diff_png(before: np.ndarray, after: np.ndarray, scale: int = 10) -> bytes:
@@ -41,7 +32,7 @@ def diff_png(before: np.ndarray, after: np.ndarray, scale: int = 10) -> bytes:
     same = (b == a) if b.shape == a.shape else np.zeros(a.shape, dtype=bool)
     rgb[same] = rgb[same] * (1 - DIM_SHARE) + DIM_TO * DIM_SHARE
     rgb = np.rint(rgb).astype(np.uint8).repeat(scale, axis=0).repeat(scale, axis=1)
-    return _png(rgb)
+    return rgb_png(rgb)
 
 
 def render(kind: str, grids: Sequence[np.ndarray], scale: int) -> bytes:

@@ -54,7 +54,6 @@ class Observation:
     levels_completed: int
     win_levels: int
     available_actions: list[int]
-    full_reset: bool = False
 
     @property
     def grid(self) -> np.ndarray:
@@ -76,7 +75,7 @@ def _observation(raw: Any) -> Observation:
         frames.append(a)
     state = raw.state.name if isinstance(raw.state, GameState) else str(raw.state)
     return Observation(frames, state, int(raw.levels_completed), int(raw.win_levels),
-                       sorted(int(a) for a in raw.available_actions), bool(raw.full_reset))
+                       sorted(int(a) for a in raw.available_actions))
 
 
 @dataclass
