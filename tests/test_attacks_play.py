@@ -190,7 +190,8 @@ def run_texts(out: Path) -> list[str]:
 
 def tool_messages(out: Path) -> list[str]:
     """The text of every tool message the model received in a run."""
-    from duck.play.conversation import read_conversations
+    from duck.play.conversation import read_conversation
 
-    return [json.dumps(m["message"].get("content")) for c in read_conversations(out).values()
+    return [json.dumps(m["message"].get("content")) for p in out.glob("conversations/*.jsonl*")
+            for c in [read_conversation(p)]
             for m in c.messages.values() if m["message"].get("role") == "tool"]

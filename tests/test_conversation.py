@@ -22,7 +22,7 @@ from duck.config import load_config
 from duck.game.frames import grid_png
 from duck.game.source import GameSource
 from duck.play.conversation import (ConversationWriter, conversation_path, find_conversation, read_conversation,
-                                    read_conversations, record_of)
+                                    record_of)
 from duck.play.record import read_record
 from duck.play.session import play_game
 from duck.run import play_folder
@@ -66,7 +66,7 @@ def test_a_stub_run_of_the_bundled_games_keeps_every_message_of_every_request(tm
         doc = play_folder(BUNDLED, tmp_path / "run", cfg)
     assert doc["score"] == 100.0
     received = _by_conversation(server.prompts)
-    convs = read_conversations(tmp_path / "run")
+    convs = {c.game_id: c for c in map(read_conversation, sorted(tmp_path.glob("run/conversations/*.jsonl.gz")))}
     assert sorted(convs) == sorted(received) and len(convs) == 3
     evictions = 0
     for game_id, conv in convs.items():
@@ -219,13 +219,13 @@ def test_the_writer_references_only_the_board_the_record_has(tmp_path):
         png = grid_png(g, scale)
         return {"type": "image_url", "image_url": {"url": "data:image/png;base64," + base64.b64encode(png).decode()}}
 
-    w = ConversationWriter(tmp_path / "c.jsonl", board=lambda: (7, grid), start={"game_id": "g"}, compress=False)
+    w = ConversationWriter(tmp_path / "c.jsonl", board=lambda: (7, grid), start={"game_id": "g"})
     sent = [{"role": "user", "content": [{"type": "text", "text": "board"}, part(grid, 4), part(other, 4), part(grid, 2)]},
             {"role": "assistant", "content": "a lone \ud800 surrogate, é", "reasoning": "r", "reasoning_content": "r"}]
     ids = [w.message(m, turn=0) for m in sent]
     w.request(ids, turn=0, call=0)
-    assert w.close("done") == tmp_path / "c.jsonl"
-    conv = read_conversation(tmp_path / "c.jsonl")
+    assert w.close("done") == tmp_path / "c.jsonl.gz"
+    conv = read_conversation(tmp_path / "c.jsonl.gz")
     stored = conv.messages[0]["message"]["content"]
     assert stored[1]["image_url"] == {"board": {"step": 7, "scale": 4}} and stored[3]["image_url"]["board"]["scale"] == 2
     assert stored[2] == sent[0]["content"][2]  # not the record's board: kept as it was
@@ -270,7 +270,7 @@ def test_duck_ab_writes_conversations_and_the_merge_keeps_them(tmp_path):
     assert main(["ab-merge", str(tmp_path / "s1"), str(tmp_path / "s2"), "--out", str(tmp_path / "m"),
                  "--boot", "200"]) == 0
     for arm in ("a", "b"):
-        convs = read_conversations(tmp_path / "m" / arm / "p000")
+        convs = {c.game_id: c for c in map(read_conversation, tmp_path.glob(f"m/{arm}/p000/conversations/*.jsonl*"))}
         assert sorted(convs) == sorted(g.game_id for g in GameSource.offline(BUNDLED).games())
         # (both arms talk to one SolutionModel, which plays each game once: B's calls then fail)
         assert all(c.end is not None and c.requests for c in convs.values())

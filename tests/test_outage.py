@@ -16,7 +16,7 @@ from conftest import BUNDLED, ROOT
 from duck.game.gateway import free_port
 from duck.game.source import GameSource
 from duck.llm.health import ModelHealth
-from duck.play.conversation import read_conversations
+from duck.play.conversation import read_conversation
 from duck.play.record import read_record
 from duck.play.session import play_game
 from duck.policies import FallbackPolicy, Parking
@@ -78,7 +78,7 @@ def test_duck_play_parks_a_game_while_its_server_is_away_and_resumes_it_with_the
     parked = next(e["t"] for e in rec.events if e["kind"] == "parked")
     resumed = next(e["t"] for e in rec.events if e["kind"] == "resumed")
     assert resumed - parked >= 5 and not any(parked < a["t"] < resumed for a in rec.actions)
-    conv = read_conversations(out)["zs01-00000001"]
+    conv = read_conversation(out / "conversations" / "zs01-00000001.jsonl.gz")
     line = [i for i, m in conv.messages.items() if OUTAGE_LINE in json.dumps(m)]
     assert len(line) == 1  # one line, and every later request sends the history up to it and past it
     later = [r for r in conv.requests if r["t"] > resumed]

@@ -108,14 +108,13 @@ def test_images_made_from_grids_are_stored_as_grids_and_rebuilt_bit_for_bit(tmp_
     made = [("diff", (before, after), 10), ("board", (after,), 4)]
     pngs = [render(kind, grids, scale) for kind, grids, scale in made]
     urls = [DATA_PNG + base64.b64encode(p).decode() for p in pngs]
-    w = ConversationWriter(tmp_path / "c.jsonl", compress=False, start={"game_id": "g"})
+    w = ConversationWriter(tmp_path / "c.jsonl", start={"game_id": "g"})
     for (kind, grids, scale), url in zip(made, urls):
         w.remember_image(url, kind, grids, scale)
     unknown = DATA_PNG + base64.b64encode(grid_png(before, 3)).decode()
     content = [{"type": "image_url", "image_url": {"url": u}} for u in urls + [unknown]]
     w.message({"role": "user", "content": content + [{"type": "text", "text": "t"}]})
-    w.close()
-    conv = read_conversation(tmp_path / "c.jsonl")
+    conv = read_conversation(w.close())
     stored = conv.messages[0]["message"]["content"]
     assert [list(p["image_url"]) for p in stored[:3]] == [["render"], ["render"], ["url"]]
     assert len(str(stored[0])) < len(urls[0]) // 4  # the grids, not the PNG

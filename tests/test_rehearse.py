@@ -17,7 +17,7 @@ import sys
 import pytest
 
 from conftest import BUNDLED, ROOT
-from duck.play.conversation import read_conversations
+from duck.play.conversation import read_conversation
 from duck.testing.rehearse.faults import FAULTS
 from duck.testing.rehearse.checks import Report, check_run
 from duck.testing.rehearse.run import rehearse
@@ -41,8 +41,8 @@ def test_rehearsal_of_a_rerun_passes_from_the_command_line(tmp_path):
     assert "rehearsal rerun/none: PASS" in p.stdout
     # The model's conversations are among the notebook's outputs, one per game, finished.
     assert doc["checks"]["outputs_in_place"]["detail"]["conversations"] == 3
-    convs = read_conversations(next(out.rglob("duck/conversations")).parent)
-    assert len(convs) == 3 and all(c.end and c.requests and c.path.suffix == ".gz" for c in convs.values())
+    convs = [read_conversation(p) for p in next(out.rglob("duck/conversations")).glob("*.jsonl*")]
+    assert len(convs) == 3 and all(c.end and c.requests and c.path.suffix == ".gz" for c in convs)
 
 
 def test_without_the_test_tools_rehearse_says_how_to_get_them(tmp_path):

@@ -17,7 +17,7 @@ from conftest import BUNDLED
 from duck.config import load_config
 from duck.lab.report.build import write_report
 from duck.lab.report.highlight import highlight_python
-from duck.play.conversation import read_conversations
+from duck.play.conversation import read_conversation
 from duck.run import play_folder
 from duck.testing.stub.models import SolutionModel
 from duck.testing.stub.server import StubServer
@@ -60,7 +60,7 @@ def run(tmp_path_factory) -> Path:
 def test_each_game_has_a_conversation_view_with_every_turn_and_board(run):
     page = ConvPage()
     page.feed((run / "report.html").read_text())
-    convs = read_conversations(run)
+    convs = {c.game_id: c for c in map(read_conversation, sorted(run.glob("conversations/*.jsonl.gz")))}
     assert [v["id"] for v in page.views] == [f"game-{g}-conversation" for g in convs]
     for view, conv in zip(page.views, convs.values()):
         turns = [ln for ln in conv.lines if ln.get("type") == "message" and "level" in ln]

@@ -58,13 +58,13 @@ from typing import Any, Callable, Iterable
 import numpy as np
 
 from duck.game.frames import grid_png
+from duck.game.images import png_size
 from duck.game.images import render as render_image
 from duck.play.record import pack_grid, unpack_grid
 
 log = logging.getLogger(__name__)
 
 DATA_PNG = "data:image/png;base64,"
-SUFFIXES = (".jsonl.gz", ".jsonl")  # finished, live
 
 
 def conversation_path(record_path: str | Path) -> Path:
@@ -109,20 +109,15 @@ def unranges(spans: list[list[int]]) -> list[int]:
     return [i for a, b in spans for i in range(a, b + 1)]
 
 
-def _png_width(png: bytes) -> int:
-    return int.from_bytes(png[16:20], "big") if png[:8] == b"\x89PNG\r\n\x1a\n" else 0
-
-
 class ConversationWriter:
     """Appends one game's conversation. `path` None: a writer that writes nothing (ids are
     still handed out, so a context can use it unchanged). `board()` gives (actions so far,
     grid): an image equal to that grid's PNG is stored as a reference to the record's step."""
 
     def __init__(self, path: str | Path | None, *, board: Callable[[], tuple[int, np.ndarray]] | None = None,
-                 start: dict[str, Any] | None = None, compress: bool = True) -> None:
+                 start: dict[str, Any] | None = None) -> None:
         self.path = Path(path) if path is not None else None
         self.board = board
-        self.compress = compress
         self.t0 = time.monotonic()
         self._start = dict(start or {})
         self._f: Any = None
@@ -217,8 +212,6 @@ class ConversationWriter:
         self._closed = True
         try:
             self._f.close()
-            if not self.compress:
-                return self.path
             gz = self.path.with_name(self.path.name + ".gz")
             tmp = gz.with_name(gz.name + ".part")
             with open(self.path, "rb") as src, gzip.open(tmp, "wb", compresslevel=6) as dst:
@@ -253,7 +246,7 @@ class ConversationWriter:
             return self._made_part(part, made)
         png = base64.b64decode(url[len(DATA_PNG):])
         step, grid = self.board()
-        scale = _png_width(png) // max(1, np.asarray(grid).shape[1])
+        scale = png_size(png)[0] // max(1, np.asarray(grid).shape[1])
         if scale < 1:
             return part
         if self._png_cache is None or self._png_cache[:2] != (step, scale):
@@ -383,17 +376,3 @@ def read_conversation(path: str | Path) -> Conversation:
     if not conv.start:
         raise ValueError(f"{path}: no start line; not a conversation file")
     return conv
-
-
-def read_conversations(run_dir: str | Path) -> dict[str, Conversation]:
-    """game id → conversation, for every conversation file of a run folder."""
-    folder = Path(run_dir) / "conversations"
-    files: dict[str, Path] = {}
-    for p in sorted(folder.glob("*.jsonl*")):  # x.jsonl before x.jsonl.gz: the finished one wins
-        if p.name.endswith(SUFFIXES):
-            files[p.name.removesuffix(".gz")] = p
-    out: dict[str, Conversation] = {}
-    for p in files.values():
-        c = read_conversation(p)
-        out[c.game_id or p.name.split(".")[0]] = c
-    return out
