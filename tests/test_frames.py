@@ -13,7 +13,7 @@ import time
 import numpy as np
 
 from duck.game.animation import summarize_animation
-from duck.game.frames import LETTERS, PALETTE, Frame, grid_png, segment, to_ascii
+from duck.game.frames import LETTERS, PALETTE, Frame, grid_png, to_ascii
 
 CW = ((-1, -1), (-1, 0), (-1, 1), (0, 1), (1, 1), (1, 0), (1, -1), (0, -1))
 
@@ -131,7 +131,7 @@ def test_small_shapes_exact():
     g = np.zeros((6, 7), np.int8)
     g[1, 1:6] = 8  # a straight line: its two ends
     g[3, 3] = 9  # a single cell
-    seg = segment(g)
+    seg = Frame(g).segmentation
     line = seg["nodes"][1]
     assert list(line) == ["id", "color", "hash", "pixels", "boundary", "children"]
     assert line["color"] == "R" and line["pixels"] == 5 and line["boundary"] == [[1, 1], [1, 5]]
@@ -147,7 +147,7 @@ def test_rectangle_corners_clockwise_and_nesting():
     g[1:8, 1:8] = 2  # ring
     g[2:7, 2:7] = 0  # hole (a separate white region)
     g[4, 4] = 3  # dot inside the hole
-    seg = segment(g)
+    seg = Frame(g).segmentation
     ring = seg["nodes"][1]
     assert ring["boundary"] == [[1, 1], [1, 7], [7, 7], [7, 1]]
     hole, dot = seg["nodes"][2], seg["nodes"][3]
@@ -157,16 +157,16 @@ def test_rectangle_corners_clockwise_and_nesting():
 
 def test_matches_the_literal_algorithm_on_random_boards():
     for g in _boards(1, 40):
-        assert segment(g) == _reference(g)
+        assert Frame(g).segmentation == _reference(g)
 
 
 def test_busy_board_is_fast():
     rng = np.random.default_rng(5)
     g = np.kron(rng.integers(0, 6, size=(16, 16)), np.ones((4, 4), dtype=int)).astype(np.int8)
-    segment(g)
+    Frame(g).segmentation
     t = time.perf_counter()
     for _ in range(5):
-        seg = segment(g)
+        seg = Frame(g).segmentation
     per = (time.perf_counter() - t) / 5
     assert len(seg["nodes"]) > 100
     assert per < 0.05, f"segmentation took {per * 1000:.1f} ms"

@@ -5,7 +5,7 @@ kernel (DESIGN §3). Its public surface is the Duck's (`.ascii`, `.segmentation`
 `.level`, `.shape`, `str()` = `AsciiFrameView(level=L, step=S, shape=64x64)`) so the Duck's
 recorded code runs unchanged, plus `.grid`, a read-only numpy array.
 
-`segment(grid)` reproduces the Duck's segmentation bit for bit, because recorded snippets
+`segment_with_labels(grid)` reproduces the Duck's segmentation bit for bit, because recorded snippets
 compare hashes and click on boundary corners copied from earlier output
 (../shared/duck-traces/README.md, "Sandbox API"):
 
@@ -171,13 +171,9 @@ def _enclosers(n: int, edges: np.ndarray, on_edge: np.ndarray) -> list[list[int]
     return out
 
 
-def segment(grid: np.ndarray) -> dict[str, Any]:
-    """The Duck's segmentation of one board (see the module docstring)."""
-    return segment_with_labels(grid)[0]
-
-
 def segment_with_labels(grid: np.ndarray) -> tuple[dict[str, Any], np.ndarray]:
-    """`segment(grid)` plus the region id of every cell (an int32 array like the grid)."""
+    """The Duck's segmentation of one board (`Frame.segmentation`, see the module docstring),
+    and the region id of every cell (an int32 array like the grid)."""
     g = np.clip(np.asarray(grid), 0, 15).astype(np.int8)
     h, w = g.shape
     labels, n = label_regions(g)

@@ -1,7 +1,7 @@
 """Connected components of a board: the one implementation for the project.
 
 `merge_sets` is the union-find; `label_regions` numbers the 4-connected equal-colour
-regions (the Duck segmentation's node order, duck.game.frames.segment); `regions` adds
+regions (the Duck segmentation's node order, duck.game.frames.Frame.segmentation); `regions` adds
 each region's measures (`RegionTable`), which the explorer's perception builds on
 (duck.explorer.vision, avatar, nav, push).
 """
