@@ -33,7 +33,7 @@ def _first_turn(cfg: Config) -> dict:
     source = GameSource.offline(BOARD_GAME)
     game = source.make(source.game_ids()[0])
     game.reset()
-    session = SimpleNamespace(obs=game.obs, game=game, actions_left=1000)
+    session = SimpleNamespace(obs=game.obs, game=game)
     return turn_message(session, None, 0, True, 0)
 
 

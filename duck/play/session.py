@@ -107,10 +107,6 @@ class Session:
         assert self.game.obs is not None
         return self.game.obs
 
-    @property
-    def actions_left(self) -> int:
-        return self.max_actions - self.game.actions
-
     def stop_reason(self) -> str | None:
         """Why play must end now, or None. Policies may poll it between long thoughts."""
         if self.obs.state == "WIN":
