@@ -99,7 +99,7 @@ def test_the_explorer_section_is_typed_and_checked_when_the_config_loads():
     from duck.policies import make_policy
     cfg = load_config(overrides=["explorer.nav=false", "explorer.key_give_up=null"], env={"DUCK_EXPLORER__NAV_LOOP": "3"})
     explorer = make_policy("explorer", 0, config=cfg)
-    assert (explorer.nav_on, explorer.key_give_up, explorer.nav_loop) == (False, None, 3)
+    assert (explorer.options.nav, explorer.options.key_give_up, explorer.options.nav_loop) == (False, None, 3)
     assert Explorer(0).options == load_config(env={}).explorer  # one set of defaults: the section's
     for override, says in (("explorer.nav_lop=3", "explorer.nav_lop: unknown field"),
                            ("explorer.nav=maybe", "explorer.nav: Input should be a valid boolean"),
@@ -108,7 +108,7 @@ def test_the_explorer_section_is_typed_and_checked_when_the_config_loads():
             load_config(overrides=[override], env={})
     with pytest.raises(ConfigError, match="^nav_lop: unknown field$"):
         Explorer(0, nav_lop=3)  # a policy made in code is checked as a config is
-    assert Explorer(0, cfg.explorer, nav=True).nav_on and Explorer(0, cfg.explorer).nav_loop == 3
+    assert Explorer(0, cfg.explorer, nav=True).options.nav and Explorer(0, cfg.explorer).options.nav_loop == 3
 
 
 def test_planned_fields_are_planned_anew_and_a_set_one_goes_into_the_plan():

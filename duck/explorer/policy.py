@@ -69,14 +69,8 @@ class Explorer(RankCosts):
     yields_in_step = True  # acts from its own thread: its slot yield points are in Session.step
 
     def __init__(self, seed: int = 0, config: ExplorerConfig | None = None, **options: Any) -> None:
-        o = validate(ExplorerConfig, {**(config.model_dump() if config is not None else {}), **options})
-        self.seed, self.options = seed, o
-        self.level_cap, self.max_clicks, self.trace = o.level_cap, o.max_clicks, o.trace
-        self.novelty, self.key_novelty, self.key_dud = o.novelty, o.key_novelty, o.key_dud
-        self.test_bonus, self.known_penalty, self.twin_cost = o.test_bonus, o.known_penalty, o.twin_cost
-        self.key_give_up, self.spot_dud, self.feedback_on = o.key_give_up, o.spot_dud, o.feedback
-        self.nav_on, self.nav_budget, self.nav_yield, self.nav_loop = o.nav, o.nav_budget, o.nav_yield, o.nav_loop
-        self.nav_frontier, self.nav_space = o.nav_frontier, o.nav_space
+        self.seed = seed
+        self.options = validate(ExplorerConfig, {**(config.model_dump() if config is not None else {}), **options})
 
     # ------------------------------------------------------------------ setup per game
     def _init(self, session: Session) -> None:
@@ -102,9 +96,9 @@ class Explorer(RankCosts):
         self.clicks_matter = False
         self.clicked = False
         keyboard = any(k in obs.available_actions for k in KEYS)
-        self.nav = (Navigator(self.nav_budget, frontier=self.nav_frontier, space=self.nav_space,
-                              loop=self.nav_loop)
-                    if self.nav_on and keyboard else None)
+        o = self.options
+        self.nav = (Navigator(o.nav_budget, frontier=o.nav_frontier, space=o.nav_space, loop=o.nav_loop)
+                    if o.nav and keyboard else None)
 
     def _new_level(self, obs: Any) -> None:
         for cls, st in self.graph.cls_stats.items():  # mechanics carry over, but weaker
@@ -169,8 +163,9 @@ class Explorer(RankCosts):
             if obs.levels_completed != self.graph.level:
                 self._new_level(obs)
                 level_start_actions = session.game.actions
-            if self.level_cap is not None and session.game.actions - level_start_actions >= self.level_cap:
-                session.event("explorer", f"level cap {self.level_cap} reached; giving up")
+            cap = self.options.level_cap
+            if cap is not None and session.game.actions - level_start_actions >= cap:
+                session.event("explorer", f"level cap {cap} reached; giving up")
                 return
             reset_ok = session.game.level_actions > 0 and not last_was_reset
             if obs.state == "GAME_OVER":
@@ -202,7 +197,7 @@ class Explorer(RankCosts):
         if akey is None or akey == "R" or akey in KEYS or not isinstance(self._why, tuple):
             return False
         dist, cost, _ = self._why
-        return dist == 0 and cost <= self.nav_yield
+        return dist == 0 and cost <= self.options.nav_yield
 
     def _fallback(self, obs: Any) -> Any:
         """Everything known is tried: a seeded random action (a click anywhere)."""
@@ -213,7 +208,7 @@ class Explorer(RankCosts):
     def _step(self, session: Session, akey: Any) -> None:
         before = session.obs
         info = None
-        if self.trace:
+        if self.options.trace:
             info = {"why": self._why, "nodes": len(self.graph.nodes), "prev": self._res}
         after = session.step(action_of(akey), info=info)
         if after is before:
@@ -223,7 +218,7 @@ class Explorer(RankCosts):
             marker = LEVEL
         elif after.state == "GAME_OVER":
             marker = DEAD
-        found = self.feedback_on and self.feedback.observe(
+        found = self.options.feedback and self.feedback.observe(
             before.grid, akey, after.grid, self.hud.mask, ordinary=marker is None and akey != "R")
         g0, g1 = self.grid, self.feedback.view(after.grid)
         self.grid = g1

@@ -74,13 +74,6 @@ def push_step(boxes: list[Pos], on_pad: Callable[[Pos], bool],
     return None if best is None else (best[1], best[2], best[3])
 
 
-def box_positions(labels: np.ndarray, colours: np.ndarray, areas: np.ndarray, tops: np.ndarray,
-                  lefts: np.ndarray, kinds: set[tuple[int, int]]) -> list[Pos]:
-    """Top-left corners of the regions whose (colour, area) is a box kind."""
-    return [(int(tops[k]), int(lefts[k])) for k in range(len(colours))
-            if (int(colours[k]), int(areas[k])) in kinds]
-
-
 def blocked_pushes(edges: dict, world: str, deltas: dict[int, Pos]) -> set[tuple[Pos, int]]:
     """(box position, key) of the pushes seen blocked in this world: `edges` maps (world,
     avatar position, key) to the new position or None (blocked). A key the avatar model no
@@ -97,9 +90,10 @@ def plan_push(nav: Any, grid: np.ndarray, clean: np.ndarray, world: str, pos: Po
     else the first step of a walk there that goes around the box. Pads seen on the level
     are remembered (a box on a pad hides it); a push that was blocked in this world is not
     planned again."""
-    labels, t = regions(grid)
+    _, t = regions(grid)
     h, w = nav.av.size
-    boxes = box_positions(labels, t.colour, t.area, t.top, t.left, nav.box_kinds)
+    # the top-left corners of the regions whose (colour, area) is a box kind
+    boxes = [(int(t.top[k]), int(t.left[k])) for k in range(t.n) if (int(t.colour[k]), int(t.area[k])) in nav.box_kinds]
     pads = [x for x in tg if (x[1][0], int(x[2].sum())) not in nav.box_kinds]
     if not boxes or not pads:
         return None

@@ -45,7 +45,7 @@ class RankCosts:
         if 7 in available:
             out.append(Cand(7, 4.0, "k7", 7))
         if 6 in available:
-            targets: list[Target] = click_targets(node.grid, self.hud.mask)[: self.max_clicks]
+            targets: list[Target] = click_targets(node.grid, self.hud.mask)[: self.options.max_clicks]
             for t in targets:
                 # a seed-dependent tie-break inside a tier, stable otherwise
                 out.append(Cand((6, t.x, t.y), TIER_COST[t.tier] + self.rng.random() * 0.5,
@@ -66,28 +66,28 @@ class RankCosts:
         animation that came back to the same state, a "test" such as a pour or a program
         run whose outcome depends on the state: pulled forward most), and by how often this
         very action (same object, same place) was already tried on this level."""
-        c = cand.base
+        o, c = self.options, cand.base
         tries, effects, tests = self._class_stats(cand.cls)
         if not tries:
             tries, effects, tests = self._class_stats(coarse(cand.cls))
         if coarse(cand.cls) in self.win_cls:
             c -= 2.0
         if tests and tests * 2 >= tries:
-            c -= self.test_bonus
+            c -= o.test_bonus
         elif tries:
             if effects == 0:
-                c += (4.0 if isinstance(cand.akey, tuple) else self.key_dud) * min(tries, 3)
-                if not isinstance(cand.akey, tuple) and self.key_give_up and tries >= self.key_give_up:
+                c += (4.0 if isinstance(cand.akey, tuple) else o.key_dud) * min(tries, 3)
+                if not isinstance(cand.akey, tuple) and o.key_give_up and tries >= o.key_give_up:
                     c += 8.0  # a key that never did anything anywhere goes behind every click
             else:
                 c -= effects / tries
         n = self.graph.tried.get(cand.ident, 0)
         if n:
-            w = self.novelty if isinstance(cand.akey, tuple) else self.key_novelty
+            w = o.novelty if isinstance(cand.akey, tuple) else o.key_novelty
             c += w * math.log2(1 + n)
             # this very object at this very place never did anything, in `spot_dud` states:
             # a fixed tile of a class whose other members respond (ft09) goes back
-            if (self.spot_dud and n >= self.spot_dud and isinstance(cand.akey, tuple)
+            if (o.spot_dud and n >= o.spot_dud and isinstance(cand.akey, tuple)
                     and not self.graph.worked.get(cand.ident)):
                 c += 12.0
         return c
@@ -98,7 +98,7 @@ class RankCosts:
         current attempt. An action that ended in GAME_OVER counts as untried again when it
         would now come earlier in an attempt than when it died (a move budget, not the
         action, may have ended the game); with `dead_ok`, always, at a high cost."""
-        best: tuple[float, Any] | None = None
+        o, best = self.options, None  # best: (cost, action key)
         undo_again = (here and self.last_akey is not None and self.reversal.tries >= 2
                       and self.reversal.effects * 2 >= self.reversal.tries)
         for cand in self._cands(node, available):
@@ -107,15 +107,15 @@ class RankCosts:
                 c = self._cost(cand)
                 if undo_again and cand.akey == self.last_akey:
                     c += 3.0
-                if self.twin_cost and isinstance(cand.akey, tuple):
+                if o.twin_cost and isinstance(cand.akey, tuple):
                     # its twin was tried here: it would do the very same thing
                     tw = self.graph.twins.get(cand.ident)
                     if tw and not tw.isdisjoint(node.idents.values()):
-                        c += self.twin_cost
-                if self.known_penalty:
+                        c += o.twin_cost
+                if o.known_penalty:
                     pk = self._predict(node, cand)
                     if pk and pk != node.key and pk in self.graph.nodes:
-                        c += self.known_penalty
+                        c += o.known_penalty
             elif (res == DEAD and attempt + 1 < node.dead_at.get(cand.akey, 0) - 1
                   and self._budget_death(node.dead_at[cand.akey])):
                 c = self._cost(cand) + 2.0
