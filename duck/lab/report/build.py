@@ -64,7 +64,7 @@ def build_report(run_dir: str | Path, duck_summary: str | Path | None = None) ->
     views = [game_view(r, duck_for(summary, r.game_id)) for r in read_records(run_dir)]
     if not views:
         raise SystemExit(f"{run_dir}/records holds no records")
-    return Report(run_dir, views, summary, load_info(run_dir))
+    return Report(run_dir, views, load_info(run_dir))
 
 
 def write_report(run_dir: str | Path, out: str | Path | None = None, *,

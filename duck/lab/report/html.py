@@ -109,24 +109,21 @@ def _game_html(report: Report, v: GameView, frames: bool, conversations: bool = 
     else:
         h.append("<p class=muted>no notes recorded</p>")
     h.append("<h3>Errors and time-outs</h3>")
-    probs = v.problems
-    if probs:
-        h.append(table(["kind", "level", "after action", "t (s)", "message"],
-                       [[e.get("kind"), e.get("level"), e.get("after_action"), fmt(e.get("t"), 1),
-                         _short(e.get("message", ""), 600)] for e in probs], left=1))
-    else:
-        h.append("<p class=muted>none</p>")
+    h.append(_events_table(v.problems, 600) if v.problems else "<p class=muted>none</p>")
     if v.other_events:
-        h.append("<h3>Other events</h3>" + table(
-            ["kind", "level", "after action", "t (s)", "message"],
-            [[e.get("kind"), e.get("level"), e.get("after_action"), fmt(e.get("t"), 1),
-              _short(e.get("message", ""), 300)] for e in v.other_events[:50]]))
+        h.append("<h3>Other events</h3>" + _events_table(v.other_events[:50], 300))
     if conversations and v.conversation is not None:
         h.append(conversation_html(v.conversation, v.grids, anchor=f"{_anchor(v.game_id)}-conversation"))
     elif v.conversation_error:
         h.append(f"<h3>Conversation</h3><p class=bad>unreadable: {esc(v.conversation_error)}</p>")
     h.append("</section>")
     return "\n".join(h)
+
+
+def _events_table(events: list[dict[str, Any]], chars: int) -> str:
+    return table(["kind", "level", "after action", "t (s)", "message"],
+                 [[e.get("kind"), e.get("level"), e.get("after_action"), fmt(e.get("t"), 1),
+                   _short(e.get("message", ""), chars)] for e in events])
 
 
 def report_markdown(report: Report) -> str:
@@ -190,7 +187,6 @@ class Report:
 
     run_dir: Path
     views: list[GameView]
-    duck_summary: dict[str, Any] | None
     info: dict[str, Any] | None = None  # run.json (duck.run.info), None for a folder without one
     player: bool = False  # a player.html beside report.html: each game links to its place in it
 
