@@ -13,6 +13,7 @@ import pytest
 from duck.cli import main as cli_main
 from duck.config import SchedulerConfig
 from duck.paths import SHARED
+from duck.play.scoring import game_score
 from duck.testing.scheduler_fakes import write_synthetic
 from scheduler import compare, curves, extend, synthetic, traces
 from scheduler.policy import make_policy
@@ -56,9 +57,9 @@ class Flat:
 
 def test_official_score_formula():
     # Level 2 at 1.15 cannot make up for level 1's 0.25: capped at the completed weight.
-    assert curves.game_score([10, 10], [20, 5]) == pytest.approx(100 * (0.25 + 2 * 1.15) / 3)
-    assert curves.game_score([10, 10], [10, 5]) == pytest.approx(100.0)  # capped at 3/3
-    assert curves.game_score([10, 10, 10], []) == 0.0
+    assert game_score([10, 10], [20, 5]) == pytest.approx(100 * (0.25 + 2 * 1.15) / 3)
+    assert game_score([10, 10], [10, 5]) == pytest.approx(100.0)  # capped at 3/3
+    assert game_score([10, 10, 10], []) == 0.0
 
 
 def test_the_duck_runs_in_tokens_keep_their_scores_and_levels(duck):
