@@ -12,7 +12,7 @@
 * `traces`   the Duck's recorded runs as token curves; `trajectories` and `synthetic` the two
              curve sets the simulator plays; `compare` the policy x slots x curves table
 * `extend`   the hazard model that extends curves past their recorded end (seconds or tokens)
-* `curves`   reading runs.jsonl, and the official per-level / per-game score
+* `curves`   reading runs.jsonl and the human baselines (scores: duck.play.scoring)
 * `clock`    the real clock and a virtual one for deterministic tests (each owns the condition)
 * `cli`      `duck simulate ...` (registered into the duck CLI)
 

@@ -13,15 +13,13 @@ as a table instead. Also the check of the per-level score recompute against the 
 scores, and (`--show-fit`, or the kaggle scenario) the fit of the token hazard model that
 extends the Duck's curves.
 
-Registered into the main `duck` CLI by duck/cli.py (`register(subparsers)`); also runs as
-`python -m scheduler.cli simulate ...`.
+Registered into the main `duck` CLI by duck/cli.py (`register(subparsers)`).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -154,14 +152,3 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.set_defaults(func=simulate_command)
     return p
 
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m scheduler.cli")
-    sub = parser.add_subparsers(dest="command", required=True)
-    register(sub)
-    args = parser.parse_args(argv)
-    return args.func(args)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,8 +1,8 @@
-"""Recorded Duck progress curves (runs.jsonl) and the official per-game score.
+"""Recorded Duck progress curves (runs.jsonl) and the games' human baselines.
 
-Why a module of its own: the simulator must score every completed level exactly as the
-competition does ("as recorded": from the actions spent on the level and its human
-baseline); the hazard model (scheduler.extend) reads the runs' level times.
+The hazard model (scheduler.extend) reads the runs' level times; `duck simulate` checks the
+official score (duck.play.scoring.game_score, from the actions spent on each level and its
+human baseline) against the recorded `final_score` of every run.
 
 Units: scores are percentages, like `final_score` in runs.jsonl (a game at human parity
 on every level scores 100). Times are seconds since the game-run's timer started.
@@ -13,31 +13,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
-
-# Per-level score cap of the official formula: min(1.15, (baseline / actions)^2).
-LEVEL_CAP = 1.15
-
-
-def level_score(baseline: int, actions: int) -> float:
-    """Official per-level score: min(1.15, (baseline / actions)^2); 0 actions scores 0."""
-    if actions <= 0:
-        return 0.0
-    return min(LEVEL_CAP, (baseline / actions) ** 2)
-
-
-def game_score(baselines: Sequence[int], level_actions: Sequence[int]) -> float:
-    """Score of one game in percent, from the actions spent on each *completed* level.
-
-    Level i (1-based) has weight i; the weighted sum is capped at the weight of the completed
-    levels (so 1.15 on one level cannot make up for another) and divided by the weight of
-    all levels. This reproduces all 250 recorded `final_score` values of passes 0-9.
-    """
-    n = len(baselines)
-    total_weight = n * (n + 1) / 2
-    done = len(level_actions)
-    s = sum((i + 1) * level_score(baselines[i], a) for i, a in enumerate(level_actions))
-    return 100.0 * min(s, done * (done + 1) / 2) / total_weight
+from typing import Iterable
 
 
 @dataclass(frozen=True)

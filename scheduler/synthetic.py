@@ -10,7 +10,8 @@ completed):
 * a completing attempt takes T generated tokens, lognormal with the level's median
   (L1 27K, L2 51K, L3 49K, L4-L5 56K, L6+ 67K) and sigma TOKEN_SIGMA = 0.3, so that the
   chance a level is still completed, pooled over levels, halves at ~65K tokens spent on it
-  (published: 62K; `half_tokens()` computes it: a Gaussian fall-off means narrow times);
+  (published: 62K; tests/test_scheduler_simulate.py computes it: a Gaussian fall-off means
+  narrow times);
 * it takes A actions, ACTION_RATIO = 0.75 of the level's human baseline (the field's cleared
   levels used 0.7-0.8x) times lognormal(0, ACTION_SIGMA); the actions accrue evenly over its
   tokens; an attempt that never completes acts at the pace of a hypothetical completion.
@@ -88,17 +89,3 @@ def draw_synthetic(baselines: dict[str, tuple[int, ...]], turns: Sequence[tuple[
         out.append(SyntheticGame(slot, name, baselines[name], turns, int(rng.integers(2**31))))
     return out
 
-
-def half_tokens(q: float = Q_COMPLETE, sigma: float = TOKEN_SIGMA, step: float = 500.0) -> float:
-    """Tokens spent on a level at which its chance of still being completed has halved,
-    pooled over levels 1-6 (attempts reaching level l weigh q^(l-1))."""
-    m = np.asarray(LEVEL_TOKENS, dtype=float)
-    w = q ** np.arange(len(m))
-
-    def rel(t: float) -> float:
-        s = np.array([0.5 * math.erfc((math.log(t) - math.log(x)) / sigma / math.sqrt(2)) for x in m])
-        return float((w * q * s).sum() / (w * (q * s + 1 - q)).sum() / q)
-    t = step
-    while rel(t) > 0.5:
-        t += step
-    return t

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from .curves import game_score
+from duck.play.scoring import game_score
 
 TEXT_CHARS_PER_TOKEN = 3.8
 CODE_CHARS_PER_TOKEN = 2.5

@@ -20,7 +20,7 @@ from typing import Protocol, Sequence
 
 import numpy as np
 
-from .curves import game_score
+from duck.play.scoring import game_score
 from .extend import HazardModel
 from .traces import TokenRun
 

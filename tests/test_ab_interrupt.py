@@ -84,7 +84,7 @@ def test_progress_then_ctrl_c_stops_within_two_seconds_and_the_resume_line_finis
 
 def test_a_game_stopped_by_ctrl_c_is_not_a_result_and_is_played_again(tmp_path):
     """A record that ended with reason `stopped` is neither scored nor kept: the rerun plays it
-    from its start (duck.lab.ab.play._complete, duck.lab.ab.scores)."""
+    from its start (duck.run.record_complete, duck.lab.ab.scores)."""
     from duck.lab.ab.scores import scores_from_records
     out = tmp_path / "ab"
     args = [DUCK, *ab_args(out, 1, 30, "--only", "zb01")]

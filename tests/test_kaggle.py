@@ -202,7 +202,7 @@ def test_without_landlock_or_namespaces_the_interactive_run_plays_from_a_root_on
     if not relies_on_file_modes(off):
         pytest.skip("the uid layer is off here (not root): file modes are no wall at all")
     run = _interactive(tmp_path, monkeypatch, DUCK_KERNEL__LAYERS_OFF=json.dumps(off))
-    run.prepare_model()
+    run.start_model() and run.wait_model()
     run.open_games()
     played_from = run.source.games_dir
     try:
@@ -218,7 +218,7 @@ def test_interactive_run_plays_the_public_games_and_leaves_a_placeholder(tmp_pat
     run = _interactive(tmp_path, monkeypatch)
     assert run.summary.mode == "interactive" and run.model_dir is None
     assert run.budget_s == 60 and run.deadline == run.t0 + 50  # the interactive budget, less the margin
-    assert run.prepare_model() is False  # no weights attached: the explorer plays
+    assert (run.start_model() and run.wait_model()) is False  # no weights attached: the explorer plays
     assert run.open_games() == ["zb01-00000001", "zc01-00000001", "zs01-00000001"]
     try:
         run.play()
@@ -263,7 +263,7 @@ class _PolicyBugOnce(KaggleRun):
 
 def test_a_failing_runner_leaves_no_game_unplayed(tmp_path, monkeypatch):
     run = _interactive(tmp_path, monkeypatch, run_class=_PolicyBugOnce)
-    run.prepare_model()
+    run.start_model() and run.wait_model()
     run.open_games()
     try:
         run.play()
@@ -342,7 +342,7 @@ def test_an_old_driver_sends_the_notebook_to_the_explorer_without_starting_vllm(
     run = _interactive(tmp_path, monkeypatch, DUCK_KAGGLE__INPUT_DIR=str(tmp_path / "input"), **smi,
                        DUCK_MODEL__NAME="Qwen3.6-27B-FP8", DUCK_MODEL__SERVE__EXECUTABLE=str(tmp_path / "no-vllm"))
     t = time.monotonic()
-    assert run.prepare_model() is False
+    assert (run.start_model() and run.wait_model()) is False
     assert time.monotonic() - t < 5 and run.server is None
     m = json.loads((tmp_path / "working" / "duck" / "summary.json").read_text())["model"]
     assert "550.54.15" in m["driver"] and "older than 570.26" in m["status"] and "explorer" in m["status"]

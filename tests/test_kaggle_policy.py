@@ -49,7 +49,7 @@ def _run(tmp_path: Path, monkeypatch, **extra: str) -> KaggleRun:
            "DUCK_KAGGLE__INTERACTIVE_BUDGET_S": "90", "DUCK_KAGGLE__MARGIN_S": "10",
            "DUCK_PLAY__MAX_ACTIONS": "30", "DUCK_SCHEDULER__SLOTS": "3", **extra}
     run = KaggleRun(env=env)
-    run.prepare_model()
+    run.start_model() and run.wait_model()
     run.open_games()
     try:
         run.play()

@@ -14,6 +14,7 @@ from duck.game.source import GameSource
 from duck.play.session import play_game
 from duck.play.record import read_records
 from duck.lab.report.build import build_report, write_report
+from duck.lab.report.html import report_html, report_markdown
 from duck.lab.report.views import model_stats
 from duck.run import play_folder, write_score
 from duck.play.scoring import score_record
@@ -125,10 +126,10 @@ def test_duck_reference_column(bundled_run: Path, tmp_path: Path):
     path.write_text(json.dumps(summary))
     report = build_report(bundled_run, path)
     assert report.has_duck
-    html = report.html(frames=False)
+    html = report_html(report, frames=False)
     page = parse(html)
     assert "Duck mean" in page.headers and not page.frames
-    assert "12.35" in html and "12.35" in report.markdown()
+    assert "12.35" in html and "12.35" in report_markdown(report)
 
 
 class TalkativePolicy:

@@ -6,6 +6,7 @@ none is installed; Debian: `apt-get install chromium`)."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
@@ -22,7 +23,7 @@ from duck.game.actions import Action
 from duck.game.frames import PALETTE
 from duck.game.source import GameSource
 from duck.lab.report.build import write_report
-from duck.lab.report.player import decode_boards, encode_boards
+from duck.lab.report.player import encode_boards
 from duck.play.record import read_records
 from duck.run import play_folder
 
@@ -36,6 +37,36 @@ class Says(UserPolicy):
         self.reason = f"step {self.step_count}: up, then down"
         return Action(1 if self.step_count % 2 == 0 else 2)
 """
+
+
+def decode_boards(text: str, n: int, h: int, w: int) -> list[np.ndarray]:
+    """The boards of `encode_boards`, decoded as the page's script does."""
+    data, pos = base64.b64decode(text), 0
+
+    def varint() -> int:
+        nonlocal pos
+        shift = value = 0
+        while True:
+            byte = data[pos]
+            pos += 1
+            value |= (byte & 0x7F) << shift
+            shift += 7
+            if byte < 0x80:
+                return value
+    board = np.zeros(h * w, dtype=np.int8)
+    out = []
+    for _ in range(n):
+        cell = 0
+        for _ in range(varint()):
+            cell += varint()
+            length = varint()
+            for k in range(length):
+                byte = data[pos + k // 2]
+                board[cell + k] = (byte >> 4) if k % 2 == 0 else (byte & 15)
+            pos += (length + 1) // 2
+            cell += length
+        out.append(board.reshape(h, w).copy())
+    return out
 
 
 def page_data(run: Path) -> dict:

@@ -20,7 +20,7 @@ offline from the competition's `environment_files/` and writes a placeholder
 The boot order: the server starts first (~9 minutes to be ready on Flash-Next, FIELD §4),
 and that time goes to what costs no action: the gateway's list, the scorecard, every game
 made ahead (duck.kaggle.prepare). A serving plan that does not fit the card starts nothing:
-the explorer plays. (`prepare_model()` is start_model() + wait_model(), as before.)
+the explorer plays.
 
 The policy: `play.policy` when set (`DUCK_PLAY__POLICY`: a name or `FILE.py:Class`), else
 the one packed into the wheel dataset (`kaggle-dataset/build.py --policy`, its sha256
@@ -151,10 +151,6 @@ class KaggleRun:
             log.warning("could not write summary.json: %s", e)
 
     # -- the model server ----------------------------------------------------------------
-
-    def prepare_model(self) -> bool:
-        """start_model() then wait_model(): True when the server answers."""
-        return self.start_model() and self.wait_model()
 
     def start_model(self) -> bool:
         """Install vLLM from the dataset and start `duck serve` without waiting for it; True

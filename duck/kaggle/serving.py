@@ -196,10 +196,6 @@ class Supervisor:
             if self.boots:
                 self._ended("stopped at the run's end")
 
-    def _probe(self) -> bool:
-        """A one-token chat: a wedged server still answers /v1/models, not this."""
-        return probe_model(self.url, self.cfg.kaggle.health_timeout_s)
-
     def _watch(self) -> None:
         try:
             self._watch_loop()
@@ -212,7 +208,8 @@ class Supervisor:
         failures = 0
         while not self._stop.wait(k.health_interval_s):
             alive = self.server is not None and self.server.alive()
-            if alive and self._probe():
+            # A one-token chat: a wedged server still answers /v1/models, not this.
+            if alive and probe_model(self.url, k.health_timeout_s):
                 failures = 0
                 if self.health.down() and self.health.coming_back():
                     self.health.mark_up()  # a game's probe failed, ours answers: nothing to restart

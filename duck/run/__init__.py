@@ -169,7 +169,7 @@ def _begin(out: Path, cfg: Config, info: dict | None, ids: list[str], games_dir:
     """run.json at the start (a new one, or the resume's entry added) and the games to play.
     A fresh run removes the folder's old records only now: it has its games and a folder it
     can write."""
-    todo = ids if info is None else [g for g in ids if not _finished(out, g)]
+    todo = ids if info is None else [g for g in ids if not record_complete(out / "records" / f"{g}.jsonl")]
     if info is None:
         for f in (out / "records").glob("*.jsonl"):
             f.unlink()
@@ -270,9 +270,11 @@ def _resume_plan(out: Path, values: dict[str, Any], policy_changed_ok: bool) -> 
     return info, cfg, games_dir, [str(g) for g in info["games"]]
 
 
-def _finished(out: Path, game_id: str) -> bool:
+def record_complete(path: Path) -> bool:
+    """A record that ended where its game ended (not cut by Ctrl-C, a full disk or a kill;
+    also `duck ab`'s test of a finished run)."""
     try:
-        return record_finished(read_record(out / "records" / f"{game_id}.jsonl"))
+        return record_finished(read_record(path))
     except (OSError, ValueError):
         return False
 

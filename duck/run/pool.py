@@ -42,9 +42,9 @@ class Runner:
     handlers live inside it). `reason`: what stopped the run ("Ctrl-C", "SIGTERM"), or None."""
 
     def __init__(self, view: RunView | None, *, workers: int, interactive: bool,
-                 kill_line: Callable[[], str] | None = None, parallel: bool | None = None) -> None:
+                 kill_line: Callable[[], str] | None = None) -> None:
         self.view, self.workers = view, max(1, workers)
-        self.parallel = self.workers > 1 if parallel is None else parallel
+        self.parallel = self.workers > 1
         self.stop: Any = multiprocessing.Event() if self.parallel else threading.Event()
         self.interactive, self.kill_line = interactive, kill_line
         self._stack = ExitStack()

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from scheduler.curves import game_score
+from duck.play.scoring import game_score
 
 # game id -> (baselines, per pass: list of (level completion time, actions on that level))
 SYNTHETIC: dict[str, tuple[list[int], list[list[tuple[float, int]]]]] = {

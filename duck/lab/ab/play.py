@@ -14,11 +14,10 @@ from typing import Any
 from duck.config import Config
 from duck.game.source import GameError, GameSource
 from duck.lab.ab.config import ARMS, policy_options
-from duck.play.record import read_record
-from duck.play.scoring import record_finished
 from duck.play.session import play_game
 from duck.policies import make_policy
 import duck.run.games as game_runs
+from duck.run import record_complete
 from duck.run.games import Tracker
 from duck.run.pool import Runner
 from duck.seeds import stable_hash
@@ -33,16 +32,6 @@ def record_path(out: Path, arm: str, pass_: int, game_id: str) -> Path:
 def label(arm: str, pass_: int, game_id: str) -> str:
     """A unit arm's row in the progress display: `A p0 <game>`."""
     return f"{arm.upper()} p{pass_} {game_id}"
-
-
-def _complete(path: Path) -> bool:
-    """A record that ended where its game ended (not cut by Ctrl-C, a full disk or a kill)."""
-    if not path.exists():
-        return False
-    try:
-        return record_finished(read_record(path))
-    except (ValueError, OSError):
-        return False
 
 
 def _run_arm(task: dict[str, Any]) -> dict[str, Any]:
@@ -99,7 +88,7 @@ def run_units(units: list[tuple[str, int]], *, out: Path, games_dir: Path, confi
         k = unit_index(games, game_id, p) // shards
         for arm in arm_order(game_id, p):
             path = record_path(out, arm, p, game_id)
-            if _complete(path):
+            if record_complete(path):
                 continue
             urls = configs[arm].model.urls
             task = {"arm": arm, "game_id": game_id, "pass": p, "seed": p, "record": str(path),

@@ -11,12 +11,12 @@ from pathlib import Path
 from typing import Any
 
 from duck.lab.ab.config import ARMS, config_diff, same_experiment
-from duck.lab.ab.play import _complete
 from duck.lab.ab.scores import (_record_files, arm_scores, filter_passes, load_scores, pair_by_order, parse_passes)
 from duck.config import Config
 from duck.lab.report.ab import ab_html
 from duck.lab.stats import compare, pair_up
 from duck.play.conversation import conversation_path, find_conversation
+from duck.run import record_complete
 
 
 def ab_document(out: Path, plan: dict[str, Any], *, n_boot: int = 10000, n_perm: int = 20000,
@@ -60,7 +60,7 @@ def merge(out: Path, shards: list[Path], *, n_boot: int = 10000, n_perm: int = 2
             if rel.parts[0] not in ARMS:
                 continue
             dst = out / rel
-            if _complete(dst) or not _complete(f):
+            if record_complete(dst) or not record_complete(f):
                 continue
             dst.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(f, dst)

@@ -11,17 +11,16 @@ from typing import Any
 import numpy as np
 
 from duck.lab.report.blocks import Raw, esc, fmt, page, table
-from duck.lab.report.plots import _matplotlib_headless, fig_png, png_data_uri
+from duck.lab.report.plots import fig_png, figure, png_data_uri
 
 
 def forest_plot(doc: dict[str, Any]) -> bytes:
     """Per-game mean difference B − A with its 95% t-interval over passes, and the overall
     delta with its bootstrap interval over games at the bottom."""
-    _matplotlib_headless()
-    import matplotlib.pyplot as plt
     games = sorted(doc.get("games", {}).items(), key=lambda kv: kv[1]["delta"])
     n = len(games)
-    fig, ax = plt.subplots(figsize=(7.5, 0.28 * (n + 3) + 0.9))
+    fig = figure(7.5, 0.28 * (n + 3) + 0.9)
+    ax = fig.subplots()
     ys = np.arange(n, 0, -1) + 1.0
     for y, (g, s) in zip(ys, games):
         color = "#4FCC30" if s["delta"] > 0 else ("#F93C31" if s["delta"] < 0 else "#999999")

@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from duck.play.record import read_records
-from duck.lab.report.html import Report
+from duck.lab.report.html import Report, report_html, report_markdown
 from duck.lab.report.runinfo import load_info
 from duck.lab.report.views import (duck_for, game_view, load_duck_summary)
 
@@ -64,7 +64,7 @@ def build_report(run_dir: str | Path, duck_summary: str | Path | None = None) ->
     views = [game_view(r, duck_for(summary, r.game_id)) for r in read_records(run_dir)]
     if not views:
         raise SystemExit(f"{run_dir}/records holds no records")
-    return Report(run_dir, views, summary, load_info(run_dir))
+    return Report(run_dir, views, load_info(run_dir))
 
 
 def write_report(run_dir: str | Path, out: str | Path | None = None, *,
@@ -75,8 +75,8 @@ def write_report(run_dir: str | Path, out: str | Path | None = None, *,
     out.mkdir(parents=True, exist_ok=True)
     paths = {"html": out / "report.html", "md": out / "report.md"}
     report.player = player
-    paths["html"].write_text(report.html(frames=frames, conversations=conversations), encoding="utf-8")
-    paths["md"].write_text(report.markdown(), encoding="utf-8")
+    paths["html"].write_text(report_html(report, frames, conversations), encoding="utf-8")
+    paths["md"].write_text(report_markdown(report), encoding="utf-8")
     if player:
         from duck.lab.report.player import player_data
         from duck.lab.report.player_page import player_html

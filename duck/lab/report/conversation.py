@@ -265,16 +265,20 @@ def readable(tool_text: str) -> str:
     return json.dumps(rest, default=str) + "\n" + doc["stdout"]
 
 
-def _code_html(arguments: str, max_chars: int) -> str:
-    """A tool call's code highlighted; arguments that are not {"code": ...} shown as they are."""
+def code_of(arguments: str) -> str | None:
+    """The code of a tool call's arguments (`{"code": ...}`), None when they hold none."""
     try:
         args = json.loads(arguments or "{}")
     except ValueError:
-        args = None
+        return None
     code = args.get("code") if isinstance(args, dict) else None
-    if not isinstance(code, str):
-        return esc(cut(arguments, max_chars))
-    return highlight_python(cut(code, max_chars))
+    return code if isinstance(code, str) else None
+
+
+def _code_html(arguments: str, max_chars: int) -> str:
+    """A tool call's code highlighted; arguments that are not {"code": ...} shown as they are."""
+    code = code_of(arguments)
+    return esc(cut(arguments, max_chars)) if code is None else highlight_python(cut(code, max_chars))
 
 
 def conversation_markdown(conv: Conversation) -> list[str]:

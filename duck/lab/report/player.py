@@ -22,20 +22,19 @@ viewer. Its data are one JSON block (`<script type="application/json" id="duck-p
   record's events after each step (errors, refusals, the fallback taking over);
   `turns`: per model turn its code and output (cut at `MAX_TEXT` characters).
 
-`decode_boards` reads the stream back (the tests check it against the records); the page's
-script does the same.
+The page's script decodes the stream (tests/test_report_player.py does the same in Python
+and checks it against the records).
 """
 
 from __future__ import annotations
 
 import base64
-import json
 from typing import Any
 
 import numpy as np
 
 from duck.game.actions import Action
-from duck.lab.report.conversation import readable, turns
+from duck.lab.report.conversation import code_of, readable, turns
 from duck.lab.report.views import GameView
 from duck.play.record import unpack_grid
 
@@ -82,36 +81,6 @@ def encode_boards(boards: list[np.ndarray]) -> str:
     return base64.b64encode(bytes(out)).decode()
 
 
-def decode_boards(text: str, n: int, h: int, w: int) -> list[np.ndarray]:
-    """The boards of `encode_boards` (what the page's script does, in Python)."""
-    data, pos = base64.b64decode(text), 0
-
-    def varint() -> int:
-        nonlocal pos
-        shift = value = 0
-        while True:
-            byte = data[pos]
-            pos += 1
-            value |= (byte & 0x7F) << shift
-            shift += 7
-            if byte < 0x80:
-                return value
-    board = np.zeros(h * w, dtype=np.int8)
-    out = []
-    for _ in range(n):
-        cell = 0
-        for _ in range(varint()):
-            cell += varint()
-            length = varint()
-            for k in range(length):
-                byte = data[pos + k // 2]
-                board[cell + k] = (byte >> 4) if k % 2 == 0 else (byte & 15)
-            pos += (length + 1) // 2
-            cell += length
-        out.append(board.reshape(h, w).copy())
-    return out
-
-
 def _target(akey: str) -> str:
     """The explorer's action key as written in its reason (`1`, `(6, 12, 40)`, `R`) by name."""
     try:
@@ -154,21 +123,13 @@ def _turns(v: GameView) -> dict[str, dict[str, Any]]:
         return {}
     out = {}
     for t in turns(v.conversation)[0]:
-        code = [c["function"].get("arguments", "") for kind, item in t.items if kind == "reply"
+        args = [c["function"].get("arguments", "") for kind, item in t.items if kind == "reply"
                 for c in item["message"].get("tool_calls") or []]
-        code = [_code(c) for c in code]
+        code = [a if (c := code_of(a)) is None else c for a in args]
         outs = [readable(item["content"]) for kind, item in t.items if kind == "tool"]
         out[str(t.index)] = {"lvl": t.level, "code": _cut("\n# ---\n".join(code)), "out": _cut("\n---\n".join(outs)),
                              "outcome": t.outcome}
     return out
-
-
-def _code(arguments: str) -> str:
-    try:
-        args = json.loads(arguments or "{}")
-    except ValueError:
-        return arguments
-    return args["code"] if isinstance(args, dict) and isinstance(args.get("code"), str) else arguments
 
 
 def _cut(text: str) -> str:

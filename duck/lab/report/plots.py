@@ -13,12 +13,6 @@ import numpy as np
 from duck.lab.report.views import GameView
 
 
-def _matplotlib_headless() -> None:
-    import matplotlib
-    if matplotlib.get_backend().lower() != "agg":
-        matplotlib.use("Agg")
-
-
 # ---------------------------------------------------------------------------------------
 # Images
 # ---------------------------------------------------------------------------------------
@@ -27,11 +21,15 @@ def png_data_uri(png: bytes) -> str:
     return "data:image/png;base64," + base64.b64encode(png).decode()
 
 
+def figure(width: float, height: float) -> Any:
+    """A matplotlib Figure outside pyplot: nothing global to switch (the backend) or clean up."""
+    from matplotlib.figure import Figure
+    return Figure(figsize=(width, height))
+
+
 def fig_png(fig: Any) -> bytes:
-    import matplotlib.pyplot as plt
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=80)
-    plt.close(fig)
     return buf.getvalue()
 
 
@@ -40,8 +38,7 @@ def fig_png(fig: Any) -> bytes:
 # ---------------------------------------------------------------------------------------
 
 def game_plot(view: GameView) -> bytes:
-    from matplotlib.figure import Figure  # no pyplot: nothing global to clean up
-    fig = Figure(figsize=(11.5, 2.7))
+    fig = figure(11.5, 2.7)
     axes = fig.subplots(1, 3)
     fig.subplots_adjust(left=0.05, right=0.99, bottom=0.17, top=0.9, wspace=0.25)
     t = [c[0] for c in view.curve]
@@ -74,15 +71,12 @@ def game_plot(view: GameView) -> bytes:
     ax.set_title("actions vs human baseline", fontsize=9)
     for a in axes:
         a.tick_params(labelsize=7)
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=80)
-    return buf.getvalue()
+    return fig_png(fig)
 
 
 def overview_plot(views: list[GameView]) -> bytes:
-    _matplotlib_headless()
-    import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(max(6.0, 0.42 * len(views) + 1.5), 3.0))
+    fig = figure(max(6.0, 0.42 * len(views) + 1.5), 3.0)
+    ax = fig.subplots()
     x = np.arange(len(views))
     ax.bar(x, [v.score.score for v in views], color="#1E93FF", label="this run")
     duck = [(i, v.duck["mean_score"]) for i, v in enumerate(views) if v.duck and "mean_score" in v.duck]

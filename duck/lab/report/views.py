@@ -84,10 +84,6 @@ class GameView:
     def other_events(self) -> list[dict[str, Any]]:
         return [e for e in self.events if e.get("kind") not in QUIET_EVENTS and not is_problem(e.get("kind"))]
 
-    @property
-    def notes(self) -> list[dict[str, Any]]:
-        return [e for e in self.events if e.get("kind") == "notes"]
-
 
 def _ordered_events(rec: Record) -> list[dict[str, Any]]:
     """Events with `after_action` (actions sent before it) and `level` (the level being
