@@ -12,13 +12,14 @@ import pytest
 
 from duck.config import ConfigError, SchedulerConfig
 from duck.paths import SHARED
-from duck.testing.scheduler_fakes import write_synthetic
 from scheduler import compare, curves, extend, synthetic, traces
 from scheduler.cli import main as cli_main
 from scheduler.policy import make_policy
 from scheduler.simulate import SCENARIOS, Scenario, simulate
 from scheduler.throughput import Server
 from scheduler.trajectories import DuckGame, draw_duck, score
+
+from scheduler_fakes import write_synthetic
 
 TRACES = SHARED / "duck-traces" / "runs.jsonl"
 PUBLIC_GAMES = SHARED / "public-games.json"
