@@ -41,12 +41,11 @@ from typing import Any
 
 import numpy as np
 
+from duck.bench.kernel import bench_session
 from duck.config import KernelConfig
 from duck.game.actions import RESET
 from duck.game.source import GameSource, matches
 from duck.lab.replay_caps import RecordedCap, ReplayKernel, trace_caps
-from duck.play.record import RecordWriter
-from duck.play.session import Session
 
 _TIMER = re.compile(r"((?:run_elapsed_seconds|time_remaining_seconds)['\"]?\s*[:=]\s*)-?[0-9][0-9.e+-]*")
 _SET = re.compile(r"\{([^{}:]*)\}")
@@ -95,15 +94,11 @@ def replay_run(meta: dict[str, Any], turns: list[dict[str, Any]], games_dir: str
                timeout_s: float = 30.0) -> dict[str, Any]:
     """Replay one game-run; returns its statistics (JSON-safe)."""
     game_id, pass_ = meta["game_id"], meta["pass"]
-    src = _source(games_dir)
-    game = src.make(game_id)
     path = Path(out_dir) / "records" / f"{game_id}_p{pass_}.jsonl"
-    if path.exists():
-        path.unlink()
-    writer = RecordWriter(path)
-    writer.header(game_id=game_id, title=game.title, baselines=game.baselines, obs=game.obs,
-                  policy="duck-replay", seed=None, config={"traces": True}, pass_=pass_)
-    session = Session(game, writer, max_actions=10**9)
+    path.unlink(missing_ok=True)
+    session = bench_session(_source(games_dir), game_id, path, policy="duck-replay", seed=None,
+                            config={"traces": True}, pass_=pass_)
+    game, writer = session.game, session.writer
     kernel = ReplayKernel(session, KernelConfig(call_timeout_s=timeout_s), trace_caps(turns),
                           time_limit_s=meta.get("time_limit_seconds", 2700.0), deny_read=[games_dir])
     st: dict[str, Any] = {"game_id": game_id, "pass": pass_, "snippets": 0, "counted": 0,
