@@ -30,7 +30,6 @@ RUN_DIR/replay.json, per run and overall:
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import re
 import time
@@ -46,6 +45,7 @@ from duck.config import KernelConfig
 from duck.game.actions import RESET
 from duck.game.source import GameSource, matches
 from duck.lab.replay_caps import RecordedCap, ReplayKernel, trace_caps
+from duck.testing.stub.traces import load_runs, load_trace
 
 _TIMER = re.compile(r"((?:run_elapsed_seconds|time_remaining_seconds)['\"]?\s*[:=]\s*)-?[0-9][0-9.e+-]*")
 _SET = re.compile(r"\{([^{}:]*)\}")
@@ -203,19 +203,9 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 def load_traces(traces_dir: str | Path, only: list[str] | None = None,
                 passes: list[int] | None = None) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
-    traces_dir = Path(traces_dir)
-    metas = [json.loads(line) for line in open(traces_dir / "runs.jsonl")]
-    if only:
-        metas = [m for m in metas if matches(m["game_id"], only)]
-    if passes is not None:
-        metas = [m for m in metas if m["pass"] in passes]
-    turns: dict[tuple[str, int], list[dict[str, Any]]] = {}
-    for gid in sorted({m["game_id"] for m in metas}):
-        with gzip.open(traces_dir / "turns" / f"{gid}.jsonl.gz", "rt") as f:
-            for line in f:
-                t = json.loads(line)
-                turns.setdefault((gid, t["pass"]), []).append(t)
-    return [(m, sorted(turns.get((m["game_id"], m["pass"]), []), key=lambda t: t["turn_index"]))
+    metas = [m for m in load_runs(traces_dir) if (not only or matches(m["game_id"], only))
+             and (passes is None or m["pass"] in passes)]
+    return [(m, sorted(load_trace(traces_dir, m["game_id"], m["pass"]), key=lambda t: t["turn_index"]))
             for m in metas]
 
 

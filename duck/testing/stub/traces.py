@@ -11,6 +11,12 @@ from typing import Any
 from duck.game.actions import parse_display
 
 
+def load_runs(traces: str | Path) -> list[dict[str, Any]]:
+    """The runs of a traces folder (runs.jsonl), in its order."""
+    with open(Path(traces, "runs.jsonl")) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
 def load_trace(traces: str | Path, game: str, pass_: int) -> list[dict[str, Any]]:
     """The turns of one Duck run; `game` is an id or its 4-letter prefix."""
     files = sorted(Path(traces, "turns").glob(f"{game.split('-')[0]}*.jsonl.gz"))
