@@ -35,6 +35,7 @@ import re
 import time
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +50,6 @@ from duck.testing.stub.traces import load_runs, load_trace
 
 _TIMER = re.compile(r"((?:run_elapsed_seconds|time_remaining_seconds)['\"]?\s*[:=]\s*)-?[0-9][0-9.e+-]*")
 _SET = re.compile(r"\{([^{}:]*)\}")
-_SOURCES: dict[str, Any] = {}
 
 
 def normalise(text: str) -> str:
@@ -84,10 +84,9 @@ def categorise(ours: str, rec: str, res: Any) -> str:
     return "other"
 
 
+@cache
 def _source(games_dir: str) -> Any:
-    if games_dir not in _SOURCES:
-        _SOURCES[games_dir] = GameSource.offline(games_dir)
-    return _SOURCES[games_dir]
+    return GameSource.offline(games_dir)  # (one per folder and worker process)
 
 
 def replay_run(meta: dict[str, Any], turns: list[dict[str, Any]], games_dir: str, out_dir: str,
