@@ -17,5 +17,5 @@
 * `cli`      `duck simulate ...` (registered into the duck CLI)
 
 Its thresholds are the config's `scheduler` section (duck/config.py); synthetic runs and a
-scripted worker for tests live in duck/testing/scheduler_fakes.py.
+scripted worker for tests live in tests/scheduler_fakes.py.
 """

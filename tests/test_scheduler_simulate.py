@@ -14,12 +14,13 @@ from duck.cli import main as cli_main
 from duck.config import SchedulerConfig
 from duck.paths import SHARED
 from duck.play.scoring import game_score
-from duck.testing.scheduler_fakes import write_synthetic
 from scheduler import compare, curves, extend, synthetic, traces
 from scheduler.policy import make_policy
 from scheduler.simulate import SCENARIOS, Scenario, simulate
 from scheduler.throughput import Server
 from scheduler.trajectories import DuckGame, draw_duck, score
+
+from scheduler_fakes import write_synthetic
 
 TRACES = SHARED / "duck-traces" / "runs.jsonl"
 PUBLIC_GAMES = SHARED / "public-games.json"

@@ -11,12 +11,13 @@ from pathlib import Path
 import pytest
 
 from duck.config import ModelConfig
+from duck.game.actions import parse_display
 from duck.llm.client import ModelClient
 from duck.lab.replay_caps import RecordedCap, trace_caps
 from duck.testing.stub.models import FixedModel, SolutionModel, TraceModel, action_code, trace_replies
 from duck.testing.stub.server import StubServer
-from duck.testing.stub.render import common_prefix, render
-from duck.testing.stub.traces import display_to_json, recorded_actions
+from duck.testing.stub.render import common_prefix, default_template
+from duck.testing.stub.traces import recorded_actions
 
 ROOT = Path(__file__).resolve().parent.parent
 TRACES = ROOT.parent / "shared" / "duck-traces"
@@ -56,7 +57,7 @@ def test_trace_replies_follow_the_record():
     assert replies[2]["tool_calls"] == [] and replies[2]["finish_reason"] == "stop"  # the Duck's nudge case
     assert json.loads(replies[4]["tool_calls"][0]["arguments"]) == {}  # the malformed call, kept malformed
     assert recorded_actions(SYNTHETIC) == [[1], [1], [0], [6, 9, 3]]
-    assert display_to_json("MOUSE(row=70, col=-2)") == [6, 0, 63]
+    assert parse_display("MOUSE(row=70, col=-2)").to_json() == [6, 0, 63]
 
 
 def test_trace_model_over_http_then_gone():
@@ -74,15 +75,15 @@ def test_render_drops_or_keeps_past_thinking_like_the_template():
              "tool_calls": [{"function": {"name": "python", "arguments": '{"code": "x"}'}}]},
             {"role": "tool", "content": "T1"}, {"role": "user", "content": "U2"},
             {"role": "assistant", "content": "A2", "reasoning": "R2"}, {"role": "tool", "content": "T2"}]
-    dropped, _ = render(msgs, preserve_thinking=False)
-    kept, _ = render(msgs, preserve_thinking=True)
+    dropped, _ = default_template().render(msgs, preserve_thinking=False)
+    kept, _ = default_template().render(msgs, preserve_thinking=True)
     assert "R1" not in dropped and "R2" in dropped  # only after the last user query
     assert "R1" in kept and "<tool_response>\nT1\n</tool_response>" in kept
     assert "<parameter=code>\nx\n</parameter>" in kept
     assert kept.endswith("<|im_start|>assistant\n<think>\n")
     # vLLM 0.33 reads a past reply's reasoning from `reasoning` or `reasoning_content` (0.19 lost the latter).
     only_rc = [dict(m, reasoning_content=m.pop("reasoning")) if "reasoning" in m else m for m in map(dict, msgs)]
-    assert render(only_rc, preserve_thinking=True)[0] == kept
+    assert default_template().render(only_rc, preserve_thinking=True)[0] == kept
 
 
 def test_render_is_the_real_template_and_refuses_what_vllm_refuses():
@@ -94,7 +95,7 @@ def test_render_is_the_real_template_and_refuses_what_vllm_refuses():
                                                "parameters": {"type": "object"}}}]
     img = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
     msgs = [{"role": "system", "content": "S"}, {"role": "user", "content": [{"type": "text", "text": "é"}, img]}]
-    text, images = render(msgs, tools)
+    text, images = default_template().render(msgs, tools)
     # Qwen3.8 puts the default reasoning effort's sentence (xhigh) before the tools; Qwen3.6 has none
     assert text.startswith("<|im_start|>system\nReasoning effort is set to xhigh.")
     assert "\n\n# Tools\n\nYou have access to the following functions" in text
@@ -109,9 +110,9 @@ def test_render_is_the_real_template_and_refuses_what_vllm_refuses():
                                                                "function": {"name": "python",
                                                                             "arguments": '{"code": "s = \''}}]}
     with pytest.raises(HistoryError, match="JSON"):
-        render([{"role": "user", "content": "u"}, bad, {"role": "tool", "content": "t"}])
+        default_template().render([{"role": "user", "content": "u"}, bad, {"role": "tool", "content": "t"}])
     with pytest.raises(HistoryError, match="No user query"):
-        render([{"role": "system", "content": "S"}])
+        default_template().render([{"role": "system", "content": "S"}])
 
 
 def test_prefix_statistics_per_conversation():

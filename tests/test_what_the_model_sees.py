@@ -192,12 +192,12 @@ def test_the_turn_in_the_docs_is_what_the_stub_renders_from_a_run(tmp_path):
     Qwen3.8 template's content format as `openai` and runs them together (the stub renders it
     so). docs/agent.md's example is the stub's rendering of this run, the tool message and the
     turn message after zs01's level 1."""
-    from duck.testing.stub.render import default_template, render
+    from duck.testing.stub.render import default_template
     if not default_template().real:
         pytest.skip("the Qwen3.8 chat template is not in ../shared")
     received, conv, rec, conv_file = _play(BUNDLED, "zs01", [_reply("action(['DOWN', 'LEFT', 'UP', 'RIGHT'])"),
                                                              _reply("print(1)")], tmp_path)
-    text, _ = render(received[1])
+    text, _ = default_template().render(received[1])
     start = text.rindex("<|im_start|>user\n<tool_response>")
     end = text.index("<|im_end|>", text.rindex("Images above")) + len("<|im_end|>")
     doc = re.search(r"```\n(<\|im_start\|>user\n<tool_response>.*?)\n```", (ROOT / "docs" / "agent.md").read_text(),

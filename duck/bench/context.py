@@ -45,8 +45,8 @@ OLD = ["agent.context_tokens=32768", "agent.evict_to=0.5", "model.cut_thinking_c
 def pick_runs(traces: Path, game: str | None, n: int | None) -> list[tuple[str, int]]:
     """Per game, its complete run (every action list known) with the most model requests; the
     `n` longest of those (all 25 by default), or the one of `game` (an id or prefix)."""
-    from duck.testing.stub.traces import load_trace, recorded_actions
-    runs = [json.loads(line) for line in open(traces / "runs.jsonl")]
+    from duck.testing.stub.traces import load_runs, load_trace, recorded_actions
+    runs = load_runs(traces)
     best: dict[str, tuple[int, int]] = {}
     for r in sorted(runs, key=lambda r: (-r["n_model_responses"], r["game_id"], r["pass"])):
         g = r["game_id"]
@@ -95,11 +95,10 @@ def replay(traces: Path, games: Path, game: str, pass_: int, cfg: Any, out: Path
     from duck.play.record import read_record
     from duck.play.session import play_game
     from duck.testing.stub.models import TraceModel
-    from duck.testing.stub.traces import load_trace, recorded_actions
+    from duck.testing.stub.traces import load_runs, load_trace, recorded_actions
 
     turns = load_trace(traces, game, pass_)[:turns_limit]
-    run_info = next(r for r in map(json.loads, open(traces / "runs.jsonl"))
-                    if r["game_id"] == game and r["pass"] == pass_)
+    run_info = next(r for r in load_runs(traces) if r["game_id"] == game and r["pass"] == pass_)
     expected = recorded_actions(turns, run_info if turns_limit is None else None)
     timings: list[dict[str, float]] = []
 

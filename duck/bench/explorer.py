@@ -40,11 +40,12 @@ import statistics
 import sys
 import tempfile
 import time
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 from duck.config import ConfigError, ExplorerConfig, parse_value, validate
-from duck.bench.explorer_arms import ROOT, BaselineCheckout, JobResult, game_dirs, interleave, run_jobs
+from duck.bench.explorer_arms import ROOT, JobResult, checkout, game_dirs, interleave, run_jobs
 from duck.play.record import Record, read_records
 from duck.play.scoring import write_score
 
@@ -64,10 +65,6 @@ def record_whole_game_resets(rec: Record) -> int:
     return n
 
 
-def whole_game_resets(run_dir: Path) -> int:
-    return sum(record_whole_game_resets(rec) for rec in read_records(run_dir))
-
-
 def _collect(results: list[JobResult], arm: str, seeds: list[int], out: Path) -> dict[int, dict]:
     """Move each job's record into out/<arm>/seed<N>/records and score each seed folder."""
     per_seed: dict[int, dict] = {}
@@ -79,7 +76,7 @@ def _collect(results: list[JobResult], arm: str, seeds: list[int], out: Path) ->
                 shutil.move(str(r.job.record), run_dir / "records" / r.job.record.name)
         shutil.rmtree(run_dir / "jobs", ignore_errors=True)
         doc = write_score(run_dir) if any((run_dir / "records").glob("*.jsonl")) else {"games": {}}
-        doc["whole_game_resets"] = whole_game_resets(run_dir)
+        doc["whole_game_resets"] = sum(record_whole_game_resets(rec) for rec in read_records(run_dir))
         per_seed[seed] = doc
     return per_seed
 
@@ -173,32 +170,23 @@ def run(games: str, seeds: list[int], max_actions: int, workers: int, out: Path,
     if not dirs:
         raise SystemExit(f"no games found under {games}")
     t0 = time.monotonic()
-    checkout = BaselineCheckout(baseline) if baseline else None
-    pinned = BaselineCheckout(ref) if ref else None
-    arms = {"current": ROOT}
-    try:
-        if pinned is not None:
-            arms["current"] = pinned.__enter__()
-        if checkout is not None:
-            arms["baseline"] = checkout.__enter__()
+    arms, commits = {"current": ROOT}, {}
+    with ExitStack() as trees:
+        for arm, r in (("current", ref), ("baseline", baseline)):
+            if r:
+                arms[arm], commits[arm] = trees.enter_context(checkout(r))
         jobs = list(interleave(arms, seeds, dirs, out, {"current": options or {}}))
         results = run_jobs(jobs, max_actions, workers, game_seconds)
-    finally:
-        for c in (checkout, pinned):
-            if c is not None:
-                c.__exit__(None, None, None)
     seconds = time.monotonic() - t0
     docs = {arm: summarize(_collect(results, arm, seeds, out), seeds,
                            [r for r in results if r.job.arm == arm], max_actions, seconds)
             for arm in arms}
     doc = docs["current"]
-    if pinned is not None:
-        doc["ref"], doc["commit"] = ref, pinned.commit
-    if checkout is not None:
-        base = docs["baseline"]
-        base["ref"] = baseline
-        base["commit"] = checkout.commit
-        doc["baseline"] = base
+    if ref:
+        doc["ref"], doc["commit"] = ref, commits["current"]
+    if baseline:
+        base = doc["baseline"] = docs["baseline"]
+        base["ref"], base["commit"] = baseline, commits["baseline"]
         c, b = doc["overall"], base["overall"]
         doc["ratio"] = {k: _ratio(c[k], b[k]) for k in
                         ("mean_levels", "mean_level1_games", "mean_score", "actions_per_level")}

@@ -24,6 +24,7 @@ import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
@@ -110,39 +111,27 @@ def run_jobs(jobs: list[Job], max_actions: int, workers: int,
         return list(pool.map(one, jobs))
 
 
-class BaselineCheckout:
-    """`with BaselineCheckout(ref) as root:` a detached worktree of `ref` of this
+@contextmanager
+def checkout(ref: str, repo: Path = ROOT) -> Iterator[tuple[Path, str]]:
+    """`with checkout(ref) as (root, commit):` a detached worktree of `ref` of this
     repository, removed (with its administrative files) on exit."""
-
-    def __init__(self, ref: str, repo: Path = ROOT) -> None:
-        self.ref = ref
-        self.repo = repo
-        self.tmp: Path | None = None
-        self.path: Path | None = None
-        self.commit = ""
-
-    def __enter__(self) -> Path:
-        self.tmp = Path(tempfile.mkdtemp(prefix="bench-baseline-"))
-        self.path = self.tmp / "tree"
-        try:
-            self.commit = subprocess.run(
-                ["git", "-C", str(self.repo), "rev-parse", "--verify", f"{self.ref}^{{commit}}"],
-                check=True, capture_output=True, text=True).stdout.strip()
-            subprocess.run(["git", "-C", str(self.repo), "worktree", "add", "--detach",
-                            str(self.path), self.commit], check=True, capture_output=True, text=True)
-        except subprocess.CalledProcessError as e:
-            shutil.rmtree(self.tmp, ignore_errors=True)
-            raise SystemExit(f"baseline {self.ref!r}: {(e.stderr or '').strip() or e}") from None
-        return self.path
-
-    def __exit__(self, *exc: Any) -> None:
-        if self.path is not None:
-            subprocess.run(["git", "-C", str(self.repo), "worktree", "remove", "--force",
-                            str(self.path)], capture_output=True, text=True)
-            subprocess.run(["git", "-C", str(self.repo), "worktree", "prune"],
-                           capture_output=True, text=True)
-        if self.tmp is not None:
-            shutil.rmtree(self.tmp, ignore_errors=True)
+    tmp = Path(tempfile.mkdtemp(prefix="bench-baseline-"))
+    path = tmp / "tree"
+    try:
+        commit = subprocess.run(["git", "-C", str(repo), "rev-parse", "--verify", f"{ref}^{{commit}}"],
+                                check=True, capture_output=True, text=True).stdout.strip()
+        subprocess.run(["git", "-C", str(repo), "worktree", "add", "--detach", str(path), commit],
+                       check=True, capture_output=True, text=True)
+    except subprocess.CalledProcessError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise SystemExit(f"baseline {ref!r}: {(e.stderr or '').strip() or e}") from None
+    try:
+        yield path, commit
+    finally:
+        subprocess.run(["git", "-C", str(repo), "worktree", "remove", "--force", str(path)],
+                       capture_output=True, text=True)
+        subprocess.run(["git", "-C", str(repo), "worktree", "prune"], capture_output=True, text=True)
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def interleave(arms: dict[str, Path], seeds: list[int], games: dict[str, Path], out: Path,

@@ -22,6 +22,7 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from duck.paths import BUNDLED_GAMES, PUBLIC_GAMES
 from duck.game.actions import MODEL_NAMES, RESET, Action
@@ -78,13 +79,20 @@ def _warm_up(source: GameSource, gid: str, acts: list[Action], kernel: Kernel) -
     kernel.run(WARM_UP)
 
 
+def bench_session(source: GameSource, game_id: str, path: Path, max_actions: int = 10**9, *, policy: str = "bench",
+                  seed: int | None = 0, **header: Any) -> Session:
+    """A session on a new game of `source`, recorded at `path` (the benchmarks' and `duck replay`'s)."""
+    game = source.make(game_id)
+    writer = RecordWriter(path)
+    writer.header(game_id=game_id, title=game.title, baselines=game.baselines, obs=game.obs, policy=policy, seed=seed,
+                  **header)
+    return Session(game, writer, max_actions=max_actions)
+
+
 def _filled(source: GameSource, gid: str, acts: list[Action], length: int, tmp: str) -> Kernel:
     """A kernel whose game has `length` actions of history (RESET after GAME_OVER)."""
-    game = source.make(gid)
-    writer = RecordWriter(Path(tmp) / f"bench-{length}.jsonl")
-    writer.header(game_id=gid, title=game.title, baselines=game.baselines, obs=game.obs,
-                  policy="bench", seed=0)
-    session = Session(game, writer, max_actions=10**9)
+    session = bench_session(source, gid, Path(tmp) / f"bench-{length}.jsonl")
+    game = session.game
     kernel = Kernel(session)
     kernel.start()
     _warm_up(source, gid, acts, kernel)

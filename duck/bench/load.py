@@ -62,8 +62,8 @@ class Repeats:
         return self.source.make(game_id.split("~")[0])
 
 
-def game_list(source: GameSource, n: int) -> list[str]:
-    ids = source.game_ids()
+def game_list(source: GameSource, n: int, only: list[str] | None = None) -> list[str]:
+    ids = source.game_ids(only)
     return [ids[i % len(ids)] + (f"~{i // len(ids)}" if i >= len(ids) else "") for i in range(n)]
 
 

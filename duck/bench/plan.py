@@ -64,20 +64,14 @@ def in_process(states: int) -> dict:
 
 
 def in_kernel(states: int) -> dict:
+    from duck.bench.kernel import bench_session
     from duck.game.source import GameSource
-    from duck.play.record import RecordWriter
-    from duck.play.session import Session
     from duck.sandbox.host import Kernel
 
     source = GameSource.offline(GAMES)
-    game_id = source.game_ids(["zs01"])[0]
-    game = source.make(game_id)
-    game.reset()
     with tempfile.TemporaryDirectory() as d:
-        writer = RecordWriter(Path(d) / "bench.jsonl")
-        writer.header(game_id=game_id, title=game.title, baselines=game.baselines, obs=game.obs, policy="bench",
-                      seed=0, config=None)
-        with Kernel(Session(game, writer, max_actions=10), tools=True) as kernel:
+        session = bench_session(source, source.game_ids(["zs01"])[0], Path(d) / "bench.jsonl", 10)
+        with Kernel(session, tools=True) as kernel:
             code = SIMULATOR + (f"p = plan(step, START, is_goal, list(MOVES), max_states={states}, max_seconds=25)\n"
                                 "result = {k: p[k] for k in ('expanded', 'states', 'seconds', 'reason')}")
             r = kernel.run(code, timeout_s=30)

@@ -73,7 +73,7 @@ from duck.config import load_config
 from duck.sandbox import isolation as sandbox_isolation
 from duck.game.gateway import free_port
 from duck.kaggle.inputs import check_driver, lock_driver_requirement
-from duck.lab import offline
+from duck.lab import offline, operating
 from duck.lab.operating import LIMITS, checks, play
 from duck.lab.soak import soak, start_rung
 from duck.paths import BUNDLED_GAMES, REPO
@@ -201,22 +201,9 @@ def doctor(cfg: Any, out: Path, games: Path, only: list[str] | None, seconds: fl
         step(steps, "vllm_log", lambda: offline.scan_logs([out / "vllm.log"]))
     step(steps, "isolation", isolation)
     p = steps.get("play") or steps.get("soak") or {}
-    figures = {
-        "boot_s": steps["serve"].get("boot_s"),
-        "decode_tokens_per_s": p.get("decode_tokens_per_s"),
-        "decode_tokens_per_s_per_stream": p.get("decode_tokens_per_s_per_stream"),
-        "prefix_cache_hit_rate": p.get("prefix_cache_hit_rate"),
-        "tool_call_failure_rate": p.get("tool_call_failure_rate"),
-        "empty_tool_calls": p.get("empty_tool_calls"),
-        "mtp": p.get("mtp"),
-        "mtp_drafted": cfg.model.serve.mtp_tokens,
-        "streams": p.get("streams"),
-        "median_model_latency_s": p.get("median_model_latency_s"),
-        "kv_cache_tokens": (p.get("metrics_after") or {}).get("kv_cache_tokens"),
-        "kv_cache_tokens_planned": cfg.plan.kv_tokens,
-        "harness_share": p.get("harness_share"),
-        "isolation": steps["isolation"].get("layers", "unknown"),
-    }
+    figures = operating.figures(p, steps["serve"].get("boot_s"), cfg.model.serve.mtp_tokens) | {
+        "streams": p.get("streams"), "kv_cache_tokens_planned": cfg.plan.kv_tokens,
+        "harness_share": p.get("harness_share"), "isolation": steps["isolation"].get("layers", "unknown")}
     verdicts = checks(figures, streams, limits)
     doc = {"ok": all(s.get("ok") for s in steps.values()) and ("play" in steps or "soak" in steps)
            and all(c["ok"] for c in verdicts.values()),

@@ -29,14 +29,12 @@ def play(cfg: Any, url: str, games: Path, only: list[str] | None, seconds: float
     """`n` games at once through the scheduler's runner, the agent (no fallback) and the
     kernel; fewer games than `n` are repeated (a repeat is a conversation of its own)."""
     # (Here, not at the top: the policies bring the model client, which `duck --help` needs not.)
-    from duck.bench.load import Repeats, copy_index
+    from duck.bench.load import Repeats, copy_index, game_list
     from duck.policies import make_policy
     from scheduler.policy import make_policy as make_schedule
     from scheduler.runner import run_schedule
-    base = GameSource.offline(games)
-    chosen = base.game_ids(only)
-    ids = [chosen[i % len(chosen)] + (f"~{i // len(chosen)}" if i >= len(chosen) else "") for i in range(n)]
-    source = Repeats(base)
+    source = Repeats(GameSource.offline(games))
+    ids = game_list(source.source, n, only)
     records = out / "records"
     records.mkdir(parents=True, exist_ok=True)
     for old in records.glob("*.jsonl"):
@@ -53,22 +51,39 @@ def play(cfg: Any, url: str, games: Path, only: list[str] | None, seconds: float
     s = summarize(recs)
     d = vllm_metrics.delta(before, after)
     rows = [c for r in recs for c in calls(r)]
-    per_stream = [c["completion_tokens"] / (c["latency_s"] - c["first_token_s"]) for c in rows
-                  if c["completion_tokens"] and c["first_token_s"] is not None and c["latency_s"] > c["first_token_s"]]
     return {"ok": s["calls"] > 0 and all(x["actions"] > 0 for x in s["per_game"].values()),
             "games": {k: {kk: v[kk] for kk in ("actions", "turns", "calls")} for k, v in s["per_game"].items()},
             "wall_s": round(wall, 1), "calls": s["calls"], "errors": s["errors"],
             "error_messages": s["error_messages"], "metrics_delta": d, "metrics_after": after,
-            "decode_tokens_per_s": round(d["generation_tokens"] / wall, 1) if d.get("generation_tokens") else None,
+            **rates(d, wall, rows),
+            "records_cache_hit_rate": round(s["cached_tokens"] / s["prompt_tokens"], 4) if s["prompt_tokens"] else None,
+            "tool_call_failure_rate": s["tool_call_failure_rate"],
+            "empty_tool_calls": sum(c.get("empty") or 0 for c in rows), "streams": len(ids),
+            "median_model_latency_s": s["model_latency_s"]["median"],
+            "harness_share": s["harness_share"], "max_ready_wait_s": s["max_ready_wait_s"]}
+
+
+def rates(d: dict[str, Any], wall: float, calls: list[dict[str, Any]]) -> dict[str, Any]:
+    """The server's figures over `wall` seconds from its /metrics delta `d` (decode tokens/s, the
+    prefix-cache hit rate, MTP's acceptance) and the median decode tokens/s of one stream over
+    `calls` (each with `completion_tokens`, `latency_s`, `first_token_s`)."""
+    per_stream = [c["completion_tokens"] / (c["latency_s"] - c["first_token_s"]) for c in calls
+                  if c["completion_tokens"] and c["first_token_s"] is not None and c["latency_s"] > c["first_token_s"]]
+    return {"decode_tokens_per_s": round(d["generation_tokens"] / wall, 1) if d.get("generation_tokens") else None,
             "decode_tokens_per_s_per_stream": round(statistics.median(per_stream), 1) if per_stream else None,
             "prefix_cache_hit_rate": (round(d["prefix_cache_hits"] / d["prefix_cache_queries"], 4)
                                       if d.get("prefix_cache_queries") else None),
-            "records_cache_hit_rate": round(s["cached_tokens"] / s["prompt_tokens"], 4) if s["prompt_tokens"] else None,
-            "tool_call_failure_rate": s["tool_call_failure_rate"],
-            "empty_tool_calls": sum(c.get("empty") or 0 for c in rows),
-            "mtp": vllm_metrics.mtp(d), "streams": len(ids),
-            "median_model_latency_s": s["model_latency_s"]["median"],
-            "harness_share": s["harness_share"], "max_ready_wait_s": s["max_ready_wait_s"]}
+            "mtp": vllm_metrics.mtp(d)}
+
+
+FIGURES = ("decode_tokens_per_s", "decode_tokens_per_s_per_stream", "prefix_cache_hit_rate", "tool_call_failure_rate",
+           "empty_tool_calls", "mtp", "median_model_latency_s")
+
+
+def figures(p: dict[str, Any], boot_s: float | None, mtp_drafted: int) -> dict[str, Any]:
+    """The figures `checks` reads, from a play's (or a soak's) result `p`."""
+    return {"boot_s": boot_s, **{k: p.get(k) for k in FIGURES},
+            "kv_cache_tokens": (p.get("metrics_after") or {}).get("kv_cache_tokens"), "mtp_drafted": mtp_drafted}
 
 
 # The field's operating points (FIELD §4): what a ready GPU machine reaches.

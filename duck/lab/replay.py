@@ -30,27 +30,26 @@ RUN_DIR/replay.json, per run and overall:
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import re
 import time
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
+from functools import cache
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from duck.bench.kernel import bench_session
 from duck.config import KernelConfig
 from duck.game.actions import RESET
 from duck.game.source import GameSource, matches
 from duck.lab.replay_caps import RecordedCap, ReplayKernel, trace_caps
-from duck.play.record import RecordWriter
-from duck.play.session import Session
+from duck.testing.stub.traces import load_runs, load_trace
 
 _TIMER = re.compile(r"((?:run_elapsed_seconds|time_remaining_seconds)['\"]?\s*[:=]\s*)-?[0-9][0-9.e+-]*")
 _SET = re.compile(r"\{([^{}:]*)\}")
-_SOURCES: dict[str, Any] = {}
 
 
 def normalise(text: str) -> str:
@@ -85,25 +84,20 @@ def categorise(ours: str, rec: str, res: Any) -> str:
     return "other"
 
 
+@cache
 def _source(games_dir: str) -> Any:
-    if games_dir not in _SOURCES:
-        _SOURCES[games_dir] = GameSource.offline(games_dir)
-    return _SOURCES[games_dir]
+    return GameSource.offline(games_dir)  # (one per folder and worker process)
 
 
 def replay_run(meta: dict[str, Any], turns: list[dict[str, Any]], games_dir: str, out_dir: str,
                timeout_s: float = 30.0) -> dict[str, Any]:
     """Replay one game-run; returns its statistics (JSON-safe)."""
     game_id, pass_ = meta["game_id"], meta["pass"]
-    src = _source(games_dir)
-    game = src.make(game_id)
     path = Path(out_dir) / "records" / f"{game_id}_p{pass_}.jsonl"
-    if path.exists():
-        path.unlink()
-    writer = RecordWriter(path)
-    writer.header(game_id=game_id, title=game.title, baselines=game.baselines, obs=game.obs,
-                  policy="duck-replay", seed=None, config={"traces": True}, pass_=pass_)
-    session = Session(game, writer, max_actions=10**9)
+    path.unlink(missing_ok=True)
+    session = bench_session(_source(games_dir), game_id, path, policy="duck-replay", seed=None,
+                            config={"traces": True}, pass_=pass_)
+    game, writer = session.game, session.writer
     kernel = ReplayKernel(session, KernelConfig(call_timeout_s=timeout_s), trace_caps(turns),
                           time_limit_s=meta.get("time_limit_seconds", 2700.0), deny_read=[games_dir])
     st: dict[str, Any] = {"game_id": game_id, "pass": pass_, "snippets": 0, "counted": 0,
@@ -208,19 +202,9 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 def load_traces(traces_dir: str | Path, only: list[str] | None = None,
                 passes: list[int] | None = None) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
-    traces_dir = Path(traces_dir)
-    metas = [json.loads(line) for line in open(traces_dir / "runs.jsonl")]
-    if only:
-        metas = [m for m in metas if matches(m["game_id"], only)]
-    if passes is not None:
-        metas = [m for m in metas if m["pass"] in passes]
-    turns: dict[tuple[str, int], list[dict[str, Any]]] = {}
-    for gid in sorted({m["game_id"] for m in metas}):
-        with gzip.open(traces_dir / "turns" / f"{gid}.jsonl.gz", "rt") as f:
-            for line in f:
-                t = json.loads(line)
-                turns.setdefault((gid, t["pass"]), []).append(t)
-    return [(m, sorted(turns.get((m["game_id"], m["pass"]), []), key=lambda t: t["turn_index"]))
+    metas = [m for m in load_runs(traces_dir) if (not only or matches(m["game_id"], only))
+             and (passes is None or m["pass"] in passes)]
+    return [(m, sorted(load_trace(traces_dir, m["game_id"], m["pass"]), key=lambda t: t["turn_index"]))
             for m in metas]
 
 

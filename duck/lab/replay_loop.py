@@ -23,7 +23,7 @@ from duck.play.session import play_game
 from duck.policies import make_policy
 from duck.testing.stub.models import TraceModel
 from duck.testing.stub.server import StubServer
-from duck.testing.stub.traces import load_trace, recorded_actions, same_actions
+from duck.testing.stub.traces import load_runs, load_trace, recorded_actions, same_actions
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ def replay_check(traces: str | Path, games_dir: str | Path, out: str | Path,
     cfg = load_config(overrides=["agent.fallback=null"])
     source = GameSource.offline(games_dir)
     have = {g.game_id for g in source.games()}
-    all_runs = [json.loads(line) for line in open(Path(traces, "runs.jsonl"))]
+    all_runs = load_runs(traces)
     result: dict[str, Any] = {"games": {}}
     for game_id in sorted({r["game_id"] for r in all_runs}):
         if game_id not in have or (only and not matches(game_id, only)):

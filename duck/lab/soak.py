@@ -40,6 +40,7 @@ import numpy as np
 
 from duck.agent.turn import image_part, python_tool, system_prompt
 from duck.game.frames import grid_png
+from duck.lab.operating import rates
 from duck.llm import metrics as vllm_metrics
 from duck.llm.client import ContextOverflow, ModelClient, ModelError
 from duck.paths import SHARED
@@ -174,18 +175,12 @@ def soak(cfg: Any, url: str, minutes: float, out: Path, streams: int = 10,
 def summarize(tally: Tally, d: dict[str, Any], wall: float, minutes: float, streams: int, crashed: bool,
               source: str, out: Path) -> dict[str, Any]:
     calls = tally.calls
-    per_stream = [c["completion_tokens"] / (c["latency_s"] - c["first_token_s"]) for c in calls
-                  if c["completion_tokens"] and c["first_token_s"] is not None and c["latency_s"] > c["first_token_s"]]
     failed_tools = sum(1 for c in calls if not c["tool_calls"] or c["dropped_calls"] or c["empty_calls"])
     doc = {"ok": not crashed and not tally.errors and bool(calls) and wall >= minutes * 60 * 0.95,
            "minutes": minutes, "wall_s": round(wall, 1), "streams": streams, "shapes": source,
            "requests": len(calls), "conversations": tally.conversations, "crashed": crashed,
            "errors": len(tally.errors), "error_messages": tally.errors[:5], "metrics_delta": d,
-           "decode_tokens_per_s": round(d["generation_tokens"] / wall, 1) if d.get("generation_tokens") else None,
-           "decode_tokens_per_s_per_stream": round(statistics.median(per_stream), 1) if per_stream else None,
-           "prefix_cache_hit_rate": (round(d["prefix_cache_hits"] / d["prefix_cache_queries"], 4)
-                                     if d.get("prefix_cache_queries") else None),
-           "mtp": vllm_metrics.mtp(d), "tool_call_failure_rate": round(failed_tools / len(calls), 4) if calls else None,
+           **rates(d, wall, calls), "tool_call_failure_rate": round(failed_tools / len(calls), 4) if calls else None,
            "empty_tool_calls": sum(c["empty_calls"] for c in calls),
            "median_prompt_tokens": statistics.median([c["prompt_tokens"] or 0 for c in calls]) if calls else None,
            "max_prompt_tokens": max((c["prompt_tokens"] or 0 for c in calls), default=None),

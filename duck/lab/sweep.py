@@ -65,11 +65,7 @@ def _point(scfg: Any, server_url: str, boot_s: float, games: Path, only: list[st
            out: Path, n: int, ctx: int, limits: dict[str, float], alive: Any) -> dict[str, Any]:
     pcfg = with_values(scfg, {"scheduler.slots": n, "agent.context_tokens": ctx})
     p = dr.play(pcfg, server_url, games, only, minutes * 60, out, n=n)
-    figures = {"boot_s": boot_s, **{k: p.get(k) for k in (
-        "decode_tokens_per_s", "decode_tokens_per_s_per_stream", "prefix_cache_hit_rate",
-        "tool_call_failure_rate", "empty_tool_calls", "mtp", "median_model_latency_s")},
-        "kv_cache_tokens": (p.get("metrics_after") or {}).get("kv_cache_tokens"),
-        "mtp_drafted": scfg.model.serve.mtp_tokens}
+    figures = dr.figures(p, boot_s, scfg.model.serve.mtp_tokens)
     verdicts = dr.checks(figures, n, limits)
     stable = bool(p.get("ok")) and not p.get("errors") and alive()
     return {"figures": figures, "checks": verdicts, "errors": p.get("errors"), "stable": stable,

@@ -11,8 +11,8 @@ the notebook waiting for a slow gateway, ...).
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -224,9 +224,8 @@ def _check_parked(rep: Report, summary: dict[str, Any], records: dict[str, Any])
 
 def _epoch(iso: str | None) -> float | None:
     """A record header's `started` (UTC, to the second) as seconds since the epoch."""
-    import calendar
     try:
-        return float(calendar.timegm(time.strptime(iso or "", "%Y-%m-%dT%H:%M:%SZ")))
+        return datetime.fromisoformat(iso or "").timestamp()
     except ValueError:
         return None
 

@@ -71,11 +71,6 @@ class LatencyModel:
         """What one streamed chunk carries: the stream interval, or one engine step if more."""
         return max(float(self.chunk_tokens), self.step_tokens)
 
-    @classmethod
-    def for_plan(cls, plan: Any, **kwargs: Any) -> "LatencyModel":
-        """The model of a serving profile's memory plan (its slots and KV pool)."""
-        return cls(**{"max_num_seqs": plan.max_num_seqs, "kv_tokens": plan.kv_tokens, **kwargs})
-
     def total_tps(self, streams: int) -> float:
         """Tokens per second the server generates while `streams` decode together."""
         return self.decode_tps_1 * max(1, streams) ** self.decode_exponent

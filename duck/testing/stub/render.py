@@ -1,7 +1,7 @@
 """Prompt rendering for the stub server: the model's real chat template, as vLLM applies it.
 
-`render(messages, tools, preserve_thinking, thinking)` gives the prompt text vLLM would feed
-the model, and its image count, so that duck.testing.stub.server counts prompt tokens and
+`ChatTemplate.render(messages, tools, preserve_thinking, thinking)` gives the prompt text vLLM
+would feed the model, and its image count, so that duck.testing.stub.server counts prompt tokens and
 emulates the prefix cache on the real layout:
 
 * the template is the served model's, read at run time: by default Qwen3.8's
@@ -204,12 +204,6 @@ def default_template() -> ChatTemplate:
     if key not in _DEFAULT:
         _DEFAULT[key] = ChatTemplate()
     return _DEFAULT[key]
-
-
-def render(messages: list[dict[str, Any]], tools: list[dict] | None = None,
-           preserve_thinking: bool | None = None, thinking: bool = True) -> tuple[str, int]:
-    """The prompt as vLLM renders it with the default template (see ChatTemplate.render)."""
-    return default_template().render(messages, tools, preserve_thinking, thinking)
 
 
 def image_hashes(messages: list[dict[str, Any]]) -> list[str]:

@@ -11,6 +11,12 @@ from typing import Any
 from duck.game.actions import parse_display
 
 
+def load_runs(traces: str | Path) -> list[dict[str, Any]]:
+    """The runs of a traces folder (runs.jsonl), in its order."""
+    with open(Path(traces, "runs.jsonl")) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
 def load_trace(traces: str | Path, game: str, pass_: int) -> list[dict[str, Any]]:
     """The turns of one Duck run; `game` is an id or its 4-letter prefix."""
     files = sorted(Path(traces, "turns").glob(f"{game.split('-')[0]}*.jsonl.gz"))
@@ -23,27 +29,22 @@ def load_trace(traces: str | Path, game: str, pass_: int) -> list[dict[str, Any]
     return turns
 
 
-def display_to_json(display: str) -> list[int]:
-    """`MOUSE(row=R, col=C)` → [6, C, R]; `UP` → [1] (the record's action encoding)."""
-    return parse_display(display).to_json()
-
-
 def recorded_actions(turns: list[dict[str, Any]], run: dict[str, Any] | None = None,
                      partial: bool = False) -> list[list[int] | None] | None:
-    """The run's full action sequence. A call whose list is incomplete (transcript-derived:
+    """The run's full action sequence, in the record's encoding (`MOUSE(row=R, col=C)` → [6, C, R]). A call whose list is incomplete (transcript-derived:
     only its first names are known) makes this None, or with `partial`, contributes its
     known names followed by one None per unknown action."""
     out: list[list[int] | None] = []
     for t in turns:
-        out += [display_to_json(a) for a in t.get("pre_turn_auto_actions") or []]
+        out += [parse_display(a).to_json() for a in t.get("pre_turn_auto_actions") or []]
         for c in t.get("calls", []):
-            known = [display_to_json(a) for a in c.get("actions") or []]
+            known = [parse_display(a).to_json() for a in c.get("actions") or []]
             if c.get("actions_complete") is False:
                 if not partial:
                     return None
                 known += [None] * (int(c.get("n_actions", len(known))) - len(known))
             out += known
-    out += [display_to_json(a) for a in (run or {}).get("trailing_auto_actions") or []]
+    out += [parse_display(a).to_json() for a in (run or {}).get("trailing_auto_actions") or []]
     return out
 
 

@@ -1,8 +1,6 @@
-"""Test doubles for the scheduler: synthetic recorded runs, and a scripted game worker.
-
-Why here and not under tests/: the simulator and the runner are tested from several test
-files, and a worker that honours the play_game contract on a virtual clock is also the
-simplest way to try a policy by hand (`run_schedule(..., worker=ScriptedWorker(...))`).
+"""Test doubles for the scheduler: synthetic recorded runs (tests/test_scheduler_simulate.py),
+and a scripted game worker that honours the play_game contract on a virtual clock
+(tests/test_scheduler_runner.py: the real worker needs real games and a model, and real time).
 """
 
 from __future__ import annotations
