@@ -75,7 +75,7 @@ class WorkerProcess:
         self.proc = self.worker.proc
         layers = process.ready(self.worker, uid)
         if layers is None:
-            log = self._worker_log()
+            log = process.last_error_line(self.worker)
             self.kill()
             raise RuntimeError(f"the kernel worker did not start{': ' + log if log else ''}")
         if layers != self.layers:  # the first start, or a restart that got other layers
@@ -83,9 +83,6 @@ class WorkerProcess:
             self.layers = layers
         self.tmpfs = layers.get("disk_quota", "").startswith("on: tmpfs")
         self._watch()
-
-    def _worker_log(self) -> str:
-        return process.last_error_line(self.worker) if self.worker else ""
 
     def send(self, msg: dict[str, Any], blob: bytes = b"", deadline: float | None = None) -> None:
         """Write to the worker; a worker that does not read by `deadline` (at most
