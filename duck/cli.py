@@ -80,9 +80,9 @@ class Parser(argparse.ArgumentParser):
 
 def _play(args: argparse.Namespace) -> int:
     # Here, not at the top: the run brings the toolkit and the policies.
-    from duck.config import load_config, with_values
     from duck.run import RunError, play_folder
     from duck.run.interrupt import EXIT_INTERRUPTED as INTERRUPTED
+    from duck.run.summary import after_play
     if args.resume:
         given = [flag for flag, v in (("--games", args.games), ("--policy", args.policy), ("--seed", args.seed),
                                       ("--max-actions", args.max_actions), ("--config", args.config),
@@ -92,12 +92,20 @@ def _play(args: argparse.Namespace) -> int:
             raise BadInput(f"--resume plays with the run's own config (its run.json): drop {', '.join(given)}")
         if args.out is None:
             raise BadInput("--resume needs --out RUN: the run folder to finish")
-        try:
-            doc = play_folder(None, args.out, resume=True, workers=args.workers, policy_changed_ok=args.policy_changed_ok,
-                              model_urls=_urls(args.model_url), interactive=True, command=["duck", *sys.argv[1:]])
-        except RunError as e:
-            raise BadInput(str(e)) from None
-        return _after_play(args, doc, INTERRUPTED)
+        where, kw = (None, args.out), dict(resume=True, workers=args.workers, policy_changed_ok=args.policy_changed_ok,
+                                           model_urls=_urls(args.model_url))
+    else:
+        where, kw = _fresh(args), dict(games=args.only, overwrite=args.overwrite)
+    try:
+        doc = play_folder(*where, **kw, interactive=True, command=["duck", *sys.argv[1:]])
+    except RunError as e:
+        raise BadInput(str(e)) from None
+    return after_play(args.out, doc, as_json=args.json, verbose=args.verbose, interrupted_code=INTERRUPTED)
+
+
+def _fresh(args: argparse.Namespace) -> tuple[str, str, Any]:
+    """A new run's (games folder, run folder, config): the config with the flags over it."""
+    from duck.config import load_config, with_values
     cfg = load_config(args.config, args.set)
     # The flags replace the config's values; with a model URL and no --policy, the model plays.
     values: dict[str, Any] = {f"play.{k}": getattr(args, k) for k in ("seed", "max_actions", "workers")
@@ -115,12 +123,7 @@ def _play(args: argparse.Namespace) -> int:
         raise BadInput("--policy-changed-ok goes with --resume")
     if args.out is None:
         args.out = _default_out(cfg.play.policy)
-    try:
-        doc = play_folder(args.games or cfg.play.games_dir, args.out, cfg, games=args.only,
-                          overwrite=args.overwrite, interactive=True, command=["duck", *sys.argv[1:]])
-    except RunError as e:
-        raise BadInput(str(e)) from None
-    return _after_play(args, doc, INTERRUPTED)
+    return args.games or cfg.play.games_dir, args.out, cfg
 
 
 def _urls(value: str | None) -> list[str]:
@@ -132,11 +135,6 @@ def _urls(value: str | None) -> list[str]:
     if bad:
         raise BadInput(f"--model-url {', '.join(bad)}: not an http(s):// URL")
     return urls
-
-
-def _after_play(args: argparse.Namespace, doc: dict, interrupted_code: int) -> int:
-    from duck.run.summary import after_play
-    return after_play(args.out, doc, as_json=args.json, verbose=args.verbose, interrupted_code=interrupted_code)
 
 
 def _default_out(policy: str) -> str:

@@ -214,7 +214,7 @@ class FallbackPolicy:
         self.on_fallback = on_fallback
 
     def play(self, session: Any) -> None:
-        if self.health is None or self.health.ok() or self.health.coming_back():
+        if self.health is None or not self.health.down() or self.health.coming_back():
             try:  # (a model game parks while the server is coming back: duck.agent.loop, Parking)
                 self.llm().play(session)
                 return
@@ -257,7 +257,7 @@ class Parking:
         kernel and context as they were); False when it cannot come back in time (the
         explorer's turn). Raises PlayStopped when the game must end meanwhile."""
         h = self.health
-        if h.ok():  # this game's requests failed: is the server down, or only this game?
+        if not h.down():  # this game's requests failed: is the server down, or only this game?
             if self.probe is None or self.probe():
                 return False  # it answers: the failure is this game's
             h.mark_down(f"no answer to a probe after: {why}"[:500], quiet=True, coming_back=self.wait_s != 0)

@@ -323,24 +323,22 @@ def plan(name: str = DEFAULT_PROFILE, *, model_path: str | None = None, gpu_mib:
     next request resumes there; each game between requests holds that page beside the one
     its running request writes. 1 is this plan's assumption; `duck doctor` reads the real pool."""
     p = get(name)
+    context = context_tokens or window or p.window
+    # The output cap: the profile's, but never more than a quarter of a smaller budget (an
+    # A/B at 32K, a test at 8K), so that a prompt always has room.
+    output = output_tokens or min(p.output_tokens, context // 4)
+    problems = [f"the output cap ({output}) leaves no room for a prompt in {context} tokens"] if output >= context else []
     if p.hosted:
-        return _hosted_plan(p, window, context_tokens, output_tokens, slots, low_water, kernel_disk_mb)
+        return _hosted_plan(p, window or context, context, output, problems, slots, low_water, kernel_disk_mb)
     mtp = p.mtp_tokens if mtp_tokens is None else mtp_tokens
     arch, arch_from = arch_of(p, model_path)
     util = utilization or p.gpu_memory_utilization
     dtype = kv_cache_dtype or p.kv_cache_dtype
     if dtype not in DTYPE_BYTES:
         raise ProfileError(f"kv_cache_dtype {dtype!r} is not one the plan knows ({', '.join(DTYPE_BYTES)})")
-    context = context_tokens or window or p.window
     window = window or context
-    # The output cap: the profile's, but never more than a quarter of a smaller budget (an
-    # A/B at 32K, a test at 8K), so that a prompt always has room.
-    output = output_tokens or min(p.output_tokens, context // 4)
-    problems = []
     if context > window:
-        problems.append(f"the context budget ({context}) is larger than the server's window ({window})")
-    if output >= context:
-        problems.append(f"the output cap ({output}) leaves no room for a prompt in {context} tokens")
+        problems.insert(0, f"the context budget ({context}) is larger than the server's window ({window})")
     gpu_gib = gpu_mib * MiB / GiB
     usable = util * gpu_gib
     one = arch.state_bytes_per_slot(p.state_dtype, mtp)  # a running request's state
@@ -384,17 +382,14 @@ def plan(name: str = DEFAULT_PROFILE, *, model_path: str | None = None, gpu_mib:
                 engram_offload=p.engram_offload)
 
 
-def _hosted_plan(p: Profile, window: int | None, context_tokens: int | None, output_tokens: int | None,
-                 slots: int | None, low_water: float, kernel_disk_mb: int | None) -> Plan:
+def _hosted_plan(p: Profile, window: int, context: int, output: int, problems: list[str], slots: int | None,
+                 low_water: float, kernel_disk_mb: int | None) -> Plan:
     """A hosted profile's plan: no card, no KV pool; the provider's concurrency as the slots
     and the profile's window as the context budget (both overridable like any plan's)."""
-    context = context_tokens or window or p.window
-    output = output_tokens or min(p.output_tokens, context // 4)
     n = slots or p.max_slots
-    problems = [f"the output cap ({output}) leaves no room for a prompt in {context} tokens"] if output >= context else []
     return Plan(profile=p.name, served_name=p.served_name, checkpoint="", arch_from="hosted", gpu_gib=0.0,
                 utilization=p.gpu_memory_utilization, usable_gib=0.0, weights_gib=0.0, overhead_gib=0.0,
                 kv_cache_dtype=p.kv_cache_dtype, kv_bytes_per_token=0, state_mib_per_slot=0.0, kv_pool_gib=0.0,
-                kv_tokens=0, window=window or context, context_tokens=context, output_tokens=output,
+                kv_tokens=0, window=window, context_tokens=context, output_tokens=output,
                 low_water=low_water, mean_tokens_per_slot=int(context * (1 + low_water) / 2), slots=n, slots_fit=n,
                 max_num_seqs=n + 1, mtp_tokens=0, host={}, kernel_disk_mb=kernel_disk_mb or 256, problems=problems)

@@ -170,11 +170,11 @@ def test_fallback_respects_the_sessions_own_stops(tmp_path):
 
 def test_model_health_flag(tmp_path):
     h = ModelHealth(tmp_path / "x" / "down")
-    assert h.ok()
+    assert not h.down()
     h.mark_down("why")
     assert h.down() and (tmp_path / "x" / "down").read_text() == "why"
     h.mark_up()
-    assert h.ok()
+    assert not h.down()
 
 
 # ---------------------------------------------------------------------------------------

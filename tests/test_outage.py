@@ -94,7 +94,7 @@ def test_a_game_waits_for_the_server_only_while_it_is_coming_back(tmp_path):
     health.mark_down("no restart left")
     assert health.down() and not health.coming_back()
     health.mark_up()
-    assert health.ok() and not health.coming_back() and health.down_for_s() == 0
+    assert not health.down() and not health.coming_back() and health.down_for_s() == 0
 
     source = GameSource.offline(BUNDLED)
     waited: list[bool] = []

@@ -35,7 +35,7 @@ from duck.config import KernelConfig
 from duck.game.source import GameSource
 from duck.play.record import RecordWriter, read_record
 from duck.play.session import Session
-from duck.sandbox import isolation
+from duck.sandbox import isolation, process
 from duck.sandbox.host import Kernel
 from duck.sandbox.render import OUTPUT_CHARS
 
@@ -154,7 +154,7 @@ def test_attack_is_contained(attacked_kernel, attack):
     k, targets, canary = attacked_kernel
     _check(k, attack, targets, canary)
     if k.lease:  # nothing of the worker's uid but the worker itself
-        assert isolation.pids_of_uid(k.lease.uid) == [k.proc.pid]
+        assert process.pids_of_uid(k.lease.uid) == [k.proc.pid]
 
 
 @pytest.mark.slow
@@ -256,7 +256,7 @@ def test_no_process_trick_hangs_the_host(open_place, name):
         _hangs_not(k.close, 30)
         assert k.proc is None and not Path(f"/proc/{pid}").exists()  # killed and reaped
         if uid is not None:
-            assert isolation.pids_of_uid(uid) == []
+            assert process.pids_of_uid(uid) == []
     finally:
         targets.close()
 

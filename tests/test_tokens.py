@@ -119,7 +119,7 @@ def test_without_a_tokenize_route_counts_fall_back_to_estimates_and_stop_asking(
         calls.append(messages)
         raise ModelError("/tokenize: HTTP 404")
 
-    counter = TokenCounter(broken, max_failures=3)
+    counter = TokenCounter(broken)
     results = [counter.count({"role": "user", "content": "hello " * (50 + i)}) for i in range(10)]
     assert all(not exact and n > 0 for n, exact in results)
     assert len(calls) == 3 and not counter.exact  # three failures, then estimates only

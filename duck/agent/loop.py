@@ -236,7 +236,7 @@ class AgentPolicy:
         session.event("model", f"turn {turn} call {call}",
                       reply.stats() | {"turn": turn, "call": call, "seed": seed, "estimate": self.ctx.estimate()})
         if reply.cut == "timeout":
-            session.event("timeout", f"model reply cut at {self.client.timeout_s:.0f} s (kept what arrived)")
+            session.event("timeout", f"model reply cut at {self.client.cfg.timeout_s:.0f} s (kept what arrived)")
         return reply
 
 

@@ -117,9 +117,6 @@ class ModelClient:
             raise ModelError("no model URL configured")
         self.cfg = config
         self.hosted = profiles.get(config.profile).hosted
-        self.timeout_s = config.timeout_s
-        self.retries = config.retries
-        self.backoff_s = config.backoff_s
         self.current = start % len(self.urls)
         self.guard = guard or spend.current()
         key = provider.api_key(config) if api_key is None else api_key  # (ProviderError: no such variable)
@@ -140,9 +137,9 @@ class ModelClient:
              deadline: float | None = None) -> Reply:
         """One completion, retried across URLs. `deadline` (monotonic) bounds the whole call."""
         last: ModelError | None = None
-        for attempt in range(self.retries + 1):
+        for attempt in range(self.cfg.retries + 1):
             if attempt:
-                pause = self.backoff_s * 2 ** (attempt - 1) * (0.5 + self._rng.random())
+                pause = self.cfg.backoff_s * 2 ** (attempt - 1) * (0.5 + self._rng.random())
                 if last is not None and last.retry_after is not None:  # the provider's own (429/503)
                     pause = min(last.retry_after, 120.0)  # (never an hour that Ctrl-C would wait out)
                 if deadline is not None:
@@ -150,7 +147,7 @@ class ModelClient:
                 time.sleep(pause)
                 if last is None or last.retry_after is None:
                     self.current = (self.current + 1) % len(self.urls)
-            limit = self.timeout_s if deadline is None else min(self.timeout_s, deadline - time.monotonic())
+            limit = self.cfg.timeout_s if deadline is None else min(self.cfg.timeout_s, deadline - time.monotonic())
             if limit <= 0:
                 break
             try:

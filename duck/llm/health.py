@@ -31,9 +31,6 @@ class ModelHealth:
     def down(self) -> bool:
         return self.flag.exists()
 
-    def ok(self) -> bool:
-        return not self.flag.exists()
-
     def coming_back(self) -> bool:
         """Down, and a restart is under way or still possible: the model games wait."""
         try:

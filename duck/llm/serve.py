@@ -74,11 +74,6 @@ class ServeError(RuntimeError):
     """The server did not start, did not become ready, or died."""
 
 
-def shared_template(family: str) -> Path:
-    """In a checkout: the team's copy beside it (on Kaggle the dataset's copy is configured instead)."""
-    return SHARED / family / "chat_template.jinja"
-
-
 def model_chat_template(model_path: str | Path) -> str | None:
     """The chat template a model folder carries (what vLLM would use without
     `--chat-template`): chat_template.jinja, chat_template.json, or tokenizer_config.json's."""
@@ -105,7 +100,8 @@ def pick_chat_template(serve: ServeConfig) -> tuple[str | None, str]:
     own = model_chat_template(serve.model_path)
     if own is not None and "preserve_thinking" in own:
         return None, "the model folder's chat template (it has the preserve_thinking branch)"
-    fallback = Path(serve.fallback_chat_template or shared_template(serve.chat_template_family))
+    # (in a checkout the team's copy beside it; on Kaggle the dataset's copy is configured instead)
+    fallback = Path(serve.fallback_chat_template or SHARED / serve.chat_template_family / "chat_template.jinja")
     what = "has no chat template" if own is None else "has a chat template without preserve_thinking"
     if fallback.is_file():
         return str(fallback), f"chat template {fallback}: the model folder {what}"

@@ -97,11 +97,11 @@ class Estimator:
     """Tokens from `features`, its rates fitted to exact counts (ridge least squares toward
     PRIOR; see the module docstring)."""
 
-    def __init__(self, prior: np.ndarray = PRIOR, strength: float = 1.0) -> None:
-        scale = strength * TYPICAL ** 2
+    def __init__(self) -> None:
+        scale = TYPICAL ** 2
         self._a = np.diag(scale)
-        self._b = scale * prior
-        self.w = prior.copy()
+        self._b = scale * PRIOR
+        self.w = PRIOR.copy()
         self.observations = 0
 
     def observe(self, x: np.ndarray, tokens: float) -> None:
@@ -130,19 +130,18 @@ def message_key(message: dict[str, Any]) -> str:
 
 
 PROBE = {"role": "user", "content": "."}
+MAX_FAILURES = 3  # failed counts in a row before the server is not asked again
 
 
 class TokenCounter:
     """Per-message token counts: the server's (`tokenize(messages) -> int`, e.g.
     duck.llm.client.ModelClient.tokenize), cached per message content, else the estimator's.
-    After `max_failures` failed counts in a row the server is not asked again (each failure
+    After MAX_FAILURES failed counts in a row the server is not asked again (each failure
     costs a time-out; the estimator is calibrated by then)."""
 
-    def __init__(self, tokenize: Callable[..., int] | None,
-                 estimator: Estimator | None = None, max_failures: int = 3) -> None:
+    def __init__(self, tokenize: Callable[..., int] | None) -> None:
         self.tokenize = tokenize
-        self.estimator = estimator or Estimator()
-        self.max_failures = max_failures
+        self.estimator = Estimator()
         self.failures = 0
         self.cache: dict[str, int] = {}
         self._probe: int | None = None
@@ -165,7 +164,7 @@ class TokenCounter:
     @property
     def exact(self) -> bool:
         """Whether counts still come from the server."""
-        return self.tokenize is not None and self.failures < self.max_failures
+        return self.tokenize is not None and self.failures < MAX_FAILURES
 
     def count(self, message: dict[str, Any]) -> tuple[int, bool]:
         """(tokens, exact) of one message."""
@@ -188,7 +187,7 @@ class TokenCounter:
                     return n, True
             except Exception as e:  # the server could not count: estimate (and say so once)
                 self.failures += 1
-                if self.failures == self.max_failures:
+                if self.failures == MAX_FAILURES:
                     log.warning("token counts: /tokenize failed %d times (%s); estimating from now on",
                                 self.failures, e)
         return max(1, math.ceil(self.estimator.tokens(x))), False

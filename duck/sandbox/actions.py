@@ -274,9 +274,15 @@ class Batch:
         self.done.append((text, after, step, level))
         self.changed = self.changed or not np.array_equal(before.grid, after.grid)
         self.reward += (after.levels_completed - before.levels_completed) / n_levels
-        if after.state == "WIN":
-            self.stop("run_complete")
-        elif after.state == "GAME_OVER":
-            self.stop("game_over")
-        elif after.levels_completed > before.levels_completed:
-            self.stop("level_completed")
+        if reason := ending(before, after):
+            self.stop(reason)
+
+
+def ending(before: Observation, after: Observation) -> str | None:
+    """Why play stops after an action that led from `before` to `after` (a win, GAME_OVER, a
+    level change), or None."""
+    if after.state == "WIN":
+        return "run_complete"
+    if after.state == "GAME_OVER":
+        return "game_over"
+    return "level_completed" if after.levels_completed != before.levels_completed else None

@@ -19,6 +19,7 @@ import numpy as np
 
 from duck.game.actions import Action, display
 from duck.play.session import PlayStopped
+from duck.sandbox.actions import ending
 
 Explore = Callable[[Any], None]  # plays on the session it is given until PlayStopped
 MAX_ACTIONS = 100
@@ -62,12 +63,7 @@ class Handoff:
             self.call.executed.append(text)
             self.kernel.append(text, obs)
             self.changed = self.changed or not np.array_equal(before.grid, obs.grid)
-            if obs.state == "WIN":
-                self.reason = "run_complete"
-            elif obs.state == "GAME_OVER":
-                self.reason = "game_over"
-            elif obs.levels_completed != before.levels_completed:
-                self.reason = "level_completed"
+            self.reason = ending(before, obs)
         return obs
 
 

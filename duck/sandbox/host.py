@@ -49,10 +49,9 @@ from duck.game.source import Observation
 from duck.play.session import Session
 from duck.sandbox import freeze, handoff, render, trust, wire
 from duck.sandbox.actions import ActionHost, CallActions
-from duck.sandbox.lifecycle import WorkerProcess
+from duck.sandbox.lifecycle import QUOTA_CHECK_S, WorkerProcess
 from duck.sandbox.state import GameState
 
-QUOTA_CHECK_S = 0.5  # how often the temp dir's size is checked while a call runs (no tmpfs)
 # The kernel's `notes` dict, as JSON, is kept up to this size: room for the notes and a
 # simulator's source kept by the world-model tools (duck.sandbox.tools.keep: up to 6,000).
 NOTES_CHARS = 16_000
@@ -254,8 +253,7 @@ class Kernel(WorkerProcess):
                 got = self.recv(min(limit, time.monotonic() + QUOTA_CHECK_S) if self.counted() else limit)
                 if got is None:
                     if self.over_quota():
-                        return None, (f"its temp dir outgrew the disk quota of {self.cfg.disk_mb} MB "
-                                      f"or {self.cfg.disk_inodes} files")
+                        return None, self.quota_message()
                     if time.monotonic() < limit:
                         continue
                     if call.interrupted_at is not None:
@@ -318,9 +316,8 @@ class Kernel(WorkerProcess):
         if res.notice is None and self.over_quota():
             self.restart()
             res.restarted = True
-            res.notice = (f"the kernel's temp dir outgrew the disk quota of {self.cfg.disk_mb} MB or "
-                          f"{self.cfg.disk_inodes} files: the kernel was restarted, your functions, variables "
-                          "and files are gone")
+            res.notice = (f"the kernel's {self.quota_message().removeprefix('its ')}: the kernel was restarted, "
+                          "your functions, variables and files are gone")
         return res
 
     def _answer(self, msg: dict[str, Any], call: Call, info: dict[str, Any] | None) -> None:

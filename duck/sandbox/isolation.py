@@ -27,7 +27,7 @@ from typing import Any
 from duck.play import record
 from duck.sandbox import cgroup, landlock, process, quota
 from duck.sandbox.confine import LAYERS
-from duck.sandbox.process import descendants, end_uid, leftovers, pids_of_uid, threads  # noqa: F401
+from duck.sandbox.process import end_uid
 
 UID_BASE = 1_790_000  # far above any distribution's ranges; each worker takes one free uid
 UID_SLOTS = 4096
@@ -98,10 +98,7 @@ def relies_on_file_modes(off: list[str] | tuple[str, ...] = ()) -> bool:
     by `kernel.layers_off`) but the worker has a uid of its own: the games and the records are
     kept from it only by file modes, so they must be played from root-only copies and the
     records and conversations folders closed (duck.sandbox.fallback)."""
-    r = report()
-    return r["uid"].startswith("on") and "uid" not in off \
-        and (not r["filesystem"].startswith("on: landlock") or "landlock" in off) \
-        and (not r["mounts"].startswith("on") or "namespaces" in off)
+    return without_mount_namespace(off) and (not report()["filesystem"].startswith("on: landlock") or "landlock" in off)
 
 
 def cgroup_limit(p: dict[str, Any]) -> int:

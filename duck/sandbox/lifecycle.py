@@ -27,7 +27,7 @@ import time
 from typing import Any, Callable
 
 from duck.config import KernelConfig
-from duck.sandbox import cgroup, isolation, process, quota, trust, wire
+from duck.sandbox import cgroup, isolation, process, quota, wire
 
 WRITE_DEADLINE_S = 10.0  # a worker that reads nothing for this long is dead to the host
 MAX_WORKER_MESSAGE = 8 << 20  # bytes; larger is a protocol violation
@@ -73,21 +73,16 @@ class WorkerProcess:
             plan["cgroup"] = self.cgroup
         self.worker = process.spawn({"plan": plan, **self.worker_config()}, self.workdir, MAX_WORKER_MESSAGE)
         self.proc = self.worker.proc
-        msg = process.ready(self.worker, time.monotonic() + process.START_S)
-        if msg is None:
-            log = self._worker_log()
+        layers = process.ready(self.worker, uid)
+        if layers is None:
+            log = process.last_error_line(self.worker)
             self.kill()
             raise RuntimeError(f"the kernel worker did not start{': ' + log if log else ''}")
-        layers = quota.fail_closed({trust.text(k, 40): trust.text(v, 300) for k, v in msg["layers"].items()},
-                                   self.proc.pid, uid)
         if layers != self.layers:  # the first start, or a restart that got other layers
             self.event("sandbox", f"kernel worker confined in {(time.monotonic() - t0) * 1000:.0f} ms", layers)
             self.layers = layers
         self.tmpfs = layers.get("disk_quota", "").startswith("on: tmpfs")
         self._watch()
-
-    def _worker_log(self) -> str:
-        return process.last_error_line(self.worker) if self.worker else ""
 
     def send(self, msg: dict[str, Any], blob: bytes = b"", deadline: float | None = None) -> None:
         """Write to the worker; a worker that does not read by `deadline` (at most

@@ -10,28 +10,37 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Any
 
 from duck.sandbox import wire
 from duck.sandbox.confine import confine
 from duck.sandbox.guard import GUARD, Guard
 
 
-def main(argv: list[str]) -> None:
+def begin(argv: list[str], what: str) -> tuple[wire.Reader, int, dict[str, Any], dict[str, str]]:
+    """The first steps of a worker (and of this probe): read the config (the first message on
+    RFD: a command line is readable by every process on the machine, and the plan names the
+    games' and the records' folders), confine itself by its plan, install the guard. Returns
+    (the reader, the write fd, the config, the verified layers)."""
     rfd, wfd = int(argv[0]), int(argv[1])
     reader = wire.Reader(rfd)
     first = reader.recv()
     if first is None or first[0].get("op") != "config":
-        raise SystemExit("the probe expected its config first")
+        raise SystemExit(f"{what} expected its config first")
     cfg = first[0]["cfg"]
     layers = confine(cfg["plan"])
     sys.addaudithook(Guard(os.getcwd(), cfg.get("deny_read", [])))
     layers["guard"] = GUARD
+    return reader, wfd, cfg, layers
+
+
+def main(argv: list[str]) -> None:
+    reader, wfd, _, layers = begin(argv, "the probe")
     wire.send(wfd, {"op": "ready", "pid": os.getpid(), "layers": layers})
     try:
         reader.recv()  # `exit`, or the host closing the pipe
     except wire.WireError:
         pass
-
 
 if __name__ == "__main__":
     main(sys.argv[1:])

@@ -139,27 +139,31 @@ def last_error_line(started: Started) -> str:
     return lines[-1] if lines else ""
 
 
-def ready(started: Started, deadline: float) -> dict[str, Any] | None:
-    """The worker's `ready` message (its verified layers), or None if it did not come."""
+def ready(started: Started, uid: int | None) -> dict[str, str] | None:
+    """The layers of the worker's `ready` message (what it verified), cut to size and with the
+    disk quota failed closed where the host cannot count it (duck.sandbox.quota.fail_closed);
+    None if it did not come within START_S."""
     try:
-        got = started.reader.recv(deadline)
-        return trust.check(got[0], ("ready",)) if got is not None else None
+        got = started.reader.recv(time.monotonic() + START_S)
+        msg = trust.check(got[0], ("ready",)) if got is not None else None
     except wire.WireError:
         return None
+    if msg is None:
+        return None
+    layers = {trust.text(k, 40): trust.text(v, 300) for k, v in msg["layers"].items()}
+    return quota.fail_closed(layers, started.proc.pid, uid)  # (while it lives)
 
 
 def probe(cfg: dict[str, Any], workdir: str) -> dict[str, str] | str:
     """Start a worker that confines itself by `cfg` and exits: its verified layers, or why it
     did not start."""
     started = spawn(cfg, workdir, 1 << 20, module="duck.sandbox.probe")
-    msg = ready(started, time.monotonic() + START_S)
     uid = cfg["plan"].get("uid")
-    if msg is None:
+    layers = ready(started, uid)
+    if layers is None:
         line = last_error_line(started)
         end(started, uid)
         return line or "the probe worker did not start"
-    layers = {trust.text(k, 40): trust.text(v, 300) for k, v in msg["layers"].items()}
-    layers = quota.fail_closed(layers, started.proc.pid, uid)  # while it lives
     try:
         wire.send(started.wfd, {"op": "exit"}, deadline=time.monotonic() + 2)
         started.proc.wait(timeout=2)

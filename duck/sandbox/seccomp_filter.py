@@ -91,11 +91,6 @@ O_TMPFILE_BIT = 0o20000000  # __O_TMPFILE (O_TMPFILE is it with O_DIRECTORY): th
 DENIED_FCNTL = (F_SETOWN, F_SETSIG, F_SETOWN_EX, F_SETLEASE, F_NOTIFY)
 DENIED_IOCTL = (TIOCSCTTY, TIOCSPGRP, TIOCSTI, TIOCLINUX, TIOCCONS, TIOCSETD, FIOASYNC, FIOSETOWN, SIOCSPGRP)
 
-DENIED = _DENY_ALWAYS + ("kill/tgkill/rt_sigqueueinfo/rt_tgsigqueueinfo to another pid",
-                         "stop signals to any pid", "prlimit64 on another pid", "clone without CLONE_THREAD",
-                         "clone3", "open/openat with O_TMPFILE", "openat2", "fcntl F_SETOWN/F_SETSIG/F_SETOWN_EX/F_SETLEASE/F_NOTIFY",
-                         "ioctl TIOCSTI/TIOCLINUX/TIOCSCTTY/TIOCSPGRP/TIOCCONS/TIOCSETD/FIOASYNC/FIOSETOWN/SIOCSPGRP")
-
 
 def load() -> int:
     """Build and load the filter for this process; returns the number of rules. Raises

@@ -37,9 +37,9 @@ import numpy as np
 
 from duck.game.animation import summarize_animation
 from duck.sandbox import wire
-from duck.sandbox.confine import confine
-from duck.sandbox.guard import GUARD, Guard, namespace_builtins
+from duck.sandbox.guard import namespace_builtins
 from duck.sandbox.hooks import handlers, reset_hooks
+from duck.sandbox.probe import begin
 from duck.sandbox.tools import Tools
 from duck.sandbox.views import FrameView, HistoryEntryView, TransitionView, normalize_actions
 
@@ -369,28 +369,19 @@ class Worker:
 
 
 def main(argv: list[str]) -> None:
-    """`python -m duck.sandbox.worker RFD WFD`: the plan comes as the first message on RFD (a
-    command line is readable by every process on the machine; the plan names the games'
-    and the records' folders)."""
-    rfd, wfd = int(argv[0]), int(argv[1])
+    """`python -m duck.sandbox.worker RFD WFD`: its config first, then confined
+    (duck.sandbox.probe.begin), then the calls."""
     sys.dont_write_bytecode = True
-    first = wire.Reader(rfd).recv()
-    if first is None or first[0].get("op") != "config":
-        raise SystemExit("the kernel worker expected its config first")
-    cfg = first[0]["cfg"]
-    layers = confine(cfg["plan"])
+    _, wfd, cfg, layers = begin(argv, "the kernel worker")
     sys.setrecursionlimit(RECURSION_LIMIT)
-    worker = Worker(rfd, wfd, cfg)
+    worker = Worker(int(argv[0]), wfd, cfg)
     signal.signal(signal.SIGUSR1, worker.on_interrupt)
     signal.signal(signal.SIGINT, worker.on_interrupt)
     worker.handlers = handlers()
-    sys.addaudithook(Guard(os.getcwd(), cfg.get("deny_read", [])))
-    layers["guard"] = GUARD
     try:
         worker.loop(layers)
     except wire.WireError:
         pass
-
 
 if __name__ == "__main__":
     main(sys.argv[1:])
