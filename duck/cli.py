@@ -92,19 +92,22 @@ def _play(args: argparse.Namespace) -> int:
             raise BadInput(f"--resume plays with the run's own config (its run.json): drop {', '.join(given)}")
         if args.out is None:
             raise BadInput("--resume needs --out RUN: the run folder to finish")
-        where, kw = (None, args.out), dict(resume=True, workers=args.workers, policy_changed_ok=args.policy_changed_ok,
-                                           model_urls=_urls(args.model_url))
+        games, cfg = None, None  # both from the run's run.json
+        kw = dict(resume=True, workers=args.workers, policy_changed_ok=args.policy_changed_ok,
+                  model_urls=_urls(args.model_url))
     else:
-        where, kw = _fresh(args), dict(games=args.only, overwrite=args.overwrite)
+        games, cfg = _fresh(args)
+        kw = dict(games=args.only, overwrite=args.overwrite)
     try:
-        doc = play_folder(*where, **kw, interactive=True, command=["duck", *sys.argv[1:]])
+        doc = play_folder(games, args.out, cfg, **kw, interactive=True, command=["duck", *sys.argv[1:]])
     except RunError as e:
         raise BadInput(str(e)) from None
     return after_play(args.out, doc, as_json=args.json, verbose=args.verbose, interrupted_code=INTERRUPTED)
 
 
-def _fresh(args: argparse.Namespace) -> tuple[str, str, Any]:
-    """A new run's (games folder, run folder, config): the config with the flags over it."""
+def _fresh(args: argparse.Namespace) -> tuple[str, Any]:
+    """A new run's games folder and config (the config with the flags over it); sets
+    `args.out` to a new folder when none was given."""
     from duck.config import load_config, with_values
     cfg = load_config(args.config, args.set)
     # The flags replace the config's values; with a model URL and no --policy, the model plays.
@@ -123,7 +126,7 @@ def _fresh(args: argparse.Namespace) -> tuple[str, str, Any]:
         raise BadInput("--policy-changed-ok goes with --resume")
     if args.out is None:
         args.out = _default_out(cfg.play.policy)
-    return args.games or cfg.play.games_dir, args.out, cfg
+    return args.games or cfg.play.games_dir, cfg
 
 
 def _urls(value: str | None) -> list[str]:

@@ -22,14 +22,12 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 from duck.paths import BUNDLED_GAMES, PUBLIC_GAMES
 from duck.game.actions import MODEL_NAMES, RESET, Action
 from duck.game.source import GameSource
 from duck.sandbox.host import Kernel
-from duck.play.session import Session
-from duck.play.record import RecordWriter
+from duck.play.session import recorded_session
 
 LENGTHS = (10, 100, 500, 1000)
 
@@ -79,19 +77,9 @@ def _warm_up(source: GameSource, gid: str, acts: list[Action], kernel: Kernel) -
     kernel.run(WARM_UP)
 
 
-def bench_session(source: GameSource, game_id: str, path: Path, max_actions: int = 10**9, *, policy: str = "bench",
-                  seed: int | None = 0, **header: Any) -> Session:
-    """A session on a new game of `source`, recorded at `path` (the benchmarks' and `duck replay`'s)."""
-    game = source.make(game_id)
-    writer = RecordWriter(path)
-    writer.header(game_id=game_id, title=game.title, baselines=game.baselines, obs=game.obs, policy=policy, seed=seed,
-                  **header)
-    return Session(game, writer, max_actions=max_actions)
-
-
 def _filled(source: GameSource, gid: str, acts: list[Action], length: int, tmp: str) -> Kernel:
     """A kernel whose game has `length` actions of history (RESET after GAME_OVER)."""
-    session = bench_session(source, gid, Path(tmp) / f"bench-{length}.jsonl")
+    session = recorded_session(source, gid, Path(tmp) / f"bench-{length}.jsonl")
     game = session.game
     kernel = Kernel(session)
     kernel.start()

@@ -64,13 +64,13 @@ def in_process(states: int) -> dict:
 
 
 def in_kernel(states: int) -> dict:
-    from duck.bench.kernel import bench_session
     from duck.game.source import GameSource
+    from duck.play.session import recorded_session
     from duck.sandbox.host import Kernel
 
     source = GameSource.offline(GAMES)
     with tempfile.TemporaryDirectory() as d:
-        session = bench_session(source, source.game_ids(["zs01"])[0], Path(d) / "bench.jsonl", 10)
+        session = recorded_session(source, source.game_ids(["zs01"])[0], Path(d) / "bench.jsonl", 10)
         with Kernel(session, tools=True) as kernel:
             code = SIMULATOR + (f"p = plan(step, START, is_goal, list(MOVES), max_states={states}, max_seconds=25)\n"
                                 "result = {k: p[k] for k in ('expanded', 'states', 'seconds', 'reason')}")

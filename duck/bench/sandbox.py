@@ -19,17 +19,17 @@ import tempfile
 import time
 from pathlib import Path
 
-from duck.bench.kernel import bench_session
 from duck.config import KernelConfig
 from duck.game.source import GameSource
 from duck.paths import BUNDLED_GAMES
+from duck.play.session import recorded_session
 from duck.sandbox import isolation
 from duck.sandbox.host import Kernel
 
 
 def _kernel(tmp: str, cfg: KernelConfig, name: str) -> Kernel:
     source = GameSource.offline(BUNDLED_GAMES)
-    return Kernel(bench_session(source, source.game_ids()[0], Path(tmp) / f"{name}.jsonl", 10), cfg)
+    return Kernel(recorded_session(source, source.game_ids()[0], Path(tmp) / f"{name}.jsonl", 10), cfg)
 
 
 def measure(n: int = 7, files: int = 1000) -> dict:

@@ -98,7 +98,8 @@ class RankCosts:
         current attempt. An action that ended in GAME_OVER counts as untried again when it
         would now come earlier in an attempt than when it died (a move budget, not the
         action, may have ended the game); with `dead_ok`, always, at a high cost."""
-        o, best = self.options, None  # best: (cost, action key)
+        o = self.options
+        best: tuple[float, Any] | None = None  # (cost, action key)
         undo_again = (here and self.last_akey is not None and self.reversal.tries >= 2
                       and self.reversal.effects * 2 >= self.reversal.tries)
         for cand in self._cands(node, available):

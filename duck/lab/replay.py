@@ -41,11 +41,11 @@ from typing import Any
 
 import numpy as np
 
-from duck.bench.kernel import bench_session
 from duck.config import KernelConfig
 from duck.game.actions import RESET
 from duck.game.source import GameSource, matches
 from duck.lab.replay_caps import RecordedCap, ReplayKernel, trace_caps
+from duck.play.session import recorded_session
 from duck.testing.stub.traces import load_runs, load_trace
 
 _TIMER = re.compile(r"((?:run_elapsed_seconds|time_remaining_seconds)['\"]?\s*[:=]\s*)-?[0-9][0-9.e+-]*")
@@ -95,7 +95,7 @@ def replay_run(meta: dict[str, Any], turns: list[dict[str, Any]], games_dir: str
     game_id, pass_ = meta["game_id"], meta["pass"]
     path = Path(out_dir) / "records" / f"{game_id}_p{pass_}.jsonl"
     path.unlink(missing_ok=True)
-    session = bench_session(_source(games_dir), game_id, path, policy="duck-replay", seed=None,
+    session = recorded_session(_source(games_dir), game_id, path, policy="duck-replay", seed=None,
                             config={"traces": True}, pass_=pass_)
     game, writer = session.game, session.writer
     kernel = ReplayKernel(session, KernelConfig(call_timeout_s=timeout_s), trace_caps(turns),

@@ -167,6 +167,17 @@ class Session:
                                       self.game.win_levels or None))
 
 
+def recorded_session(source: GameSource, game_id: str, path: Path, max_actions: int = 10**9, *,
+                     policy: str = "bench", seed: int | None = 0, **header: Any) -> Session:
+    """A session on a new game of `source`, recorded at `path`, with no policy around it (the
+    benchmarks and `duck replay` drive its kernel themselves; play_game writes the same header)."""
+    game = source.make(game_id)
+    writer = RecordWriter(path)
+    writer.header(game_id=game_id, title=game.title, baselines=game.baselines, obs=game.obs, policy=policy, seed=seed,
+                  **header)
+    return Session(game, writer, max_actions=max_actions)
+
+
 def play_game(source: GameSource, game_id: str, policy: Policy, *, max_actions: int,
               record_path: str | Path, stop: threading.Event | None = None,
               deadline: float | None = None, on_progress: Callable[[Progress], None] | None = None,
