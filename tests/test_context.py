@@ -14,7 +14,7 @@ from duck.agent.context import Context, ContextFull
 from duck.agent.turn import count_images, render, system_prompt
 from duck.config import load_config
 from duck.paths import SHARED
-from duck.testing.stub.render import ChatTemplate, HistoryError, default_template
+from duck.llm.render import ChatTemplate, HistoryError, default_template
 
 QWEN38 = SHARED / "qwen3.8" / "chat_template.jinja"
 

@@ -1,5 +1,5 @@
 """Every prompt the agent sends, rendered with the served model's chat template as vLLM applies
-it (duck.testing.stub.render: Qwen3.8's by default), is a prefix of the next one, except right
+it (duck.llm.render: Qwen3.8's by default), is a prefix of the next one, except right
 after the context dropped old turns: what makes the server's prefix cache hit on every request."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from duck.lab.replay_loop import ReplayKernel
 from duck.lab.replay_caps import trace_caps
 from duck.testing.stub.models import SolutionModel, TraceModel
 from duck.testing.stub.server import StubServer
-from duck.testing.stub.render import default_template
+from duck.llm.render import default_template
 from duck.testing.stub.traces import load_trace, recorded_actions
 
 from conftest import BUNDLED

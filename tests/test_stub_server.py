@@ -16,7 +16,7 @@ from duck.llm.client import ModelClient
 from duck.lab.replay_caps import RecordedCap, trace_caps
 from duck.testing.stub.models import FixedModel, SolutionModel, TraceModel, action_code, trace_replies
 from duck.testing.stub.server import StubServer
-from duck.testing.stub.render import common_prefix, default_template
+from duck.llm.render import common_prefix, default_template
 from duck.testing.stub.traces import recorded_actions
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -87,7 +87,7 @@ def test_render_drops_or_keeps_past_thinking_like_the_template():
 
 
 def test_render_is_the_real_template_and_refuses_what_vllm_refuses():
-    from duck.testing.stub.render import QWEN36_TEMPLATE, ChatTemplate, HistoryError, default_template
+    from duck.llm.render import QWEN36_TEMPLATE, ChatTemplate, HistoryError, default_template
     if not default_template().real:
         pytest.skip("../shared/qwen3.8/chat_template.jinja not present")
     assert default_template().path.parent.name == "qwen3.8"  # Flash-Next's and Qwen3.8-27B's, the default

@@ -192,7 +192,7 @@ def test_the_turn_in_the_docs_is_what_the_stub_renders_from_a_run(tmp_path):
     Qwen3.8 template's content format as `openai` and runs them together (the stub renders it
     so). docs/agent.md's example is the stub's rendering of this run, the tool message and the
     turn message after zs01's level 1."""
-    from duck.testing.stub.render import default_template
+    from duck.llm.render import default_template
     if not default_template().real:
         pytest.skip("the Qwen3.8 chat template is not in ../shared")
     received, conv, rec, conv_file = _play(BUNDLED, "zs01", [_reply("action(['DOWN', 'LEFT', 'UP', 'RIGHT'])"),

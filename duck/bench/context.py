@@ -175,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--runs must be at least 0 and --turns at least 1")
     from duck.bench.context_measure import synthetic_game
     from duck.config import load_config
-    from duck.testing.stub.render import default_template
+    from duck.llm.render import default_template
 
     traces = Path(args.traces)
     runs = pick_runs(traces, args.game, args.runs) if args.runs != 0 else []  # (0: no traces needed)

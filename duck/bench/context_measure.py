@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from duck.testing.stub.models import FixedModel
-from duck.testing.stub.render import image_token_list, suffix_tokens
+from duck.testing.stub.tokenizer import image_token_list, suffix_tokens
 from duck.testing.stub.server import StubServer
 
 _PROBE = {"role": "user", "content": "."}

@@ -2,7 +2,7 @@
 
 Renders the first request of a game (system prompt, the `python` tool's schema, the first turn
 message on a bundled game's board) through the served model's chat template as vLLM applies it
-(duck.testing.stub.render: Qwen3.8's by default; `chat_template` says which file) and prints, as
+(duck.llm.render: Qwen3.8's by default; `chat_template` says which file) and prints, as
 JSON, per variant (the default config; `agent.world_model_tools` on; the A/B baseline of
 experiments/baseline.toml): the system prompt's characters and tokens, the rendered request's
 characters and tokens, and the first turn's text tokens and image tokens (the board at
@@ -21,7 +21,8 @@ from duck.agent.turn import python_tool, system_prompt, turn_message
 from duck.config import Config, load_config
 from duck.game.images import png_size
 from duck.llm.vision import image_tokens
-from duck.testing.stub.render import approx_tokens, default_template
+from duck.llm.render import default_template
+from duck.testing.stub.tokenizer import approx_tokens
 
 ROOT = Path(__file__).resolve().parents[2]
 BASELINE = ROOT / "experiments" / "baseline.toml"

@@ -47,7 +47,7 @@ from duck.game.frames import grid_png
 from duck.llm.client import ContextOverflow, ModelClient, ModelError, empty_call
 from duck.llm.serve import MAX_PIXELS, command, pick_chat_template
 from duck.paths import SHARED
-from duck.testing.stub.render import IMAGE_PAD, ChatTemplate
+from duck.llm.render import IMAGE_PAD, ChatTemplate
 
 from snippets import TRACES, corpus, reply, snippets
 
@@ -482,7 +482,7 @@ def test_images_and_several_tool_results_render_as_our_stub_renders_them(standin
     got = standin.log()[-1]
     assert got["prompt"].count(IMAGE_PAD) == 128 and r.prompt_tokens == got["prompt_tokens"]
     assert "\n<tool_response>\n1\n</tool_response>\n<tool_response>\n2\n</tool_response><|im_end|>\n" in got["prompt"]
-    # The stub server's renderer (duck.testing.stub.render) with the same template gives vLLM's
+    # The stub server's renderer (duck.llm.render) with the same template gives vLLM's
     # prompt exactly, byte for byte.
     stub, images = ChatTemplate(standin.template).render(msgs, tools, True, True)
     mine, theirs = _expand(stub), got["prompt"]

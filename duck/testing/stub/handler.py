@@ -14,7 +14,8 @@ import time
 from http.server import BaseHTTPRequestHandler
 from typing import Any, Iterator
 
-from duck.testing.stub.render import CHARS_PER_TOKEN, HistoryError, approx_tokens
+from duck.llm.render import HistoryError
+from duck.testing.stub.tokenizer import CHARS_PER_TOKEN, approx_tokens
 
 log = logging.getLogger("duck.testing.stub.server")
 

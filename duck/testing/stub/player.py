@@ -27,7 +27,7 @@ from typing import Any
 
 from duck.seeds import stable_hash
 from duck.testing.stub.models import _filler
-from duck.testing.stub.render import CHARS_PER_TOKEN
+from duck.testing.stub.tokenizer import CHARS_PER_TOKEN
 
 LOOK = """seg = current_frame.segmentation
 nodes = seg['nodes']

@@ -3,7 +3,7 @@
 It speaks the part of vLLM's API the agent uses (`GET /v1/models`, `POST
 /v1/chat/completions`, streamed or not, with `usage` and `prompt_tokens_details`, and `POST
 /tokenize` with `messages` or `prompt`, answering vLLM's `{"count", "max_model_len", "tokens"}`),
-renders each prompt with the model's real chat template as vLLM applies it (duck.testing.stub.render:
+renders each prompt with the model's real chat template as vLLM applies it (duck.llm.render:
 ../shared/qwen3.8/chat_template.jinja by default, read at run time) to count tokens with a
 stand-in tokenizer (duck.testing.stub.tokenizer), and emulates the
 prefix cache so that what the agent sends can be measured: `stats()` gives, per
@@ -13,7 +13,7 @@ arguments are not valid JSON, a request the template raises on, and (with `max_m
 a prompt plus `max_tokens` longer than the context.
 
 The scripted models are in duck.testing.stub.models (`FixedModel`, `TraceModel`,
-`SolutionModel`), the prompt rendering in duck.testing.stub.render, the Duck traces'
+`SolutionModel`), the prompt rendering in duck.llm.render, the Duck traces'
 reading in duck.testing.stub.traces.
 
 With a `LatencyModel` (duck.testing.stub.latency) it answers as slowly as a loaded vLLM
@@ -52,9 +52,8 @@ from duck.testing.stub.latency import Engine, LatencyModel
 from duck.testing.stub.metrics import Metrics
 from duck.testing.stub.models import ConversationModel, FixedModel, SolutionModel, TraceModel
 from duck.testing.stub.player import PlayerModel
-from duck.testing.stub.render import (ChatTemplate, HistoryError, approx_tokens, common_prefix, default_template,
-                                      image_hashes, image_token_list, keyed, prompt_tokens, suffix_tokens)
-from duck.testing.stub.tokenizer import token_ids
+from duck.llm.render import ChatTemplate, HistoryError, common_prefix, default_template, image_hashes, keyed
+from duck.testing.stub.tokenizer import approx_tokens, image_token_list, prompt_tokens, suffix_tokens, token_ids
 from duck.testing.stub.traces import load_trace
 
 
@@ -125,7 +124,7 @@ class StubServer:
     def prompt(self, body: dict[str, Any], extra: list[dict[str, Any]] = (),
                generation: bool = True) -> tuple[str, int]:
         """The request's prompt as vLLM renders it (raises HistoryError where vLLM says 400),
-        keyed with each image's hash (duck.testing.stub.render.keyed), and its token count."""
+        keyed with each image's hash (duck.llm.render.keyed), and its token count."""
         kwargs = body.get("chat_template_kwargs") or {}
         messages = list(body.get("messages") or []) + list(extra)
         text, _ = self.template.render(messages, body.get("tools"), kwargs.get("preserve_thinking"),

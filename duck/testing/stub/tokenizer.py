@@ -23,7 +23,10 @@ import math
 import re
 import zlib
 from functools import lru_cache
-from typing import Iterator
+from typing import Any, Iterator
+
+from duck.llm.render import KEYED_VISION, VISION
+from duck.llm.tokens import image_tokens as part_image_tokens
 
 PIECE = re.compile(r"<\|[a-z_]+\|>|</?(?:think|tool_call|tool_response)>|\d| ?[A-Za-z]+| +|\n+|\s"
                    r"| ?[^\sA-Za-z\d]{1,2}")
@@ -74,3 +77,35 @@ def token_ids(text: str) -> list[int]:
             out.append(START_ID)
         out.extend(_block(b))
     return out
+
+
+# Token counts of rendered prompts (the renderer is duck.llm.render)
+
+CHARS_PER_TOKEN = 3.6  # English on the stand-in tokenizer (what scripted replies are sized by)
+IMAGE_TOKENS = 66  # a 256x256 board on Qwen3.6/3.8: 64 merged patches + the two vision markers
+
+
+def approx_tokens(text: str) -> int:
+    """Tokens of plain text on the stand-in tokenizer."""
+    return count(text)
+
+
+def prompt_tokens(text: str, images: int | list[int]) -> int:
+    """Tokens of a rendered prompt: its text, each image's pad expanded to its tokens (a list:
+    per image, in order; a number: that many images of IMAGE_TOKENS)."""
+    per = images if isinstance(images, list) else [IMAGE_TOKENS] * images
+    return count(text.replace(VISION, "")) + sum(per)
+
+
+def suffix_tokens(keyed_text: str, start: int, images: list[int]) -> int:
+    """Tokens of `keyed_text[start:]` (a prompt as `keyed` gives it), its images counted as
+    the last ones of `images`: what a prefix cache holding `keyed_text[:start]` leaves to compute."""
+    tail = keyed_text[start:]
+    n = len(KEYED_VISION.findall(tail))
+    return count(KEYED_VISION.sub("", tail)) + sum(images[len(images) - n:] if n else [])
+
+
+def image_token_list(messages: list[dict[str, Any]]) -> list[int]:
+    """Each image part's tokens, in prompt order."""
+    return [part_image_tokens(p) for m in messages if isinstance(m.get("content"), list)
+            for p in m["content"] if isinstance(p, dict) and p.get("type") in ("image_url", "image")]

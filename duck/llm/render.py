@@ -1,4 +1,4 @@
-"""Prompt rendering for the stub server: the model's real chat template, as vLLM applies it.
+"""The served model's chat template, rendered as vLLM applies it: the one renderer (stub, export).
 
 `ChatTemplate.render(messages, tools, preserve_thinking, thinking)` gives the prompt text vLLM
 would feed the model, and its image count, so that duck.testing.stub.server counts prompt tokens and
@@ -29,9 +29,7 @@ Every image renders as the same `<|vision_start|><|image_pad|><|vision_end|>`; v
 cache tells images apart by their content hash, so `keyed` returns the text with each
 image's hash after its pad, which is what prefix comparisons use.
 
-Tokens: the text by the stand-in tokenizer (duck.testing.stub.tokenizer: the field's chars per
-token by kind), each image as its size implies on Qwen3.6/3.8's vision encoder (one token per
-32x32 px plus the two marks: duck.llm.vision.image_tokens; 66 for a 256 px board).
+Token counts of a rendered prompt are the stub's (duck.testing.stub.tokenizer).
 """
 
 from __future__ import annotations
@@ -46,49 +44,19 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from duck.llm.tokens import image_tokens as part_image_tokens
 from duck.paths import SHARED
-from duck.testing.stub import tokenizer
 
 log = logging.getLogger(__name__)
 
-CHARS_PER_TOKEN = 3.6  # English on the stand-in tokenizer (what scripted replies are sized by)
-IMAGE_TOKENS = 66  # a 256x256 board on Qwen3.6/3.8: 64 merged patches + the two vision markers
 IMAGE_PAD = "<|image_pad|>"
 VISION = f"<|vision_start|>{IMAGE_PAD}<|vision_end|>"
 DEFAULT_TEMPLATE = SHARED / "qwen3.8" / "chat_template.jinja"
 QWEN36_TEMPLATE = SHARED / "qwen3.6" / "chat_template.jinja"
-_KEYED_VISION = re.compile(r"<\|vision_start\|><\|image_pad\|>[0-9a-f]{0,12}(?:<\|vision_end\|>)?")
+KEYED_VISION = re.compile(r"<\|vision_start\|><\|image_pad\|>[0-9a-f]{0,12}(?:<\|vision_end\|>)?")
 
 
 class HistoryError(ValueError):
     """A request vLLM 0.19 refuses with HTTP 400 before rendering (or the template raised)."""
-
-
-def approx_tokens(text: str) -> int:
-    """Tokens of plain text on the stand-in tokenizer."""
-    return tokenizer.count(text)
-
-
-def prompt_tokens(text: str, images: int | list[int]) -> int:
-    """Tokens of a rendered prompt: its text, each image's pad expanded to its tokens (a list:
-    per image, in order; a number: that many images of IMAGE_TOKENS)."""
-    per = images if isinstance(images, list) else [IMAGE_TOKENS] * images
-    return tokenizer.count(text.replace(VISION, "")) + sum(per)
-
-
-def suffix_tokens(keyed_text: str, start: int, images: list[int]) -> int:
-    """Tokens of `keyed_text[start:]` (a prompt as `keyed` gives it), its images counted as
-    the last ones of `images`: what a prefix cache holding `keyed_text[:start]` leaves to compute."""
-    tail = keyed_text[start:]
-    n = len(_KEYED_VISION.findall(tail))
-    return tokenizer.count(_KEYED_VISION.sub("", tail)) + sum(images[len(images) - n:] if n else [])
-
-
-def image_token_list(messages: list[dict[str, Any]]) -> list[int]:
-    """Each image part's tokens, in prompt order."""
-    return [part_image_tokens(p) for m in messages if isinstance(m.get("content"), list)
-            for p in m["content"] if isinstance(p, dict) and p.get("type") in ("image_url", "image")]
 
 
 def template_path() -> Path:
