@@ -54,9 +54,9 @@ COMMANDS: dict[str, Command] = {
     "ab-merge": Command("duck.lab.ab.run", "gather `duck ab --shard` folders into one and score it", ("shards",),
                         ("boot", "perm")),
     "serve": Command("duck.llm.serve", "start vLLM (one server per GPU), wait until ready, supervise it", ("config",)),
-    "stub-server": Command("duck.testing.stub.server", "a local OpenAI-compatible server driven by a scripted model",
+    "stub-server": Command("devkit.stub.server", "a local OpenAI-compatible server driven by a scripted model",
                            ("replies", "traces", "solutions", "conversation")),
-    "rehearse": Command("duck.testing.rehearse.run", "rehearse a Kaggle run: the real notebook, a local gateway, "
+    "rehearse": Command("devkit.rehearse.run", "rehearse a Kaggle run: the real notebook, a local gateway, "
                         "a stand-in vLLM", ("games",), ("budget_seconds", "max_actions")),
     "doctor": Command("duck.lab.doctor", "check a GPU machine: driver, vLLM, the plan, duck serve, a smoke chat, "
                       "the plan's slots of games at once, against the field's operating points",

@@ -30,8 +30,8 @@ from duck.config import load_config  # noqa: E402
 from duck.game.source import GameSource  # noqa: E402
 from duck.play.conversation import read_conversation  # noqa: E402
 from duck.play.session import play_game  # noqa: E402
-from duck.testing.stub.models import FixedModel  # noqa: E402
-from duck.testing.stub.server import StubServer  # noqa: E402
+from devkit.stub.models import FixedModel  # noqa: E402
+from devkit.stub.server import StubServer  # noqa: E402
 
 BUNDLED, CLICKS = ROOT / "tests" / "games", ROOT / "tests" / "fixtures" / "click_games"
 ZS01 = ["action(['DOWN', 'LEFT', 'UP', 'RIGHT'])", "action(['RIGHT', 'DOWN', 'LEFT', 'DOWN', 'RIGHT', 'UP'])"]

@@ -25,8 +25,8 @@ from duck.play.session import play_game
 from duck.policies import make_policy
 from duck.play.conversation import read_conversation
 from duck.play.record import read_record
-from duck.testing.stub.models import FixedModel, SolutionModel, action_code
-from duck.testing.stub.server import StubServer
+from devkit.stub.models import FixedModel, SolutionModel, action_code
+from devkit.stub.server import StubServer
 
 BUNDLED = Path(__file__).resolve().parent / "games"
 

@@ -14,9 +14,9 @@ from duck.lab.replay_caps import trace_caps
 from duck.lab.replay_loop import ReplayKernel
 from duck.play.record import read_record
 from duck.play.session import play_game
-from duck.testing.stub.models import SolutionModel, TraceModel
-from duck.testing.stub.server import StubServer
-from duck.testing.stub.traces import load_trace, recorded_actions
+from devkit.stub.models import SolutionModel, TraceModel
+from devkit.stub.server import StubServer
+from devkit.stub.traces import load_trace, recorded_actions
 from duck.paths import SHARED
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -15,7 +15,7 @@ import pytest
 from conftest import BUNDLED
 from duck.cli import COMMANDS, Parser, build_parser
 
-HEAVY = ("openai", "matplotlib", "duck.agent", "duck.sandbox.host", "duck.lab", "duck.testing", "rich")
+HEAVY = ("openai", "matplotlib", "duck.agent", "duck.sandbox.host", "duck.lab", "devkit", "rich")
 
 
 def _subparsers(p: argparse.ArgumentParser) -> argparse._SubParsersAction:

@@ -26,8 +26,8 @@ from duck.play.conversation import (ConversationWriter, conversation_path, find_
 from duck.play.record import read_record
 from duck.play.session import play_game
 from duck.run import play_folder
-from duck.testing.stub.models import ConversationModel, FixedModel, SolutionModel, comparable
-from duck.testing.stub.server import StubServer
+from devkit.stub.models import ConversationModel, FixedModel, SolutionModel, comparable
+from devkit.stub.server import StubServer
 
 
 def _config(url: str | None = None, *more: str):

@@ -15,7 +15,7 @@ from duck.sandbox import isolation
 
 from duck.llm import metrics as vllm_metrics
 from duck.lab.doctor import LIMITS, lock_pin, vllm_import
-from duck.testing.rehearse.layout import write_standin
+from devkit.rehearse.layout import write_standin
 
 ROOT = Path(__file__).resolve().parent.parent
 # Whether this machine lets a process have a network namespace of its own (root or user namespaces).
@@ -154,8 +154,8 @@ def test_an_empty_tool_call_is_a_tool_failure(tmp_path):
     from duck.lab.turns import summarize
     from duck.llm.client import ModelClient, empty_call
     from duck.play.record import RecordWriter, read_record
-    from duck.testing.stub.models import FixedModel
-    from duck.testing.stub.server import StubServer
+    from devkit.stub.models import FixedModel
+    from devkit.stub.server import StubServer
     assert empty_call("{}") and empty_call("") and empty_call('{"code": "  "}')
     assert not empty_call('{"code": "print(1)"}') and not empty_call('{"code": ')  # (unreadable: dropped instead)
     replies = [{"tool_calls": [{"name": "python", "arguments": "{}"}]}, {"code": "print(1)"},

@@ -114,8 +114,8 @@ def test_every_fact_of_a_model_run_is_true(tmp_path, capsys):
     """A model's records group the actions by its calls (a batch is one turn's net change)."""
     from duck.config import load_config
     from duck.run import play_folder
-    from duck.testing.stub.models import SolutionModel
-    from duck.testing.stub.server import StubServer
+    from devkit.stub.models import SolutionModel
+    from devkit.stub.server import StubServer
     with StubServer(SolutionModel(BUNDLED)) as url:
         cfg = load_config(overrides=["model.retries=0", "model.name=stub", "agent.fallback=null", "play.policy=llm",
                                      f'model.urls=["{url}"]'])

@@ -22,10 +22,10 @@ from duck.config import ConfigError, load_config
 from duck.llm import probe, provider
 from duck.llm.client import ModelClient, ModelError
 from duck.play.record import read_records
-from duck.testing.stub.hosted import Hosted
-from duck.testing.stub.models import FixedModel
-from duck.testing.stub.player import PlayerModel
-from duck.testing.stub.server import StubServer
+from devkit.stub.hosted import Hosted
+from devkit.stub.models import FixedModel
+from devkit.stub.player import PlayerModel
+from devkit.stub.server import StubServer
 
 DUCK = str(Path(sys.executable).parent / "duck")
 KEY = "sk-test-hosted-7f3a9c"  # what the provider accepts; must appear in no file of a run

@@ -418,7 +418,7 @@ def test_the_server_starts_first_and_the_games_are_made_while_it_loads(tmp_path,
     stand-in vLLM still loads (DUCK_STANDIN_BOOT_S), wait_model() then waits; play gets the
     games made ahead."""
     from duck.game.gateway import free_port
-    from duck.testing.rehearse.layout import write_standin
+    from devkit.rehearse.layout import write_standin
     exe = write_standin(tmp_path / "bin" / "vllm")
     model = tmp_path / "input" / "models" / "intel" / "qwen3.8-flash-next" / "transformers" / "w4a16-autoround" / "1"
     model.mkdir(parents=True)

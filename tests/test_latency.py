@@ -12,9 +12,9 @@ from duck import profiles
 from duck.config import ModelConfig
 from duck.llm import metrics as vllm_metrics
 from duck.llm.client import ModelClient
-from duck.testing.stub.latency import Engine, LatencyModel
-from duck.testing.stub.models import FixedModel
-from duck.testing.stub.server import StubServer
+from devkit.stub.latency import Engine, LatencyModel
+from devkit.stub.models import FixedModel
+from devkit.stub.server import StubServer
 
 
 def test_the_model_meets_the_fields_figures():

@@ -1,8 +1,10 @@
 """The package tree is the architecture: every import points down the stack (README, "Layout").
 
     cli                                   the command line: may import anything
-    lab, bench, testing                   offline tooling and test doubles, beside the stack:
-                                          they import anything; nothing in the stack imports them
+    devkit, lab, bench                    the workbench beside the stack (stub server, rehearsal,
+                                          benchmarks): they import anything; nothing in the stack
+                                          imports them, and only duck/cli.py's command table names
+                                          devkit (as strings, imported when the command runs)
     kaggle                                the notebook's orchestration
     scheduler | run                       when games start and stop (never how they are played);
                                           playing a folder of games
@@ -40,7 +42,7 @@ LAYERS = {
     "duck.policies": 5,
     "duck.run": 6, "scheduler": 6,
     "duck.kaggle": 7,
-    "duck.lab": 8, "duck.bench": 8, "duck.testing": 8,
+    "duck.lab": 8, "duck.bench": 8, "devkit": 8,
     "duck.cli": 9,
 }
 OFF_STACK = 8
@@ -58,7 +60,7 @@ def _unit(module: str) -> str:
 
 def _modules(root: Path = ROOT) -> dict[str, Path]:
     out = {}
-    for pkg in ("duck", "scheduler"):
+    for pkg in ("duck", "scheduler", "devkit"):
         for f in (root / pkg).rglob("*.py"):
             name = ".".join(f.relative_to(root).with_suffix("").parts)
             out[name.removesuffix(".__init__")] = f
@@ -86,7 +88,7 @@ def violations(root: Path = ROOT) -> list[str]:
     mods = _modules(root)
     bad = []
     for module, path in sorted(mods.items()):
-        if module in ("duck", "scheduler.__main__"):
+        if module in ("duck", "devkit", "scheduler.__main__"):
             continue
         unit = _unit(module)
         level = LAYERS[unit]
@@ -94,7 +96,7 @@ def violations(root: Path = ROOT) -> list[str]:
             top = target.split(".")[0]
             if top in TOOLKIT and unit != "duck.game" and level < OFF_STACK:
                 bad.append(f"{path.relative_to(root)}:{line} imports {target}: only duck.game uses the toolkit")
-            if top not in ("duck", "scheduler") or target not in mods:
+            if top not in ("duck", "scheduler", "devkit") or target not in mods:
                 continue
             other = _unit(target)
             if other == unit:
@@ -103,6 +105,23 @@ def violations(root: Path = ROOT) -> list[str]:
                 bad.append(f"{path.relative_to(root)}:{line} ({unit}, layer {level}) imports {target} "
                            f"({other}, layer {LAYERS[other]})")
     return bad
+
+
+def devkit_mentions(root: Path = ROOT) -> list[str]:
+    """Every line under duck/ or scheduler/ that names devkit, but for duck/cli.py's command
+    table (its `Command("devkit....")` strings): the product never reaches the workbench."""
+    bad = []
+    for pkg in ("duck", "scheduler"):
+        for f in sorted((root / pkg).rglob("*.py")):
+            for n, line in enumerate(f.read_text().splitlines(), 1):
+                if "devkit" in line and not (f.relative_to(root).as_posix() == "duck/cli.py"
+                                             and 'Command("devkit.' in line):
+                    bad.append(f"{f.relative_to(root)}:{n} names devkit: {line.strip()[:80]}")
+    return bad
+
+
+def test_the_product_never_names_the_workbench():
+    assert devkit_mentions() == []
 
 
 def test_every_module_has_a_layer():
@@ -117,19 +136,28 @@ def test_no_import_points_up_or_sideways():
 
 def test_a_planted_upward_import_is_caught(tmp_path):
     import shutil
-    for pkg in ("duck", "scheduler"):
+    for pkg in ("duck", "scheduler", "devkit"):
         shutil.copytree(ROOT / pkg, tmp_path / pkg, ignore=shutil.ignore_patterns("__pycache__"))
     target = tmp_path / "duck" / "game" / "frames.py"
     target.write_text(target.read_text() + "\n\ndef _planted():\n    from duck.agent.loop import AgentPolicy\n"
                       "    return AgentPolicy\n")
     sideways = tmp_path / "duck" / "sandbox" / "host.py"
     sideways.write_text("from duck.explorer.policy import Explorer\n" + sideways.read_text())
+    lazy = tmp_path / "duck" / "run" / "games.py"
+    lazy.write_text(lazy.read_text() + "\n\ndef _planted():\n    import devkit.stub.server\n    return devkit\n")
+    named = tmp_path / "scheduler" / "book.py"
+    named.write_text(named.read_text() + "\n# see devkit.stub for the stand-in\n")
     found = violations(tmp_path)
     assert any("duck/game/frames.py" in v and "duck.agent.loop" in v for v in found)
     assert any("duck/sandbox/host.py" in v and "duck.explorer.policy" in v for v in found)
+    assert any("duck/run/games.py" in v and "devkit.stub.server" in v for v in found)
+    mentions = devkit_mentions(tmp_path)
+    assert any(m.startswith("duck/run/games.py:") for m in mentions)
+    assert any(m.startswith("scheduler/book.py:") for m in mentions)
+    assert not any(m.startswith("duck/cli.py:") for m in mentions)
 
 
-@pytest.mark.parametrize("package", ["duck", "scheduler"])
+@pytest.mark.parametrize("package", ["duck", "scheduler", "devkit"])
 def test_no_import_cycles(package):
     mods = _modules()
     graph = {m: {t for t, _ in _imports(p, m) if t in mods and t != m} for m, p in mods.items()
@@ -151,5 +179,5 @@ def test_no_import_cycles(package):
     for m in sorted(graph):
         visit(m)
     # A package's __init__ importing its own modules is not a cycle worth naming.
-    cycles = [c for c in cycles if not any(x in ("duck", "scheduler") for x in c)]
+    cycles = [c for c in cycles if not any(x in ("duck", "scheduler", "devkit") for x in c)]
     assert cycles == []

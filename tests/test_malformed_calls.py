@@ -19,8 +19,8 @@ from duck.llm.client import ModelClient, ModelError
 from duck.play.session import play_game
 from duck.play.record import read_record
 from duck.policies import make_policy
-from duck.testing.stub.models import FixedModel, action_code
-from duck.testing.stub.server import StubServer
+from devkit.stub.models import FixedModel, action_code
+from devkit.stub.server import StubServer
 
 from conftest import BUNDLED, solutions
 

@@ -12,8 +12,8 @@ from duck.agent.memory import LevelMemory, parse_rule
 from duck.config import load_config
 from duck.game.source import GameSource
 from duck.play.session import play_game
-from duck.testing.stub.models import FixedModel
-from duck.testing.stub.server import StubServer
+from devkit.stub.models import FixedModel
+from devkit.stub.server import StubServer
 
 LEVELS = ["action(['DOWN', 'LEFT', 'UP', 'RIGHT'])", "action(['RIGHT', 'DOWN', 'LEFT', 'DOWN', 'RIGHT', 'UP'])",
           "action(['DOWN', 'RIGHT', 'UP', 'RIGHT', 'UP', 'RIGHT', 'UP', 'LEFT'])"]  # zs01's solution.json

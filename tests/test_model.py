@@ -9,8 +9,8 @@ import pytest
 
 from duck.config import ModelConfig
 from duck.llm.client import (ContextOverflow, ModelClient, ModelError, Reply, ToolCall, join_urls, list_models, pick_url, request_seed)
-from duck.testing.stub.models import FixedModel
-from duck.testing.stub.server import StubServer
+from devkit.stub.models import FixedModel
+from devkit.stub.server import StubServer
 
 MSGS = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
 

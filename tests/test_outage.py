@@ -203,7 +203,7 @@ def test_the_health_probe_gives_up_on_a_wedged_server_within_its_time_out(tmp_pa
     import os
 
     from duck.llm.health import probe_model
-    from duck.testing.rehearse.layout import write_standin
+    from devkit.rehearse.layout import write_standin
     port = free_port()
     p = subprocess.Popen([str(write_standin(tmp_path / "vllm")), "serve", "m", "--port", str(port),
                           "--served-model-name", "stub"], env=dict(os.environ, DUCK_STANDIN_HANG_AFTER_S="0.01"),

@@ -14,10 +14,10 @@ from duck.play.session import play_game
 from duck.paths import SHARED
 from duck.lab.replay_loop import ReplayKernel
 from duck.lab.replay_caps import trace_caps
-from duck.testing.stub.models import SolutionModel, TraceModel
-from duck.testing.stub.server import StubServer
+from devkit.stub.models import SolutionModel, TraceModel
+from devkit.stub.server import StubServer
 from duck.llm.render import default_template
-from duck.testing.stub.traces import load_trace, recorded_actions
+from devkit.stub.traces import load_trace, recorded_actions
 
 from conftest import BUNDLED
 

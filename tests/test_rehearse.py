@@ -18,9 +18,9 @@ import pytest
 
 from conftest import BUNDLED, ROOT
 from duck.play.conversation import read_conversation
-from duck.testing.rehearse.faults import FAULTS
-from duck.testing.rehearse.checks import Report, check_run
-from duck.testing.rehearse.run import rehearse
+from devkit.rehearse.faults import FAULTS
+from devkit.rehearse.checks import Report, check_run
+from devkit.rehearse.run import rehearse
 
 faults = pytest.mark.skipif(not os.environ.get("DUCK_REHEARSAL_FAULTS"),
                             reason="fault variants are opt-in: DUCK_REHEARSAL_FAULTS=1")

@@ -19,8 +19,8 @@ from duck.lab.report.build import write_report
 from duck.lab.report.highlight import highlight_python
 from duck.play.conversation import read_conversation
 from duck.run import play_folder
-from duck.testing.stub.models import SolutionModel
-from duck.testing.stub.server import StubServer
+from devkit.stub.models import SolutionModel
+from devkit.stub.server import StubServer
 
 
 class ConvPage(HTMLParser):

@@ -162,8 +162,8 @@ def test_a_user_policys_reason_and_the_page_size(tmp_path):
 
 @pytest.fixture(scope="module")
 def model_run(tmp_path_factory) -> Path:
-    from duck.testing.stub.models import SolutionModel
-    from duck.testing.stub.server import StubServer
+    from devkit.stub.models import SolutionModel
+    from devkit.stub.server import StubServer
     out = tmp_path_factory.mktemp("player_model") / "run"
     with StubServer(SolutionModel(BUNDLED)) as url:
         cfg = load_config(overrides=["model.retries=0", "model.name=stub", "agent.fallback=null", "play.policy=llm",

@@ -162,8 +162,8 @@ def test_the_agent_yields_at_trims_and_holds_its_slot_across_tool_calls(tmp_path
     from duck.agent.loop import AgentPolicy
     from duck.config import load_config
     from duck.game.source import GameSource
-    from duck.testing.stub.models import FixedModel
-    from duck.testing.stub.server import StubServer
+    from devkit.stub.models import FixedModel
+    from devkit.stub.server import StubServer
 
     seen: list[tuple[float, str]] = []
     lock = threading.Lock()

@@ -28,8 +28,8 @@ ROOT = Path(__file__).resolve().parent.parent
 STAND_IN = f"""#!{sys.executable}
 import argparse, json, os, signal, sys, threading, time
 sys.path.insert(0, {str(ROOT)!r})
-from duck.testing.stub.models import FixedModel
-from duck.testing.stub.server import StubServer
+from devkit.stub.models import FixedModel
+from devkit.stub.server import StubServer
 
 p = argparse.ArgumentParser()
 p.add_argument("cmd"); p.add_argument("model")

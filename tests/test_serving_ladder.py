@@ -14,7 +14,7 @@ from duck.game.gateway import free_port
 from duck.kaggle.serving import Boot, Supervisor, cause_lines
 from duck.llm.client import smoke_chat
 from duck.llm.health import ModelHealth
-from duck.testing.rehearse.layout import write_standin
+from devkit.rehearse.layout import write_standin
 
 
 @contextmanager

@@ -14,10 +14,10 @@ from duck.config import ModelConfig
 from duck.game.actions import parse_display
 from duck.llm.client import ModelClient
 from duck.lab.replay_caps import RecordedCap, trace_caps
-from duck.testing.stub.models import FixedModel, SolutionModel, TraceModel, action_code, trace_replies
-from duck.testing.stub.server import StubServer
+from devkit.stub.models import FixedModel, SolutionModel, TraceModel, action_code, trace_replies
+from devkit.stub.server import StubServer
 from duck.llm.render import common_prefix, default_template
-from duck.testing.stub.traces import recorded_actions
+from devkit.stub.traces import recorded_actions
 
 ROOT = Path(__file__).resolve().parent.parent
 TRACES = ROOT.parent / "shared" / "duck-traces"
@@ -160,7 +160,7 @@ def test_stub_server_command_line(tmp_path):
 
 @pytest.mark.skipif(not (TRACES / "turns").is_dir(), reason="duck-traces not present")
 def test_a_real_trace_gives_one_reply_per_recorded_response():
-    from duck.testing.stub.traces import load_trace
+    from devkit.stub.traces import load_trace
     turns = load_trace(TRACES, "ft09", 0)
     replies = trace_replies(turns)
     assert len(replies) == sum(len(t["model_responses"]) for t in turns)

@@ -16,9 +16,9 @@ from duck.config import ModelConfig
 from duck.game.frames import grid_png
 from duck.llm.client import ModelClient, ModelError
 from duck.llm.tokens import PRIOR, Estimator, TokenCounter, features, png_size, vision_tokens
-from duck.testing.stub.models import FixedModel
-from duck.testing.stub.server import StubServer
-from duck.testing.stub.tokenizer import count as stub_count
+from devkit.stub.models import FixedModel
+from devkit.stub.server import StubServer
+from devkit.stub.tokenizer import count as stub_count
 
 
 def _post(url: str, body: dict) -> dict:

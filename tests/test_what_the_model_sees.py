@@ -28,9 +28,9 @@ from duck.paths import SHARED
 from duck.play.conversation import read_conversation, record_of
 from duck.play.record import read_record
 from duck.play.session import play_game
-from duck.testing.stub.models import FixedModel
-from duck.testing.stub.server import StubServer
-from duck.testing.stub.traces import load_trace
+from devkit.stub.models import FixedModel
+from devkit.stub.server import StubServer
+from devkit.stub.traces import load_trace
 
 CLICKS = ROOT / "tests" / "fixtures" / "click_games"
 ENGINE = ROOT / "tests" / "fixtures" / "engine_games"

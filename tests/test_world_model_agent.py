@@ -13,7 +13,7 @@ from duck.game.source import GameSource
 from duck.play.record import read_record
 from duck.play.session import play_game
 from duck.policies import make_policy
-from duck.testing.stub.server import StubServer
+from devkit.stub.server import StubServer
 from world_models.bundled import PLAY
 
 

@@ -12,7 +12,7 @@ Each arm replays the Duck's recorded games (../shared/duck-traces: per game its 
 the most requests, `--runs` of them) through the full agent loop: the stub server's trace
 model answers each request with the recorded response, the real kernel runs the code on the
 real game, the prompt is rendered with the Qwen3.8 chat template (Flash-Next's), counted by the
-stub's stand-in tokenizer (duck.testing.stub.tokenizer). Then a long synthetic game (`--synthetic-hours`
+stub's stand-in tokenizer (devkit.stub.tokenizer). Then a long synthetic game (`--synthetic-hours`
 of turns at the field's per-turn sizes, duck.bench.context_measure) through the real context
 and client shows the same at 128K, where the Duck's 45-minute games rarely trim.
 
@@ -45,7 +45,7 @@ OLD = ["agent.context_tokens=32768", "agent.evict_to=0.5", "model.cut_thinking_c
 def pick_runs(traces: Path, game: str | None, n: int | None) -> list[tuple[str, int]]:
     """Per game, its complete run (every action list known) with the most model requests; the
     `n` longest of those (all 25 by default), or the one of `game` (an id or prefix)."""
-    from duck.testing.stub.traces import load_runs, load_trace, recorded_actions
+    from devkit.stub.traces import load_runs, load_trace, recorded_actions
     runs = load_runs(traces)
     best: dict[str, tuple[int, int]] = {}
     for r in sorted(runs, key=lambda r: (-r["n_model_responses"], r["game_id"], r["pass"])):
@@ -94,8 +94,8 @@ def replay(traces: Path, games: Path, game: str, pass_: int, cfg: Any, out: Path
     from duck.lab.replay_caps import ReplayKernel, trace_caps
     from duck.play.record import read_record
     from duck.play.session import play_game
-    from duck.testing.stub.models import TraceModel
-    from duck.testing.stub.traces import load_runs, load_trace, recorded_actions
+    from devkit.stub.models import TraceModel
+    from devkit.stub.traces import load_runs, load_trace, recorded_actions
 
     turns = load_trace(traces, game, pass_)[:turns_limit]
     run_info = next(r for r in load_runs(traces) if r["game_id"] == game and r["pass"] == pass_)
@@ -187,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     result: dict[str, Any] = {"chat_template": str(default_template().path) if default_template().real
                               else "approximation (template absent)",
-                              "tokenizer": "stand-in (duck.testing.stub.tokenizer; FIELD §3 chars/token by kind)",
+                              "tokenizer": "stand-in (devkit.stub.tokenizer; FIELD §3 chars/token by kind)",
                               "runs": [[g, p_] for g, p_ in runs], "traces": {}, "per_game": []}
     per_game: dict[str, list[dict[str, Any]]] = {}
     for name, overrides in arms.items():

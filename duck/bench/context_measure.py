@@ -30,9 +30,9 @@ from typing import Any
 
 import numpy as np
 
-from duck.testing.stub.models import FixedModel
-from duck.testing.stub.tokenizer import image_token_list, suffix_tokens
-from duck.testing.stub.server import StubServer
+from devkit.stub.models import FixedModel
+from devkit.stub.tokenizer import image_token_list, suffix_tokens
+from devkit.stub.server import StubServer
 
 _PROBE = {"role": "user", "content": "."}
 _PROBE_TEXT = "<|im_start|>user\n.<|im_end|>\n"

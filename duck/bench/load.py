@@ -3,11 +3,11 @@
 The scheduler's runner (scheduler.runner, the notebook's) plays N games at once (default: the
 serving plan's slots, 10 for Flash-Next at 128K) for M minutes (default 5) through the real
 agent, kernel and records, against the stub server in a process of its own (as vLLM is) with
-the latency model of a loaded GPU (duck.testing.stub.latency: the field's 169 · n^0.6 decode
+the latency model of a loaded GPU (devkit.stub.latency: the field's 169 · n^0.6 decode
 tokens/s, 11K prefill tokens/s) sized by the config's serving plan (its `--max-num-seqs` and
 KV pool: `--games 16` plans 16 slots, and the pool of 128K contexts then admits fewer at
 once, as vLLM would), streaming in chunks of the configured stream interval (or an MTP
-step), and a scripted model that reads the board and plays (duck.testing.stub.player). The games are the public ones
+step), and a scripted model that reads the board and plays (devkit.stub.player). The games are the public ones
 (environment_files/, repeated as needed; a repeat is a second conversation, `pass` 1, 2, …) or,
 without them, the bundled ones.
 
@@ -234,7 +234,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--minutes", type=float, default=5.0)
     p.add_argument("--folder", default=None, help="games folder (default: the public games if present, "
                    "else the bundled ones)")
-    p.add_argument("--latency", default="default", help="the stub's latency model (duck.testing.stub.latency): "
+    p.add_argument("--latency", default="default", help="the stub's latency model (devkit.stub.latency): "
                    "'default' or settings like 'speed=10'")
     p.add_argument("--out", default="runs/bench-load")
     p.add_argument("--set", nargs="*", default=[], metavar="A.B=VALUE", help="config overrides")

@@ -52,7 +52,7 @@ SETTINGS = [
 
 
 def _pass(traces: Path, game: str) -> tuple[int, list[dict[str, Any]]] | None:
-    from duck.testing.stub.traces import load_trace, recorded_actions
+    from devkit.stub.traces import load_trace, recorded_actions
     for p in range(20):
         try:
             turns = load_trace(traces, game, p)

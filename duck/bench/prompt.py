@@ -7,7 +7,7 @@ JSON, per variant (the default config; `agent.world_model_tools` on; the A/B bas
 experiments/baseline.toml): the system prompt's characters and tokens, the rendered request's
 characters and tokens, and the first turn's text tokens and image tokens (the board at
 duck.agent.turn.IMAGE_SCALE on Qwen3-VL's geometry: duck.llm.vision). Text tokens are the stub server's
-count (its stand-in tokenizer, duck.testing.stub.tokenizer: no tokenizer ships here, so an
+count (its stand-in tokenizer, devkit.stub.tokenizer: no tokenizer ships here, so an
 estimate with the field's characters per token by kind: English ~3.6-3.8, code ~2.4).
 """
 
@@ -22,7 +22,7 @@ from duck.config import Config, load_config
 from duck.game.images import png_size
 from duck.llm.vision import image_tokens
 from duck.llm.render import default_template
-from duck.testing.stub.tokenizer import approx_tokens
+from devkit.stub.tokenizer import approx_tokens
 
 ROOT = Path(__file__).resolve().parents[2]
 BASELINE = ROOT / "experiments" / "baseline.toml"

@@ -52,7 +52,7 @@ the planned point; the best passing point and the graphs decided by decode and s
 in `OUT/sweep.json` with the config fields to set.
 
 Here, without a GPU, `--executable` takes the rehearsal's stand-in vLLM
-(duck.testing.rehearse.layout.write_standin): the same code path, small figures
+(devkit.rehearse.layout.write_standin): the same code path, small figures
 (tests/test_doctor.py).
 """
 

@@ -46,7 +46,7 @@ from duck.game.actions import RESET
 from duck.game.source import GameSource, matches
 from duck.lab.replay_caps import RecordedCap, ReplayKernel, trace_caps
 from duck.play.session import recorded_session
-from duck.testing.stub.traces import load_runs, load_trace
+from devkit.stub.traces import load_runs, load_trace
 
 _TIMER = re.compile(r"((?:run_elapsed_seconds|time_remaining_seconds)['\"]?\s*[:=]\s*)-?[0-9][0-9.e+-]*")
 _SET = re.compile(r"\{([^{}:]*)\}")

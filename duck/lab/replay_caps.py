@@ -45,7 +45,7 @@ class RecordedCap:
 
 def trace_caps(turns: list[dict[str, Any]]) -> list[tuple[str, RecordedCap]]:
     """(code, its recorded cap) of every recorded call with code, in the order the trace model
-    (duck.testing.stub.models.TraceModel) sends them."""
+    (devkit.stub.models.TraceModel) sends them."""
     return [(c["code"], RecordedCap.of(t, c)) for t in turns for c in t.get("calls", [])
             if not c.get("code_missing")]
 

@@ -21,9 +21,9 @@ from duck.lab.replay_caps import ReplayKernel, trace_caps
 from duck.play.record import read_record
 from duck.play.session import play_game
 from duck.policies import make_policy
-from duck.testing.stub.models import TraceModel
-from duck.testing.stub.server import StubServer
-from duck.testing.stub.traces import load_runs, load_trace, recorded_actions, same_actions
+from devkit.stub.models import TraceModel
+from devkit.stub.server import StubServer
+from devkit.stub.traces import load_runs, load_trace, recorded_actions, same_actions
 
 log = logging.getLogger(__name__)
 

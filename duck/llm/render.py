@@ -1,8 +1,8 @@
 """The served model's chat template, rendered as vLLM applies it: the one renderer (stub, export).
 
 `ChatTemplate.render(messages, tools, preserve_thinking, thinking)` gives the prompt text vLLM
-would feed the model, and its image count, so that duck.testing.stub.server counts prompt tokens and
-emulates the prefix cache on the real layout:
+would feed the model, and its image count, so that a server can count prompt tokens and
+emulate the prefix cache on the real layout:
 
 * the template is the served model's, read at run time: by default Qwen3.8's
   (`../shared/qwen3.8/chat_template.jinja`, byte-identical for Flash-Next and Qwen3.8-27B, the
@@ -29,7 +29,6 @@ Every image renders as the same `<|vision_start|><|image_pad|><|vision_end|>`; v
 cache tells images apart by their content hash, so `keyed` returns the text with each
 image's hash after its pad, which is what prefix comparisons use.
 
-Token counts of a rendered prompt are the stub's (duck.testing.stub.tokenizer).
 """
 
 from __future__ import annotations

@@ -506,7 +506,7 @@ def test_the_agent_plays_on_through_malformed_calls(standin, tmp_path):
     from duck.game.source import GameSource
     from duck.play.session import play_game
     from duck.play.record import read_record
-    from duck.testing.stub.models import action_code
+    from devkit.stub.models import action_code
     from conftest import solutions
 
     game = next(g for g in solutions() if g.startswith("zb01"))

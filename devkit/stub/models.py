@@ -9,7 +9,7 @@
   0.33 sends one, "drop" the connection reset, "end" the body ends without a finish reason),
   or a callable `request -> dict`.
 * `TraceModel(turns)`: replays one Duck run from ../shared/duck-traces (turns as
-  duck.testing.stub.traces.load_trace gives them): each recorded model response in order, its
+  devkit.stub.traces.load_trace gives them): each recorded model response in order, its
   visible text as content, reasoning of the recorded length (the text itself was not
   recorded), and its Python snippet as the tool call (the number of actions each snippet
   executed in the record is the replay kernel's business: duck.lab.replay_caps).

@@ -26,8 +26,8 @@ import threading
 from typing import Any
 
 from duck.seeds import stable_hash
-from duck.testing.stub.models import _filler
-from duck.testing.stub.tokenizer import CHARS_PER_TOKEN
+from devkit.stub.models import _filler
+from devkit.stub.tokenizer import CHARS_PER_TOKEN
 
 LOOK = """seg = current_frame.segmentation
 nodes = seg['nodes']

@@ -8,7 +8,7 @@ fresh kernel. Nothing in our code is faked; what stands in for Kaggle is:
 * the gateway: the official arc_agi REST app in competition mode on 127.0.0.1 over DIR
   (as duck.game.gateway serves it, plus the close hook Kaggle's gateway writes its submission
   from, kept as JSON), with `KAGGLE_IS_COMPETITION_RERUN` set;
-* vLLM: a stand-in `vllm` executable that serves duck.testing.stub.server's scripted model on the
+* vLLM: a stand-in `vllm` executable that serves devkit.stub.server's scripted model on the
   port `duck serve` asks for (it plays random valid actions through the agent's tool);
 * the wheel dataset: a `duck-dataset.json` and a `duck.lock` pinning what is already
   installed here (so the notebook's offline `pip install --no-index` runs for real and has
@@ -37,9 +37,9 @@ on the ladder's MTP-off rung; ...).
 Exit status 0 only when every check holds. A JSON report is printed and written to
 OUT/rehearsal.json.
 
-The pieces: `duck.testing.rehearse.layout` (the input and working folders, the stand-in vLLM, the
-kernel's environment), `duck.testing.rehearse.gateway` (the gateway child process),
-`duck.testing.rehearse.faults` (how each fault is made) and `duck.testing.rehearse.checks` (the report and
+The pieces: `devkit.rehearse.layout` (the input and working folders, the stand-in vLLM, the
+kernel's environment), `devkit.rehearse.gateway` (the gateway child process),
+`devkit.rehearse.faults` (how each fault is made) and `devkit.rehearse.checks` (the report and
 its checks).
 """
 
@@ -58,10 +58,10 @@ from duck.game.gateway import free_port
 from duck.game.source import GameSource
 from duck.kaggle.inputs import DATASET_MARKER, pack_policy
 from duck.paths import BUNDLED_GAMES
-from duck.testing.rehearse.checks import Report, check_run, check_waited
-from duck.testing.rehearse.faults import FAULTS, SlowProxy, variants
-from duck.testing.rehearse.gateway import Gateway, http_get
-from duck.testing.rehearse.layout import MAX_ACTIONS, NOTEBOOK, layout, notebook_env
+from devkit.rehearse.checks import Report, check_run, check_waited
+from devkit.rehearse.faults import FAULTS, SlowProxy, variants
+from devkit.rehearse.gateway import Gateway, http_get
+from devkit.rehearse.layout import MAX_ACTIONS, NOTEBOOK, layout, notebook_env
 
 
 log = logging.getLogger(__name__)

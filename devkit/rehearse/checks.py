@@ -19,12 +19,12 @@ from typing import TYPE_CHECKING, Any
 from duck.kaggle.notebook import notebook_json
 from duck.paths import REPO
 from duck.play.record import read_record
-from duck.testing.rehearse.gateway import http_get, port_open
-from duck.testing.rehearse.layout import NOTEBOOK
+from devkit.rehearse.gateway import http_get, port_open
+from devkit.rehearse.layout import NOTEBOOK
 
 if TYPE_CHECKING:
-    from duck.testing.rehearse.faults import SlowProxy
-    from duck.testing.rehearse.gateway import Gateway
+    from devkit.rehearse.faults import SlowProxy
+    from devkit.rehearse.gateway import Gateway
 
 
 @dataclass

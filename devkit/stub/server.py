@@ -5,24 +5,24 @@ It speaks the part of vLLM's API the agent uses (`GET /v1/models`, `POST
 /tokenize` with `messages` or `prompt`, answering vLLM's `{"count", "max_model_len", "tokens"}`),
 renders each prompt with the model's real chat template as vLLM applies it (duck.llm.render:
 ../shared/qwen3.8/chat_template.jinja by default, read at run time) to count tokens with a
-stand-in tokenizer (duck.testing.stub.tokenizer), and emulates the
+stand-in tokenizer (devkit.stub.tokenizer), and emulates the
 prefix cache so that what the agent sends can be measured: `stats()` gives, per
 conversation, the share of each prompt that is a prefix of the previous one. It refuses
 what vLLM 0.19 refuses with HTTP 400 before generating: a history holding a tool call whose
 arguments are not valid JSON, a request the template raises on, and (with `max_model_len`)
 a prompt plus `max_tokens` longer than the context.
 
-The scripted models are in duck.testing.stub.models (`FixedModel`, `TraceModel`,
+The scripted models are in devkit.stub.models (`FixedModel`, `TraceModel`,
 `SolutionModel`), the prompt rendering in duck.llm.render, the Duck traces'
-reading in duck.testing.stub.traces.
+reading in devkit.stub.traces.
 
-With a `LatencyModel` (duck.testing.stub.latency) it answers as slowly as a loaded vLLM
+With a `LatencyModel` (devkit.stub.latency) it answers as slowly as a loaded vLLM
 would: time to first token and decode time follow the number of concurrent streams and the
 prompt (uncached) and generated tokens; without one it answers at once. `GET /metrics` gives
-Prometheus text with vLLM 0.19's metric names (duck.testing.stub.metrics: prefix-cache
+Prometheus text with vLLM 0.19's metric names (devkit.stub.metrics: prefix-cache
 queries and hits, tokens, KV-cache capacity).
 
-`--hosted` answers as a strict hosted provider would (duck.testing.stub.hosted: a key,
+`--hosted` answers as a strict hosted provider would (devkit.stub.hosted: a key,
 standard fields only, no `/tokenize`, 429s with Retry-After, usage with cost).
 
 `duck stub-server --port P --replies FILE` serves fixed replies (a JSON list of
@@ -30,8 +30,8 @@ standard fields only, no `/tokenize`, 429s with Retry-After, usage with cost).
 Duck run; `--solutions DIR` plays the bundled games' solutions; `--conversation FILE...`
 replays saved conversations (duck.play.conversation; `--strict` refuses a request that
 differs from the recorded one); `--player` a scripted model that reads the board and plays
-(duck.testing.stub.player); `--latency default` (or `speed=20,kv_tokens=178000`:
-duck.testing.stub.latency: the field's Flash-Next figures and the default profile's KV pool)
+(devkit.stub.player); `--latency default` (or `speed=20,kv_tokens=178000`:
+devkit.stub.latency: the field's Flash-Next figures and the default profile's KV pool)
 adds the latency model.
 """
 
@@ -46,15 +46,15 @@ from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from duck.testing.stub.handler import Handler
-from duck.testing.stub.hosted import Hosted
-from duck.testing.stub.latency import Engine, LatencyModel
-from duck.testing.stub.metrics import Metrics
-from duck.testing.stub.models import ConversationModel, FixedModel, SolutionModel, TraceModel
-from duck.testing.stub.player import PlayerModel
+from devkit.stub.handler import Handler
+from devkit.stub.hosted import Hosted
+from devkit.stub.latency import Engine, LatencyModel
+from devkit.stub.metrics import Metrics
+from devkit.stub.models import ConversationModel, FixedModel, SolutionModel, TraceModel
+from devkit.stub.player import PlayerModel
 from duck.llm.render import ChatTemplate, HistoryError, common_prefix, default_template, image_hashes, keyed
-from duck.testing.stub.tokenizer import approx_tokens, image_token_list, prompt_tokens, suffix_tokens, token_ids
-from duck.testing.stub.traces import load_trace
+from devkit.stub.tokenizer import approx_tokens, image_token_list, prompt_tokens, suffix_tokens, token_ids
+from devkit.stub.traces import load_trace
 
 
 log = logging.getLogger(__name__)
@@ -68,7 +68,7 @@ class _HTTPServer(ThreadingHTTPServer):
     # first requests at once (vLLM's uvicorn listens with a backlog of 2048).
     request_queue_size = 2048
     daemon_threads = True
-    stub: "StubServer"  # what the handler serves (duck.testing.stub.handler)
+    stub: "StubServer"  # what the handler serves (devkit.stub.handler)
 
 
 class StubServer:
@@ -81,7 +81,7 @@ class StubServer:
                  hosted: Hosted | None = None, max_images: int | None = None) -> None:
         self.model = model
         self.max_images = max_images  # vLLM's --limit-mm-per-prompt: more images in a prompt are a 400
-        self.hosted = hosted  # answer as a strict hosted provider (duck.testing.stub.hosted)
+        self.hosted = hosted  # answer as a strict hosted provider (devkit.stub.hosted)
         self.model_name = model_name
         self.template = template if isinstance(template, ChatTemplate) else (
             ChatTemplate(template) if template else default_template())
@@ -267,9 +267,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="a scripted model that reads the board and plays every conversation (load tests)")
     p.add_argument("--latency", default=None, metavar="SPEC",
                    help="answer as a loaded vLLM would: 'default' or settings like 'speed=10,kv_tokens=178000' "
-                        "(duck.testing.stub.latency)")
+                        "(devkit.stub.latency)")
     p.add_argument("--kv-tokens", type=int, default=None, help="KV-cache capacity /metrics reports (tokens)")
-    h = p.add_argument_group("--hosted: answer as a strict hosted provider (duck.testing.stub.hosted)")
+    h = p.add_argument_group("--hosted: answer as a strict hosted provider (devkit.stub.hosted)")
     h.add_argument("--hosted", action="store_true", help="standard OpenAI fields only (400 otherwise), no /tokenize, "
                    "reasoning under `reasoning`, usage with cost")
     h.add_argument("--api-key-env", default=None, metavar="NAME",

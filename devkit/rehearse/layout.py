@@ -10,7 +10,7 @@ scaled to the rehearsal's budget).
 * the weights: a folder with a `config.json`, an empty `.safetensors` and an index naming one
   drafter tensor (so a profile with MTP keeps it), laid out like a
   Kaggle Model, for the notebook's search to find;
-* vLLM: a stand-in `vllm` that serves duck.testing.stub.server's scripted model on the port
+* vLLM: a stand-in `vllm` that serves devkit.stub.server's scripted model on the port
   `duck serve` asks for (it plays random valid actions through the agent's tool).
 """
 
@@ -24,8 +24,8 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from duck.paths import REPO
-from duck.testing.rehearse.faults import add_raising_game, fault_env
-from duck.testing.rehearse.gateway import API_KEY
+from devkit.rehearse.faults import add_raising_game, fault_env
+from devkit.rehearse.gateway import API_KEY
 
 NOTEBOOK = REPO / "notebook.ipynb"
 BROKEN_GAMES = REPO / "tests" / "fixtures" / "broken_games"
@@ -39,7 +39,7 @@ MAX_ACTIONS = 300  # per game (play.max_actions): enough to play, few enough for
 # then, on every boot served with MTP: a crash loop), DUCK_STANDIN_MTP_STEP_TOKENS (with MTP:
 # the tokens an engine step yields, in /metrics' spec-decode counters; default 2.7),
 # DUCK_STANDIN_EXIT_AT_ONCE (never come up), DUCK_STANDIN_LATENCY (answer as a loaded GPU
-# would: a duck.testing.stub.latency spec such as "speed=20"), DUCK_STANDIN_BOOT_S (take
+# would: a devkit.stub.latency spec such as "speed=20"), DUCK_STANDIN_BOOT_S (take
 # this long to start listening, as vLLM loads its weights).
 STANDIN = '''#!{python}
 """Stand-in for `vllm serve` (duck rehearse): the scripted stub server on vLLM's port."""
@@ -51,9 +51,9 @@ def opt(name, default):
 if os.environ.get("DUCK_STANDIN_EXIT_AT_ONCE"):
     print("stand-in vllm: failing to start, as told", flush=True)
     sys.exit(3)
-from duck.testing.stub.latency import LatencyModel
-from duck.testing.stub.models import FixedModel
-from duck.testing.stub.server import StubServer
+from devkit.stub.latency import LatencyModel
+from devkit.stub.models import FixedModel
+from devkit.stub.server import StubServer
 time.sleep(float(os.environ.get("DUCK_STANDIN_BOOT_S") or 0))
 T0 = time.monotonic()
 LATENCY = os.environ.get("DUCK_STANDIN_LATENCY")

@@ -1,7 +1,7 @@
 """The stub server's HTTP side: the routes, a chat completion answered from the scripted
 model (streamed or not, paced by the latency model when there is one), and what a hosted
-provider refuses (duck.testing.stub.hosted). The server's state is `self.server.stub`
-(duck.testing.stub.server.StubServer).
+provider refuses (devkit.stub.hosted). The server's state is `self.server.stub`
+(devkit.stub.server.StubServer).
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from http.server import BaseHTTPRequestHandler
 from typing import Any, Iterator
 
 from duck.llm.render import HistoryError
-from duck.testing.stub.tokenizer import CHARS_PER_TOKEN, approx_tokens
+from devkit.stub.tokenizer import CHARS_PER_TOKEN, approx_tokens
 
-log = logging.getLogger("duck.testing.stub.server")
+log = logging.getLogger("devkit.stub.server")
 
 
 class Handler(BaseHTTPRequestHandler):
