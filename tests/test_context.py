@@ -214,7 +214,7 @@ def test_prompt_templates_are_strict():
 def test_the_context_follows_the_field_and_the_old_arm_of_the_bench_is_reachable():
     """No summary and the server's counts are not switches any more (settled: FIELD §2, DESIGN §4);
     the context bench's old arm (32K, eviction to half, cut replies kept whole) still loads."""
-    from duck.bench.context import OLD
+    from devkit.bench.context import OLD
     old, new = load_config(overrides=OLD), load_config()
     assert (old.agent.context_tokens, old.agent.evict_to, old.model.cut_thinking_chars) == (32768, 0.5, 0)
     assert (new.agent.context_tokens, new.agent.evict_to, new.model.cut_thinking_chars) == (131072, 0.45, 4000)
@@ -225,7 +225,7 @@ def test_the_context_follows_the_field_and_the_old_arm_of_the_bench_is_reachable
 @pytest.mark.slow
 @pytest.mark.skipif(not default_template().real, reason="no chat template under ../shared")
 def test_context_benchmark_runs_on_the_start_of_a_recorded_game(public, tmp_path, capsys):
-    from duck.bench.context import main
+    from devkit.bench.context import main
     traces = SHARED / "duck-traces"
     if not (traces / "turns").is_dir():
         pytest.skip("duck-traces not present")

@@ -20,7 +20,7 @@ from duck.explorer.vision import HudTracker, click_targets, lattice
 from duck.game.regions import merge_sets, regions
 from duck.game.source import GameSource
 from duck.play.session import play_game
-from duck.bench.explorer import record_whole_game_resets
+from devkit.bench.explorer import record_whole_game_resets
 from duck.play.record import read_record
 from duck.play.scoring import score_record
 

@@ -1,4 +1,4 @@
-"""The explorer benchmark (duck/bench/explorer.py): jobs in subprocesses, a baseline arm
+"""The explorer benchmark (devkit/bench/explorer.py): jobs in subprocesses, a baseline arm
 played from a git ref through a temporary worktree, a wall-clock cap per game.
 
 Real subprocesses, real git, the bundled games; small budgets to stay fast.
@@ -12,8 +12,8 @@ import subprocess
 
 import pytest
 
-from duck.bench.explorer import main, paired, summarize
-from duck.bench.explorer_arms import ROOT
+from devkit.bench.explorer import main, paired, summarize
+from devkit.bench.explorer_arms import ROOT
 from duck.play.record import read_record
 
 

@@ -1,5 +1,5 @@
 """Facts that are true (issue 36): the object facts of a change survive a resize, a split and a
-merge, the HUD border is summarised apart, and `python -m duck.bench facts` proves every fact
+merge, the HUD border is summarised apart, and `python -m devkit.bench facts` proves every fact
 of every action and call true of its boards (here on the bundled games and a model's run; over
 the 25 public games in experiments/LOG.md). The checker itself is shown to catch each kind of
 false fact, the ones the review found included."""
@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from conftest import BUNDLED, ROOT
-from duck.bench import facts
-from duck.bench.facts_check import Boards, check_animation_line, check_change, check_parts
+from devkit.bench import facts
+from devkit.bench.facts_check import Boards, check_animation_line, check_change, check_parts
 from duck.game.animation import change_parts, summarize_animation
 from duck.game.change import Step
 from duck.game.frames import Frame

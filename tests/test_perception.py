@@ -123,7 +123,7 @@ def test_images_made_from_grids_are_stored_as_grids_and_rebuilt_bit_for_bit(tmp_
 
 
 def test_bench_prompt_reports_the_system_prompt_and_the_first_turn(capsys):
-    from duck.bench import prompt
+    from devkit.bench import prompt
     assert prompt.main([]) == 0
     import json
     doc = json.loads(capsys.readouterr().out)
@@ -136,7 +136,7 @@ def test_bench_prompt_reports_the_system_prompt_and_the_first_turn(capsys):
 
 @pytest.mark.public
 def test_bench_perception_counts_animation_only_actions(public, capsys):
-    from duck.bench import perception
+    from devkit.bench import perception
     from duck.paths import SHARED
     if not (SHARED / "duck-traces" / "turns").is_dir():
         pytest.skip("duck-traces not present")

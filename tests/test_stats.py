@@ -134,7 +134,7 @@ def test_a_a_on_zero_inflated_scores_rejects_about_five_percent():
 
 @pytest.mark.skipif(not TRACES.exists(), reason="the Duck's traces are not here")
 def test_calibration_bench_on_the_traces(capsys):
-    from duck.bench.calibration import main
+    from devkit.bench.calibration import main
     assert main(["--reps", "60", "--perm", "400", "--boot", "200", "--shifts"]) == 0
     doc = json.loads(capsys.readouterr().out)
     for name, d in doc["designs"].items():

@@ -184,7 +184,7 @@ def test_the_simulator_is_kept_in_the_notes_and_restored_after_a_restart(tools_k
 
 
 def test_the_plan_benchmark_prints_its_figures_and_clears_the_bar(capsys):
-    from duck.bench.plan import main
+    from devkit.bench.plan import main
     assert main(["--states", "20000"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["states"] == 20000 and out["reason"] == "state budget of 20000 spent"

@@ -29,7 +29,7 @@ def play(cfg: Any, url: str, games: Path, only: list[str] | None, seconds: float
     """`n` games at once through the scheduler's runner, the agent (no fallback) and the
     kernel; fewer games than `n` are repeated (a repeat is a conversation of its own)."""
     # (Here, not at the top: the policies bring the model client, which `duck --help` needs not.)
-    from duck.bench.load import Repeats, copy_index, game_list
+    from devkit.bench.load import Repeats, copy_index, game_list
     from duck.policies import make_policy
     from scheduler.policy import make_policy as make_schedule
     from scheduler.runner import run_schedule

@@ -1,23 +1,23 @@
-"""`python -m duck.bench NAME [args]`: run duck.bench.NAME.main(args); NAME is a module of
-duck/bench/ with a `main`. A missing or unknown NAME is a one-line error (exit 2) that
+"""`python -m devkit.bench NAME [args]`: run devkit.bench.NAME.main(args); NAME is a module of
+devkit/bench/ with a `main`. A missing or unknown NAME is a one-line error (exit 2) that
 lists the names; -h prints the usage; never a traceback."""
 
 import importlib
 import pkgutil
 import sys
 
-import duck.bench
+import devkit.bench
 
 
 def usage() -> str:
-    names = sorted(m.name for m in pkgutil.iter_modules(duck.bench.__path__)
+    names = sorted(m.name for m in pkgutil.iter_modules(devkit.bench.__path__)
                    if not m.name.startswith("_")
-                   and hasattr(importlib.import_module(f"duck.bench.{m.name}"), "main"))
-    return f"usage: python -m duck.bench NAME [args]  (NAME: {', '.join(names)})"
+                   and hasattr(importlib.import_module(f"devkit.bench.{m.name}"), "main"))
+    return f"usage: python -m devkit.bench NAME [args]  (NAME: {', '.join(names)})"
 
 
 def fail(message: str) -> None:
-    print(f"python -m duck.bench: error: {message}; {usage()}", file=sys.stderr)
+    print(f"python -m devkit.bench: error: {message}; {usage()}", file=sys.stderr)
     sys.exit(2)
 
 
@@ -30,9 +30,9 @@ name = sys.argv[1]
 module = None
 if name.isidentifier() and not name.startswith("_"):  # never a path, never __main__ itself
     try:
-        module = importlib.import_module(f"duck.bench.{name}")
+        module = importlib.import_module(f"devkit.bench.{name}")
     except ModuleNotFoundError as e:
-        if e.name != f"duck.bench.{name}":
+        if e.name != f"devkit.bench.{name}":
             raise  # the benchmark exists but one of its imports does not: a real error
 if module is None or not hasattr(module, "main"):
     fail(f"no benchmark named {name!r}")

@@ -1,4 +1,4 @@
-"""`python -m duck.bench context`: the context at the field's scale against the old settings, in one run.
+"""`python -m devkit.bench context`: the context at the field's scale against the old settings, in one run.
 
 Two arms, side by side:
 
@@ -13,10 +13,10 @@ the most requests, `--runs` of them) through the full agent loop: the stub serve
 model answers each request with the recorded response, the real kernel runs the code on the
 real game, the prompt is rendered with the Qwen3.8 chat template (Flash-Next's), counted by the
 stub's stand-in tokenizer (devkit.stub.tokenizer). Then a long synthetic game (`--synthetic-hours`
-of turns at the field's per-turn sizes, duck.bench.context_measure) through the real context
+of turns at the field's per-turn sizes, devkit.bench.context_measure) through the real context
 and client shows the same at 128K, where the Duck's 45-minute games rarely trim.
 
-Per arm, as JSON (duck.bench.context_measure.summarise_rows): `prefix_share_mean` (per request,
+Per arm, as JSON (devkit.bench.context_measure.summarise_rows): `prefix_share_mean` (per request,
 the share of its rendered prompt that is a prefix of the previous one), `cache_share_mean` (the
 same against the previous prompt plus its reply, which vLLM caches too), `cached_token_share`
 (prompt tokens from the cache, all requests pooled), `trims_per_game`, `reprefill_tokens_per_game`
@@ -89,7 +89,7 @@ def replay(traces: Path, games: Path, game: str, pass_: int, cfg: Any, out: Path
     """One recorded game through the agent loop under `cfg`; its numbers (see the module docstring)."""
     import duck.agent.loop as agent_module
     from duck.agent.turn import turn_message
-    from duck.bench.context_measure import MeasuringServer, summarise_rows
+    from devkit.bench.context_measure import MeasuringServer, summarise_rows
     from duck.game.source import GameSource
     from duck.lab.replay_caps import ReplayKernel, trace_caps
     from duck.play.record import read_record
@@ -139,7 +139,7 @@ def replay(traces: Path, games: Path, game: str, pass_: int, cfg: Any, out: Path
 
 def arm(per_game: list[dict[str, Any]], cfg: Any) -> dict[str, Any]:
     """The games of one arm, pooled."""
-    from duck.bench.context_measure import summarise_rows
+    from devkit.bench.context_measure import summarise_rows
     rows = [r for g in per_game for r in g["rows"]]
     trims = sum(g["trims"] for g in per_game)
     harness = [x for g in per_game for x in g["harness_ms"]]
@@ -158,7 +158,7 @@ def arm(per_game: list[dict[str, Any]], cfg: Any) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m duck.bench context", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m devkit.bench context", description=__doc__.split("\n\n")[0])
     p.add_argument("--traces", default=str(SHARED / "duck-traces"))
     p.add_argument("--games", default=str(PUBLIC_GAMES))
     p.add_argument("--game", default=None, help="only this game (id or prefix)")
@@ -173,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if (args.runs is not None and args.runs < 0) or (args.turns is not None and args.turns < 1):
         p.error("--runs must be at least 0 and --turns at least 1")
-    from duck.bench.context_measure import synthetic_game
+    from devkit.bench.context_measure import synthetic_game
     from duck.config import load_config
     from duck.llm.render import default_template
 

@@ -1,4 +1,4 @@
-"""`python -m duck.bench facts`: every fact the model is told about the boards, checked against
+"""`python -m devkit.bench facts`: every fact the model is told about the boards, checked against
 the boards (DESIGN §6: a checker in the repo proves it over the public games).
 
 Plays the games first (`--policy`, `--max-actions`; records under `--out`) or reads a run's
@@ -6,13 +6,13 @@ records (`--records RUN`), then for every action the kernel's `last_action_resul
 (duck.game.animation.summarize_animation, on the frames as the worker holds them) and for
 every call (a model record's turns; one action per call otherwise) the turn's "Net change" and
 "Animation" lines (duck.agent.turn.call_facts), and checks each claim with
-duck.bench.facts_check, which reads the text back and the boards afresh. Prints JSON: the
+devkit.bench.facts_check, which reads the text back and the boards afresh. Prints JSON: the
 claims by kind, the false ones by kind, how many actions carry one, the first examples, and
 per animated level-up whether its frame before the last is nearer the board before it than
 the next level's first board (`level_ups`: the evidence that the switch is the last frame).
 
-    python -m duck.bench facts --games environment_files --policy explorer --max-actions 150
-    python -m duck.bench facts --records runs/RUN
+    python -m devkit.bench facts --games environment_files --policy explorer --max-actions 150
+    python -m devkit.bench facts --records runs/RUN
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from duck.bench.facts_check import Claim, check_animation_line, check_change
+from devkit.bench.facts_check import Claim, check_animation_line, check_change
 from duck.game.animation import summarize_animation
 from duck.game.change import Step
 from duck.game.frames import Frame
@@ -152,7 +152,7 @@ def report(paths: list[Path], examples: int = 20) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m duck.bench facts", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m devkit.bench facts", description=__doc__.splitlines()[0])
     ap.add_argument("--games", default="environment_files")
     ap.add_argument("--records", default="", help="check this run's records (RUN or RUN/records) instead of playing")
     ap.add_argument("--policy", default="explorer")
