@@ -40,7 +40,7 @@ class Command:
 # `duck score` and the explorer's `duck play` never need. tests/test_cli.py checks that each
 # module registers these names with this help text.
 COMMANDS: dict[str, Command] = {
-    "simulate": Command("scheduler.cli", "replay progress curves under a scheduling policy and a server model",
+    "simulate": Command("devkit.simulator.cli", "replay progress curves under a scheduling policy and a server model",
                         ("runs", "baselines"), ("seeds", "games", "slots", "budget")),
     "replay": Command("duck.lab.replay", "replay Duck traces through the kernel (replay.json), or with "
                       "--through-agent through the whole agent loop (replay_loop.json)",

@@ -9,7 +9,7 @@ When games end (the only time knobs; everything else is derived from them):
 * `kaggle.margin_s`: in both modes, the games' deadline is this long before the budget's
   end; the scheduler's runner gets what is left until then as its budget, and the notebook
   waits up to a third of the margin (`KaggleConfig.stop_grace_s`) for games to return.
-* In `duck simulate`, a scenario's budget and margin (scheduler/simulate.py) play those roles.
+* In `duck simulate`, a scenario's budget and margin play those roles.
 """
 
 from __future__ import annotations

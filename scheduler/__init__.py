@@ -8,14 +8,9 @@
 * `runner`   executes a policy over real game workers: every game admitted, at most S holding
              a model-server slot, slots handed on at the games' yield points (a thread per
              game, one condition)
-* `simulate` replays progress curves under a policy through the server model (`throughput`)
-* `traces`   the Duck's recorded runs as token curves; `trajectories` and `synthetic` the two
-             curve sets the simulator plays; `compare` the policy x slots x curves table
-* `extend`   the hazard model that extends curves past their recorded end (seconds or tokens)
-* `curves`   reading runs.jsonl and the human baselines (scores: duck.play.scoring)
 * `clock`    the real clock and a virtual one for deterministic tests (each owns the condition)
-* `cli`      `duck simulate ...` (registered into the duck CLI)
 
-Its thresholds are the config's `scheduler` section (duck/config.py); synthetic runs and a
-scripted worker for tests live in tests/scheduler_fakes.py.
+Its thresholds are the config's `scheduler` section (duck/config.py). The simulator that
+chose them (`duck simulate`) is part of the workbench; synthetic runs and a scripted worker
+for tests live in tests/scheduler_fakes.py.
 """

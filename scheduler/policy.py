@@ -3,7 +3,7 @@
 A policy has no clock and does no I/O: `decide(now, budget_end, slots, games)` looks only at
 its arguments (seconds since the run started, the time everything must be over, the server's
 slot count, and one `GameState` per game) and returns a `Decision`. The same code runs in the
-simulator (scheduler.simulate: virtual time over progress curves and a throughput model) and
+simulator (`duck simulate`: virtual time over progress curves and a throughput model) and
 in the runner (scheduler.runner: wall-clock time over real game workers), and is tested on
 hand-built states.
 

@@ -30,7 +30,7 @@ RATE = 0.05  # actions per second between levels
 
 def write_synthetic(dirpath: Path) -> tuple[Path, Path]:
     """Write runs.jsonl, turns/<game>.jsonl.gz (one turn per progress entry: ~900 generated
-    tokens and ~1,700 of context growth once converted, scheduler.traces) and
+    tokens and ~1,700 of context growth once converted, devkit.simulator.traces) and
     public-games.json for SYNTHETIC; returns the paths of the first and the last."""
     dirpath = Path(dirpath)
     (dirpath / "turns").mkdir(parents=True, exist_ok=True)

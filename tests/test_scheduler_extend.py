@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from duck.paths import SHARED
 
-from scheduler import curves, extend
+from devkit.simulator import curves, extend
 
 TRACES = SHARED / "duck-traces" / "runs.jsonl"
 PUBLIC_GAMES = SHARED / "public-games.json"
@@ -70,7 +70,7 @@ def test_model_reproduces_the_recorded_levels(duck):
 
 def test_the_same_model_in_tokens(duck):
     """The fit in generated tokens (what the token simulator extends the Duck's curves with)."""
-    from scheduler import traces
+    from devkit.simulator import traces
 
     tok = traces.load_token_runs(TRACES, curves.load_baselines(PUBLIC_GAMES))
     m = extend.fit_tokens(tok)

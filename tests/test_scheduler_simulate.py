@@ -14,11 +14,11 @@ from duck.cli import main as cli_main
 from duck.config import SchedulerConfig
 from duck.paths import SHARED
 from duck.play.scoring import game_score
-from scheduler import compare, curves, extend, synthetic, traces
+from devkit.simulator import compare, curves, extend, synthetic, traces
 from scheduler.policy import make_policy
-from scheduler.simulate import SCENARIOS, Scenario, simulate
-from scheduler.throughput import Server
-from scheduler.trajectories import DuckGame, draw_duck, score
+from devkit.simulator.simulate import SCENARIOS, Scenario, simulate
+from devkit.simulator.throughput import Server
+from devkit.simulator.trajectories import DuckGame, draw_duck, score
 
 from scheduler_fakes import write_synthetic
 

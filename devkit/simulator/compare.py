@@ -17,14 +17,14 @@ from typing import Callable, Sequence
 
 import duck.profiles as profiles
 
-from .policy import Policy
+from scheduler.policy import Policy
 from .simulate import Outcome, Scenario, paired, simulate, summarize
 
 CURVE_SETS_ASSUME = {
     "duck": "the Duck's 250 recorded runs (Qwen3.6-27B, 45 min each), chars converted to tokens "
-            "(scheduler.traces); past the recorded end, a token hazard model fitted on them "
-            "(scheduler.extend.fit_tokens) decides the next level and the run's own turns its sizes",
-    "synthetic": "field-like games (scheduler.synthetic): per-level token medians 27K/51K/49K/56K/56K/67K, "
+            "(devkit.simulator.traces); past the recorded end, a token hazard model fitted on them "
+            "(devkit.simulator.extend.fit_tokens) decides the next level and the run's own turns its sizes",
+    "synthetic": "field-like games (devkit.simulator.synthetic): per-level token medians 27K/51K/49K/56K/56K/67K, "
                  "557/725 attempts complete, completion chance halving at ~65K tokens, actions 0.75x "
                  "the human baseline; turn sizes from the Duck's turns",
 }

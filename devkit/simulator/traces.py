@@ -16,7 +16,7 @@ completed after each turn, and the action number that completed each level (for 
 official per-level score). A run is 45 minutes of the Duck (Qwen3.6-27B): about 55K
 generated tokens in 47 turns (medians), far less than a game gets in a 9-hour run with 10
 slots (~200K), so most of what a scheduler sees of the Duck's curves in the Kaggle scenario
-is the extension (scheduler.extend, fitted on these curves in tokens).
+is the extension (devkit.simulator.extend, fitted on these curves in tokens).
 """
 
 from __future__ import annotations

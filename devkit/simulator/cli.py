@@ -26,7 +26,7 @@ from pathlib import Path
 from duck.config import SCHEDULERS, SchedulerConfig, load_config
 
 from . import compare, curves, extend, synthetic, traces, trajectories
-from .policy import make_policy
+from scheduler.policy import make_policy
 from .simulate import SCENARIOS, simulate, summarize
 
 COMPARED = ("field", "ucb", "adaptive", "fixed")

@@ -1,9 +1,9 @@
 """Replay progress curves under a scheduling policy and a throughput model, in virtual time.
 
 Why: the only honest way to compare schedules before spending a Kaggle run. A simulated game
-follows a trajectory in generated tokens (scheduler.trajectories: the Duck's recorded runs;
-scheduler.synthetic: the field's per-level medians and hazards); the server model
-(scheduler.throughput) turns tokens into seconds for the games holding a slot, so a policy
+follows a trajectory in generated tokens (devkit.simulator.trajectories: the Duck's recorded runs;
+devkit.simulator.synthetic: the field's per-level medians and hazards); the server model
+(devkit.simulator.throughput) turns tokens into seconds for the games holding a slot, so a policy
 that keeps more games busy, or that wastes prefills, pays for it in time.
 
 A game holding a slot loops over turns: at its model request it may trim its context (a
@@ -31,8 +31,8 @@ from typing import Sequence
 
 import numpy as np
 
-from .book import SlotBook
-from .policy import GameState, Policy
+from scheduler.book import SlotBook
+from scheduler.policy import GameState, Policy
 from .throughput import Server
 from .trajectories import Trajectory, score
 

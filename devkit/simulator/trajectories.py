@@ -6,10 +6,10 @@ or its curve ended with no model to extend it). It keeps the actions spent on ea
 level for the official score. How fast the turns come is the simulator's business (the
 throughput model), so a game's progress depends only on the tokens it was given.
 
-The Duck set (`DuckGame`): one recorded game-run (scheduler.traces, converted to tokens),
+The Duck set (`DuckGame`): one recorded game-run (devkit.simulator.traces, converted to tokens),
 then, past its recorded end when the scenario extends curves, modelled turns: sizes drawn
 from the same run's turns, actions at the run's late pace per token, the next level from the
-hazard model fitted on the curves in tokens (scheduler.extend.fit_tokens). Draws: a set is
+hazard model fitted on the curves in tokens (devkit.simulator.extend.fit_tokens). Draws: a set is
 `n_games` games, each a game uniformly from the 25, then one of its passes, plus a private
 random stream, all from the seed alone, so every policy plays the same draws for a seed.
 """

@@ -178,7 +178,7 @@ class _TokenStretch:
 
 
 def fit_tokens(runs) -> HazardModel:
-    """The same model with tau in generated tokens, on scheduler.traces.TokenRun curves."""
+    """The same model with tau in generated tokens, on devkit.simulator.traces.TokenRun curves."""
     return fit([_TokenStretch(r.game_id, tuple(float(x) for x in r.level_tokens()), float(r.tokens))
                 for r in runs], TOKEN_EDGES)
 

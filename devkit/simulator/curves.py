@@ -1,6 +1,6 @@
 """Recorded Duck progress curves (runs.jsonl) and the games' human baselines.
 
-The hazard model (scheduler.extend) reads the runs' level times; `duck simulate` checks the
+The hazard model (devkit.simulator.extend) reads the runs' level times; `duck simulate` checks the
 official score (duck.play.scoring.game_score, from the actions spent on each level and its
 human baseline) against the recorded `final_score` of every run.
 

@@ -17,7 +17,7 @@ completed):
   tokens; an attempt that never completes acts at the pace of a hypothetical completion.
 
 Turn sizes (generated tokens, context growth) are drawn from the Duck's recorded turns
-(scheduler.traces.pooled_turns): the field's turns are longer (~2K tokens) but only the
+(devkit.simulator.traces.pooled_turns): the field's turns are longer (~2K tokens) but only the
 granularity of yields and stops depends on them.
 """
 
