@@ -42,7 +42,7 @@ class Command:
 COMMANDS: dict[str, Command] = {
     "simulate": Command("devkit.simulator.cli", "replay progress curves under a scheduling policy and a server model",
                         ("runs", "baselines"), ("seeds", "games", "slots", "budget")),
-    "replay": Command("duck.lab.replay", "replay Duck traces through the kernel (replay.json), or with "
+    "replay": Command("devkit.replay.replay", "replay Duck traces through the kernel (replay.json), or with "
                       "--through-agent through the whole agent loop (replay_loop.json)",
                       ("traces_dir", "games"), ("workers", "timeout")),
     "report": Command("duck.lab.report.build", "per-game scoring report (report.html + report.md) of a run "
@@ -58,7 +58,7 @@ COMMANDS: dict[str, Command] = {
                            ("replies", "traces", "solutions", "conversation")),
     "rehearse": Command("devkit.rehearse.run", "rehearse a Kaggle run: the real notebook, a local gateway, "
                         "a stand-in vLLM", ("games",), ("budget_seconds", "max_actions")),
-    "doctor": Command("duck.lab.doctor", "check a GPU machine: driver, vLLM, the plan, duck serve, a smoke chat, "
+    "doctor": Command("devkit.doctor.doctor", "check a GPU machine: driver, vLLM, the plan, duck serve, a smoke chat, "
                       "the plan's slots of games at once, against the field's operating points",
                       ("games", "lock", "config"), ("game_seconds", "max_actions")),
 }

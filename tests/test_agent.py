@@ -386,7 +386,7 @@ def test_turns_without_actions_get_a_nudge_then_a_fresh_turn(tmp_path):
 
 
 def test_a_live_models_extra_arguments_cannot_cap_its_calls(tmp_path):
-    """Trace replays cap calls at the recorded action counts (duck.lab.replay_caps.ReplayKernel,
+    """Trace replays cap calls at the recorded action counts (devkit.replay.caps.ReplayKernel,
     a kernel of their own); a live model sending such arguments is not obeyed: its call runs
     uncapped and plays every action it asked for."""
     kernels: list[FakeKernel] = []

@@ -10,8 +10,8 @@ import pytest
 from duck.agent.loop import AgentPolicy
 from duck.config import load_config
 from duck.game.source import GameSource
-from duck.lab.replay_caps import trace_caps
-from duck.lab.replay_loop import ReplayKernel
+from devkit.replay.caps import trace_caps
+from devkit.replay.loop import ReplayKernel
 from duck.play.record import read_record
 from duck.play.session import play_game
 from devkit.stub.models import SolutionModel, TraceModel

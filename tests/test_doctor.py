@@ -14,7 +14,7 @@ import pytest
 from duck.sandbox import isolation
 
 from duck.llm import metrics as vllm_metrics
-from duck.lab.doctor import LIMITS, lock_pin, vllm_import
+from devkit.doctor.doctor import LIMITS, lock_pin, vllm_import
 from devkit.rehearse.layout import write_standin
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -75,7 +75,7 @@ def test_mtp_acceptance_and_the_hybrid_pool_from_the_metrics():
 
 
 def test_checks_hold_the_fields_operating_points():
-    from duck.lab.operating import checks, decode_limit
+    from devkit.doctor.operating import checks, decode_limit
     good = {"decode_tokens_per_s": 700.0, "prefix_cache_hit_rate": 0.95, "boot_s": 600.0,
             "tool_call_failure_rate": 0.0}
     assert all(c["ok"] for c in checks(good, 10, LIMITS).values())
@@ -151,7 +151,7 @@ def test_an_empty_tool_call_is_a_tool_failure(tmp_path):
     kept by the client (the agent tells the model the code is missing) but counted: in the
     record's `empty_calls` and in the doctor's tool-call failure rate."""
     from duck.config import ModelConfig
-    from duck.lab.turns import summarize
+    from devkit.doctor.turns import summarize
     from duck.llm.client import ModelClient, empty_call
     from duck.play.record import RecordWriter, read_record
     from devkit.stub.models import FixedModel
@@ -175,9 +175,9 @@ def test_an_empty_tool_call_is_a_tool_failure(tmp_path):
 
 # -- Issue 35: the boot without a network, the soak, MTP's acceptance, the graphs -----------
 
-from duck.lab import offline  # noqa: E402
-from duck.lab.soak import start_rung  # noqa: E402
-from duck.lab.sweep import GRAPHS_MARGIN, _decide  # noqa: E402
+from devkit.doctor import offline  # noqa: E402
+from devkit.doctor.soak import start_rung  # noqa: E402
+from devkit.doctor.sweep import GRAPHS_MARGIN, _decide  # noqa: E402
 
 SITE = next(VENV.glob("lib/python*/site-packages"), None) if VENV.exists() else None
 # Lines as FlashInfer 0.7.2 (its flashinfer.jit logger's format) and vLLM 0.33 write them.
@@ -330,7 +330,7 @@ def test_the_sweep_boots_each_graphs_mode_against_the_standin(tmp_path, bundled,
     vLLM's own graphs, then PIECEWISE and eager at the planned point), each with its flags,
     played, its log read; the decision written to sweep.json (two tiny points here)."""
     from duck.config import load_config
-    from duck.lab import sweep as sw
+    from devkit.doctor import sweep as sw
     monkeypatch.setattr(sw, "POINTS", ((2, 16384),))
     monkeypatch.setenv("DUCK_STANDIN_LATENCY", "speed=20")
     monkeypatch.setenv("DUCK_STANDIN_BOOT_S", "0.2")

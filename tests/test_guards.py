@@ -6,7 +6,7 @@ guard is one line in the tool message; the switches turn them off; replays take 
 from __future__ import annotations
 
 from duck.config import load_config
-from duck.lab.replay_caps import ReplayKernel
+from devkit.replay.caps import ReplayKernel
 from duck.sandbox import batch_guards
 from duck.sandbox.batch_guards import Guards
 from duck.sandbox.host import CallResult

@@ -1,7 +1,7 @@
 """kaggle-dataset/build.py: FlashInfer's precompiled kernels go into the dataset with vLLM (issue 35).
 
 Without flashinfer-cubin and flashinfer-jit-cache, FlashInfer on the Kaggle card builds its
-modules with nvcc at start-up or fetches cubins from NVIDIA (duck.lab.offline reads both in
+modules with nvcc at start-up or fetches cubins from NVIDIA (devkit.doctor.offline reads both in
 vllm.log), and the rerun has no network: the dataset ships what `vllm download-kernels`
 would install, resolved from FlashInfer's own index when the lock is made.
 """

@@ -144,7 +144,7 @@ def test_the_ducks_recorded_names_still_play(make_kernel):
 
 
 def test_the_production_kernel_knows_no_replay_caps(make_kernel):
-    """The trace replay's caps live in duck.lab.replay_caps (a kernel of its own); the sandbox
+    """The trace replay's caps live in devkit.replay.caps (a kernel of its own); the sandbox
     has no hook for them and no second dialect, and a call plays every action it asks for."""
     assert set(inspect.signature(Kernel.run).parameters) == {"self", "code", "timeout_s", "info"}
     for f in Path(ROOT, "duck", "sandbox").rglob("*.py"):

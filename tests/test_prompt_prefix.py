@@ -12,8 +12,8 @@ from duck.config import load_config
 from duck.game.source import GameSource
 from duck.play.session import play_game
 from duck.paths import SHARED
-from duck.lab.replay_loop import ReplayKernel
-from duck.lab.replay_caps import trace_caps
+from devkit.replay.loop import ReplayKernel
+from devkit.replay.caps import trace_caps
 from devkit.stub.models import SolutionModel, TraceModel
 from devkit.stub.server import StubServer
 from duck.llm.render import default_template

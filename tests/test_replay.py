@@ -1,4 +1,4 @@
-"""duck.lab.replay: recorded Duck snippets re-run through the kernel, and the output comparison."""
+"""devkit.replay.replay: recorded Duck snippets re-run through the kernel, and the output comparison."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from duck.cli import build_parser
-from duck.lab.replay import normalise, run_replay, shown
-from duck.lab.replay_caps import RecordedCap, ReplayKernel
+from devkit.replay.replay import normalise, run_replay, shown
+from devkit.replay.caps import RecordedCap, ReplayKernel
 from duck.play.record import read_record
 from duck.sandbox.actions import TERMINAL_ERROR
 from duck.sandbox.host import CallResult

@@ -13,7 +13,7 @@ import pytest
 from duck.config import ModelConfig
 from duck.game.actions import parse_display
 from duck.llm.client import ModelClient
-from duck.lab.replay_caps import RecordedCap, trace_caps
+from devkit.replay.caps import RecordedCap, trace_caps
 from devkit.stub.models import FixedModel, SolutionModel, TraceModel, action_code, trace_replies
 from devkit.stub.server import StubServer
 from duck.llm.render import common_prefix, default_template

@@ -91,7 +91,7 @@ def replay(traces: Path, games: Path, game: str, pass_: int, cfg: Any, out: Path
     from duck.agent.turn import turn_message
     from devkit.bench.context_measure import MeasuringServer, summarise_rows
     from duck.game.source import GameSource
-    from duck.lab.replay_caps import ReplayKernel, trace_caps
+    from devkit.replay.caps import ReplayKernel, trace_caps
     from duck.play.record import read_record
     from duck.play.session import play_game
     from devkit.stub.models import TraceModel

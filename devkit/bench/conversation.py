@@ -1,7 +1,7 @@
 """`python -m devkit.bench conversation`: what a conversation file costs, on disk and in time.
 
 Replays the Duck's longest run of each public game (every Duck run lasted the full 45
-minutes) through the whole agent loop against the stub server (duck.lab.replay_loop, as
+minutes) through the whole agent loop against the stub server (devkit.replay.loop, as
 `duck replay --through-agent`), which writes each game's conversation
 (duck.play.conversation), and measures per game: requests, the file's size live (JSONL) and
 finished (gzip), bytes per request, the time the writer took, and whether every request's
@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.turns is not None and args.turns < 1:
         p.error("--turns must be at least 1")
     spent = _timed_writer()
-    from duck.lab.replay_loop import replay_check  # (after the stopwatch is in place)
+    from devkit.replay.loop import replay_check  # (after the stopwatch is in place)
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="bench_conversation_"))
     t0 = time.monotonic()
     result = replay_check(args.traces, args.games, out, only=args.only, turns=args.turns)

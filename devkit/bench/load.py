@@ -14,7 +14,7 @@ without them, the bundled ones.
 Prints JSON: {"games", "actions_per_game": {"min", "median"}, "turns_per_game": {"min",
 "median"}, "harness_share", "max_ready_wait_s", "cpu_s_per_action", "kernel_rss_mb":
 {"median", "max"}, "total_rss_mb", "errors", ...}. The timing definitions are
-duck.lab.turns' (harness share: the share of the games' wall time not spent waiting for the
+devkit.doctor.turns' (harness share: the share of the games' wall time not spent waiting for the
 model server; a ready wait: how long an arrived reply waits for the harness before the game's
 next request leaves). CPU: this process (runner, agents, client, records) plus every kernel
 it started, not the stub server (reported apart as `server_cpu_s`); RSS: each kernel's peak,
@@ -37,7 +37,7 @@ from typing import Any
 
 from duck.config import load_config
 from duck.game.source import GameSource
-from duck.lab.turns import summarize
+from devkit.doctor.turns import summarize
 from duck.paths import BUNDLED_GAMES, PUBLIC_GAMES
 from duck.play.record import read_record
 from duck.policies import make_policy

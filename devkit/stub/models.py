@@ -12,7 +12,7 @@
   devkit.stub.traces.load_trace gives them): each recorded model response in order, its
   visible text as content, reasoning of the recorded length (the text itself was not
   recorded), and its Python snippet as the tool call (the number of actions each snippet
-  executed in the record is the replay kernel's business: duck.lab.replay_caps).
+  executed in the record is the replay kernel's business: devkit.replay.caps).
 * `SolutionModel(games_dir)`: plays the bundled games' solution.json, one conversation per game.
 * `ConversationModel(conversations)`: serves the replies of saved conversations
   (duck.play.conversation) in order, one file per game, and checks each request against the
@@ -64,7 +64,7 @@ def _filler(n: int, seed: int) -> str:
 
 def trace_replies(turns: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One reply per recorded model response of a Duck run, in order. The tool calls carry only
-    what the model wrote; the recorded caps are the replay kernel's (duck.lab.replay_caps)."""
+    what the model wrote; the recorded caps are the replay kernel's (devkit.replay.caps)."""
     out: list[dict[str, Any]] = []
     for t in turns:
         content = t.get("content") or ""

@@ -3,7 +3,7 @@ full agent loop against a trace model (the stub server), and compare the actions
 
 The Duck's slow sandbox cut many action loops at 30 s; each recorded call's action count says
 where. A live model must never be able to cap its own calls, so the caps are not in the tool
-calls: the replay's kernel (duck.lab.replay_caps.ReplayKernel) gives each snippet it runs the
+calls: the replay's kernel (devkit.replay.caps.ReplayKernel) gives each snippet it runs the
 cap of its recorded call, matching snippets to the recorded calls in order.
 """
 
@@ -17,7 +17,7 @@ from typing import Any
 
 from duck.config import load_config
 from duck.game.source import GameSource, matches
-from duck.lab.replay_caps import ReplayKernel, trace_caps
+from devkit.replay.caps import ReplayKernel, trace_caps
 from duck.play.record import read_record
 from duck.play.session import play_game
 from duck.policies import make_policy

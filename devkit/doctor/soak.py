@@ -40,7 +40,7 @@ import numpy as np
 
 from duck.agent.turn import image_part, python_tool, system_prompt
 from duck.game.frames import grid_png
-from duck.lab.operating import rates
+from devkit.doctor.operating import rates
 from duck.llm import metrics as vllm_metrics
 from duck.llm.client import ContextOverflow, ModelClient, ModelError
 from duck.paths import SHARED

@@ -15,10 +15,10 @@ through the doctor's own `play` (the scheduler's runner, the agent, the kernel):
   FULL_AND_PIECEWISE compiled graphs (tests/conformance/test_vllm_engine_config.py); its GDN
   and QSA ops are graph-splitting ops, so under PIECEWISE they run outside the graphs.
 
-Per point: the doctor's figures and checks (duck.lab.operating.checks: decode against the
+Per point: the doctor's figures and checks (devkit.doctor.operating.checks: decode against the
 field's 169 · n^0.6 scaled from 600 at 10, prefix-cache hit >= 0.9, tool-call failures, the
 boot, MTP's tokens per step where it drafts) and whether the boot's vllm.log shows a
-download or a kernel compile (duck.lab.offline.scan). `best` is the passing point of the
+download or a kernel compile (devkit.doctor.offline.scan). `best` is the passing point of the
 default graphs with the most decode tokens per second in total; `graphs` decides the graphs
 by evidence: PIECEWISE replaces vLLM's default when, at the planned point, its play held
 (no errors, the server alive, every check passed) and either its decode is at least
@@ -40,7 +40,7 @@ from typing import Any
 
 from duck.config import with_values
 from duck.game.gateway import free_port
-from duck.lab import offline, operating as dr
+from devkit.doctor import offline, operating as dr
 
 POINTS = ((10, 131072), (12, 98304), (16, 71680))  # Franzen's 10 x 128K, between, Siriki's 16 x 70K
 BUDGET_S = 60 * 60

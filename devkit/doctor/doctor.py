@@ -5,7 +5,7 @@ reported and the doctor goes on wherever the next step can still run:
 
 0. `network`: before anything starts, the doctor moves itself (and so the server and the
    games it starts) into a network namespace with only a loopback and no default route, as
-   Kaggle's rerun has no network (duck.lab.offline.isolate; `--network host` keeps the
+   Kaggle's rerun has no network (devkit.doctor.offline.isolate; `--network host` keeps the
    machine's own, knowingly); where no namespace is permitted the step fails and says why;
 1. `gpu`: the NVIDIA driver and CUDA version (`nvidia-smi`), checked against what
    `kaggle-dataset/vllm.lock` needs (duck.kaggle.inputs.check_driver, the notebook's check);
@@ -19,12 +19,12 @@ reported and the doctor goes on wherever the next step can still run:
    or `--games DIR`, or `--only`, repeated as needed) played at once by the model through the
    scheduler's runner, the agent and the kernel, for `--game-seconds` each; or with `--soak
    [MINUTES]` (default 30) instead, `soak`: `--streams` Duck-shaped conversations for that
-   long with MTP and prefix caching on (duck.lab.soak), whose result says the rung the first
+   long with MTP and prefix caching on (devkit.doctor.soak), whose result says the rung the first
    submission starts on (`start_rung`: 0 as planned, or 1 with MTP off, and why, as the
    `kaggle.start_rung` line to put in notebook.py);
 6. `vllm_log`: the boot's vllm.log read for a download or a kernel compile (FlashInfer's
    cubin fetches and JIT builds, vLLM's note that its precompiled kernels are missing, an
-   HTTP client that tried to go out: duck.lab.offline.SIGNS); any fails the doctor, by name;
+   HTTP client that tried to go out: devkit.doctor.offline.SIGNS); any fails the doctor, by name;
 7. `isolation`: the sandbox's isolation layers on this machine (`duck.sandbox.isolation.report()`,
    the same as in every record header).
 
@@ -36,7 +36,7 @@ tokens accepted), the tool-call failure rate (a reply with no call, a call the c
 or a call with empty arguments, `{}`: what a streaming parser that lost them leaves) and the
 median model latency per call (from the records), the KV cache's capacity in tokens (from
 `vllm:cache_config_info`) beside the plan's, and the harness share of wall time
-(duck.lab.turns).
+(devkit.doctor.turns).
 
 Checks (`checks`), the field's operating points on the RTX Pro 6000 (FIELD §4), each
 `{"value", "limit", "ok"}`: decode >= 600 tokens/s in total at 10 streams (`--min-decode-tps`;
@@ -46,7 +46,7 @@ rate >= 0.9 (`--min-prefix-hit`), boot <= 720 s (`--max-boot-s`), tool-call fail
 step (`--min-mtp-tokens-per-step`: FIELD §4 measured 2.6-2.9; an untrained draft head ~1.5).
 Printed and written to `OUT/doctor.json`; exit 0 when every step held and every check passed.
 
-The first-GPU sweep (`duck doctor --sweep`, ~50 min on the RTX Pro 6000: duck.lab.sweep):
+The first-GPU sweep (`duck doctor --sweep`, ~50 min on the RTX Pro 6000: devkit.doctor.sweep):
 slots x context x MTP on/off on vLLM's own CUDA graphs, then PIECEWISE graphs and eager at
 the planned point; the best passing point and the graphs decided by decode and stability,
 in `OUT/sweep.json` with the config fields to set.
@@ -73,9 +73,9 @@ from duck.config import load_config
 from duck.sandbox import isolation as sandbox_isolation
 from duck.game.gateway import free_port
 from duck.kaggle.inputs import check_driver, lock_driver_requirement
-from duck.lab import offline, operating
-from duck.lab.operating import LIMITS, checks, play
-from duck.lab.soak import soak, start_rung
+from devkit.doctor import offline, operating
+from devkit.doctor.operating import LIMITS, checks, play
+from devkit.doctor.soak import soak, start_rung
 from duck.paths import BUNDLED_GAMES, REPO
 
 log = logging.getLogger(__name__)
@@ -164,7 +164,7 @@ def doctor(cfg: Any, out: Path, games: Path, only: list[str] | None, seconds: fl
            limits: dict[str, float] | None = None, network: dict[str, Any] | None = None,
            soak_minutes: float | None = None) -> dict[str, Any]:
     """The steps in order (module docstring); `network`: offline.isolate()'s result, taken
-    before anything started; `soak_minutes`: the soak (duck.lab.soak) instead of the play."""
+    before anything started; `soak_minutes`: the soak (devkit.doctor.soak) instead of the play."""
     from duck.llm.client import smoke_chat
     from duck.llm.serve import SMOKE_TIMEOUT_S, VLLMServer
     out.mkdir(parents=True, exist_ok=True)
@@ -208,7 +208,7 @@ def doctor(cfg: Any, out: Path, games: Path, only: list[str] | None, seconds: fl
     doc = {"ok": all(s.get("ok") for s in steps.values()) and ("play" in steps or "soak" in steps)
            and all(c["ok"] for c in verdicts.values()),
            "figures": figures, "checks": verdicts, "plan": cfg.plan.as_dict(), "steps": steps}
-    if "soak" in steps:  # the first submission's rung (duck.lab.soak's rule)
+    if "soak" in steps:  # the first submission's rung (devkit.doctor.soak's rule)
         rung, why = start_rung(steps["soak"], cfg.model.serve.mtp_tokens, limits["min_mtp_tokens_per_step"])
         doc["start_rung"] = {"rung": rung, "why": why, "set": [f"kaggle.start_rung={rung}"],
                              "notebook": f'os.environ.setdefault("DUCK_KAGGLE__START_RUNG", "{rung}")'}
@@ -230,7 +230,7 @@ def _main(args: argparse.Namespace) -> int:
               "max_boot_s": args.max_boot_s, "max_tool_failures": args.max_tool_failures,
               "min_mtp_tokens_per_step": args.min_mtp_tokens_per_step}
     if args.sweep:
-        from duck.lab.sweep import sweep  # (its own module: the doctor's steps, once per point)
+        from devkit.doctor.sweep import sweep  # (its own module: the doctor's steps, once per point)
         doc = sweep(cfg, Path(args.out), Path(args.games), args.only, args.sweep_minutes, limits, network=network)
         print(json.dumps(doc, indent=1, default=str))
         print(f"duck doctor --sweep: best {doc.get('best')}, graphs {doc.get('graphs')}; "
@@ -268,13 +268,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="MTP's accepted tokens per engine step where the server drafts (FIELD: 2.6-2.9; an untrained "
                         "draft head ~1.5)")
     p.add_argument("--soak", type=float, nargs="?", const=30.0, default=None, metavar="MINUTES",
-                   help="instead of the play: the soak (duck.lab.soak), --streams Duck-shaped conversations for "
+                   help="instead of the play: the soak (devkit.doctor.soak), --streams Duck-shaped conversations for "
                         "MINUTES (default 30) with MTP and prefix caching on; says the first submission's rung")
     p.add_argument("--network", choices=("none", "host"), default="none",
                    help="none (default): the doctor, its server and games in a network namespace with no route "
                         "out, as Kaggle's rerun; host: the machine's own network")
     p.add_argument("--sweep", action="store_true", help="the first-GPU sweep: slots x context x MTP on/off "
-                   "(duck.lab.sweep, <= 30 min), the best passing point in OUT/sweep.json")
+                   "(devkit.doctor.sweep, <= 30 min), the best passing point in OUT/sweep.json")
     p.add_argument("--sweep-minutes", type=float, default=1.5, help="play per sweep point")
     p.add_argument("--max-actions", type=int, default=None, help="per game (default: play.max_actions)")
     p.add_argument("--executable", default=None, help="the vllm executable (default: model.serve.executable)")

@@ -3,7 +3,7 @@ the figures of that play, and the field's operating points they are checked agai
 
 `play(cfg, url, games, ...)`: `n` games at once through the scheduler's runner, the agent (no
 fallback) and the kernel, with the figures from the server's `/metrics` (duck.llm.metrics)
-and the records (duck.lab.turns). `checks(figures, streams, limits)`: each figure against
+and the records (devkit.doctor.turns). `checks(figures, streams, limits)`: each figure against
 `LIMITS` (FIELD §4, the RTX Pro 6000 running Flash-Next): decode >= 600 tokens/s in total at
 10 streams (scaled as the field's 169 · n^0.6 at another count), prefix-cache hit rate >= 0.9,
 boot <= 12 min, tool-call failures (no call, a dropped one, or `{}`) <= 2%, and where the
@@ -20,7 +20,7 @@ from typing import Any
 
 from duck.game.source import GameSource
 from duck.llm import metrics as vllm_metrics
-from duck.lab.turns import calls, summarize
+from devkit.doctor.turns import calls, summarize
 from duck.play.record import read_record
 
 

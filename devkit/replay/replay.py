@@ -4,7 +4,7 @@ Every game-run of a duck-traces folder is started fresh and each recorded snippe
 in order, through our kernel (the one our agent plays with: the Duck's variables and action
 names, ours added), following ../shared/duck-traces/README.md, "Replaying this code
 faithfully": each snippet is capped at its recorded number of actions
-(duck.lab.replay_caps.ReplayKernel: a snippet the Duck killed stops at its next `action()` after
+(devkit.replay.caps.ReplayKernel: a snippet the Duck killed stops at its next `action()` after
 that), turns that ended because the run's 2,700 s were up stop the run's actions once their
 recorded actions are done, and the automatic RESETs are performed where the record has
 them. Actions go through `Session`, so the replay leaves normal records in RUN_DIR/records/.
@@ -44,7 +44,7 @@ import numpy as np
 from duck.config import KernelConfig
 from duck.game.actions import RESET
 from duck.game.source import GameSource, matches
-from duck.lab.replay_caps import RecordedCap, ReplayKernel, trace_caps
+from devkit.replay.caps import RecordedCap, ReplayKernel, trace_caps
 from duck.play.session import recorded_session
 from devkit.stub.traces import load_runs, load_trace
 
@@ -246,7 +246,7 @@ def run_replay(traces_dir: str, games_dir: str, out_dir: str, *, workers: int = 
 
 def _main(args: argparse.Namespace) -> int:
     if args.through_agent:
-        from duck.lab.replay_loop import replay_check  # (it starts the agent stack: only when asked)
+        from devkit.replay.loop import replay_check  # (it starts the agent stack: only when asked)
         res = replay_check(args.traces_dir, args.games, args.out, args.only)
         print(json.dumps({k: v for k, v in res.items() if k != "games"} |
                          {"games": {g: {k: v[k] for k in ("pass", "recorded", "played", "known_share", "identical")}
