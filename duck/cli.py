@@ -58,6 +58,7 @@ COMMANDS: dict[str, Command] = {
                            ("replies", "traces", "solutions", "conversation")),
     "rehearse": Command("devkit.rehearse.run", "rehearse a Kaggle run: the real notebook, a local gateway, "
                         "a stand-in vLLM", ("games",), ("budget_seconds", "max_actions")),
+    "bench": Command("devkit.bench", "run a benchmark of the workbench; it prints JSON"),
     "doctor": Command("devkit.doctor.doctor", "check a GPU machine: driver, vLLM, the plan, duck serve, a smoke chat, "
                       "the plan's slots of games at once, against the field's operating points",
                       ("games", "lock", "config"), ("game_seconds", "max_actions")),

@@ -54,7 +54,7 @@ class ServeConfig(Section):
     # real snippets intact, vllm#31501/#45256), and 0.33's is a new parser nothing has proven
     # at 16 yet: tests/conformance measures both on the Duck traces (experiments/LOG.md).
     # What 16 saved, the harness's CPU for per-token chunks, is ~0.3 ms a chunk at the
-    # field's ~700 tokens/s in total (`python -m devkit.bench load`).
+    # field's ~700 tokens/s in total (`duck bench load`).
     stream_interval: PositiveInt = 1
     kv_cache_dtype: Literal["auto", "fp8"] = _PLAN.kv_cache_dtype  # "auto": the checkpoint's dtype (BF16)
     # `--speculative-config '{"method": "mtp", ...}'`: the profile's native MTP head drafting

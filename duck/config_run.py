@@ -54,7 +54,7 @@ class PlayConfig(Section):
 
 class ExplorerConfig(Section):
     """duck.explorer.policy.Explorer's options (`--set explorer.nav=false`); the defaults are
-    the benchmarked ones (`python -m devkit.bench explorer`, experiments/LOG.md)."""
+    the benchmarked ones (`duck bench explorer`, experiments/LOG.md)."""
 
     level_cap: PositiveInt | None = None  # actions on one level before giving up on the game (None: no cap)
     max_clicks: NonNegativeInt = 64  # click targets kept per state (duck.explorer.vision)

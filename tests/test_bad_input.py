@@ -150,9 +150,9 @@ def test_a_flag_without_its_value(flag, tmp_path):
 
 @pytest.mark.parametrize("args", [[], ["nope"], ["../explorer"], ["__main__"]])
 def test_a_missing_or_unknown_benchmark_names_the_benchmarks(args):
-    r = subprocess.run([sys.executable, "-m", "devkit.bench", *args], capture_output=True,
+    r = subprocess.run([sys.executable, "-m", "duck.cli", "bench", *args], capture_output=True,
                        text=True, timeout=120)
-    one_line_error(r, "devkit.bench", "explorer", "calibration")
+    one_line_error(r, "duck bench", "explorer", "calibration")
     assert r.stdout == ""
 
 
@@ -160,7 +160,7 @@ def test_a_missing_or_unknown_benchmark_names_the_benchmarks(args):
 @pytest.mark.parametrize("args", [["kernel", "--lengths", "0"], ["context", "--runs", "-1"],
                                   ["context", "--turns", "0"], ["conversation", "--turns", "0"]])
 def test_a_benchmark_size_out_of_range_is_an_error_naming_the_flag(args):
-    r = subprocess.run([sys.executable, "-m", "devkit.bench", *args], capture_output=True, text=True, timeout=120)
+    r = subprocess.run([sys.executable, "-m", "duck.cli", "bench", *args], capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "Traceback" not in r.stderr and r.stdout == ""
     assert args[1] in r.stderr.strip().splitlines()[-1] and "error:" in r.stderr, r.stderr
 
@@ -168,7 +168,7 @@ def test_a_benchmark_size_out_of_range_is_an_error_naming_the_flag(args):
 @pytest.mark.parametrize("option, says", [("nav_lop=3", "nav_lop: unknown field"), ("nav", "not NAME=VALUE"),
                                           ("max_clicks=-1", "max_clicks")])
 def test_a_bad_explorer_option_of_the_benchmark_is_one_line(option, says):
-    r = subprocess.run([sys.executable, "-m", "devkit.bench", "explorer", "--option", option], capture_output=True,
+    r = subprocess.run([sys.executable, "-m", "duck.cli", "bench", "explorer", "--option", option], capture_output=True,
                        text=True, timeout=120)
     one_line_error(r, "--option", says)
     assert r.stdout == ""

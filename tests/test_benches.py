@@ -1,4 +1,4 @@
-"""Every `python -m devkit.bench NAME` runs (issue 40): each benchmark of devkit/bench/, as a
+"""Every `duck bench NAME` runs (issue 40): each benchmark of devkit/bench/, as a
 subprocess on a tiny input, exits 0 and prints JSON with its main keys, so that a merge
 cannot break one silently (the context benchmark crashed for weeks after ~13 minutes of
 replays, in its synthetic game, which no test ran).
@@ -64,7 +64,7 @@ def benches(tmp: Path) -> dict[str, tuple[list[str], tuple[str, ...], str | None
 
 
 def names_with_main() -> list[str]:
-    """The benchmarks `python -m devkit.bench` knows: the modules of devkit/bench/ with a `main`."""
+    """The benchmarks `duck bench` knows: the modules of devkit/bench/ with a `main`."""
     return sorted(m.name for m in pkgutil.iter_modules(devkit.bench.__path__) if not m.name.startswith("_")
                   and hasattr(importlib.import_module(f"devkit.bench.{m.name}"), "main"))
 
@@ -73,7 +73,7 @@ def names_with_main() -> list[str]:
 def started(tmp_path_factory):
     """Every benchmark that can run here, started at once: name -> its process."""
     tmp = tmp_path_factory.mktemp("benches")
-    procs = {name: subprocess.Popen([sys.executable, "-m", "devkit.bench", name, *args], cwd=ROOT, text=True,
+    procs = {name: subprocess.Popen([sys.executable, "-m", "duck.cli", "bench", name, *args], cwd=ROOT, text=True,
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
              for name, (args, _, why_not) in benches(tmp).items() if why_not is None}
     yield procs
@@ -94,7 +94,7 @@ def test_the_benchmark_runs_on_a_tiny_input(name, started, tmp_path):
     if why_not is not None:
         pytest.skip(why_not)
     out, err = started[name].communicate(timeout=600)
-    assert started[name].returncode == 0, f"python -m devkit.bench {name}: exit {started[name].returncode}\n{err[-3000:]}"
+    assert started[name].returncode == 0, f"duck bench {name}: exit {started[name].returncode}\n{err[-3000:]}"
     doc = json.loads(out)
     assert set(keys) <= set(doc), f"{name}: missing {set(keys) - set(doc)}"
     if name == "context":

@@ -1,5 +1,5 @@
 """Facts that are true (issue 36): the object facts of a change survive a resize, a split and a
-merge, the HUD border is summarised apart, and `python -m devkit.bench facts` proves every fact
+merge, the HUD border is summarised apart, and `duck bench facts` proves every fact
 of every action and call true of its boards (here on the bundled games and a model's run; over
 the 25 public games in experiments/LOG.md). The checker itself is shown to catch each kind of
 false fact, the ones the review found included."""

@@ -171,7 +171,7 @@ def test_the_seccomp_filter_denies_what_issue_30_used_and_nothing_the_worker_nee
 
 
 def test_the_sandbox_benchmark_prints_its_figures():
-    r = subprocess.run([sys.executable, "-m", "devkit.bench", "sandbox", "--n", "1", "--files", "50"],
+    r = subprocess.run([sys.executable, "-m", "duck.cli", "bench", "sandbox", "--n", "1", "--files", "50"],
                        capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     got = json.loads(r.stdout)

@@ -42,7 +42,7 @@ LAYERS = {
     "duck.policies": 5,
     "duck.run": 6, "scheduler": 6,
     "duck.kaggle": 7,
-    "duck.lab": 8, "devkit.bench": 8, "devkit": 8,
+    "duck.lab": 8, "devkit": 8,
     "duck.cli": 9,
 }
 OFF_STACK = 8

@@ -1,4 +1,4 @@
-"""`python -m devkit.bench load`: many games at once through the runner, the agent and the kernel
+"""`duck bench load`: many games at once through the runner, the agent and the kernel
 against the stub server's latency model (a short run on the bundled games)."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ FIELDS = {"games", "actions_per_game", "turns_per_game", "harness_share", "max_r
 
 def test_load_bench_plays_every_game_and_prints_the_figures(tmp_path, bundled):
     # 30 s of play: at 15 s a game on a machine loaded ~6x over its cores (load 12 on 2) once made no action
-    r = subprocess.run([sys.executable, "-m", "devkit.bench", "load", "--games", "4", "--minutes", "0.5",
+    r = subprocess.run([sys.executable, "-m", "duck.cli", "bench", "load", "--games", "4", "--minutes", "0.5",
                         "--folder", str(bundled), "--latency", "speed=20", "--out", str(tmp_path / "load"),
                         "--per-game"], capture_output=True, text=True, timeout=240, env=dict(os.environ))
     assert r.returncode == 0, r.stderr[-3000:]

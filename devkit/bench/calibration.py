@@ -1,4 +1,4 @@
-"""A/A calibration of duck.lab.stats on the Duck's traces: `python -m devkit.bench calibration`.
+"""A/A calibration of duck.lab.stats on the Duck's traces: `duck bench calibration`.
 
 The Duck played every public game in several passes (../shared/duck-traces/runs.jsonl). Split
 each game's passes at random into two disjoint halves, call one A and the other B, pair them
@@ -104,7 +104,7 @@ def plot(results: dict[str, dict], path: Path, alpha: float) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m devkit.bench calibration", description=__doc__,
+    ap = argparse.ArgumentParser(prog="duck bench calibration", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=Path, default=DEFAULT_RUNS, help="runs.jsonl of the Duck's traces")
     ap.add_argument("--reps", type=int, default=1000, help="random splits per design")

@@ -1,4 +1,4 @@
-"""`python -m devkit.bench context`: the context at the field's scale against the old settings, in one run.
+"""`duck bench context`: the context at the field's scale against the old settings, in one run.
 
 Two arms, side by side:
 
@@ -158,7 +158,7 @@ def arm(per_game: list[dict[str, Any]], cfg: Any) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m devkit.bench context", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="duck bench context", description=__doc__.split("\n\n")[0])
     p.add_argument("--traces", default=str(SHARED / "duck-traces"))
     p.add_argument("--games", default=str(PUBLIC_GAMES))
     p.add_argument("--game", default=None, help="only this game (id or prefix)")

@@ -1,4 +1,4 @@
-"""`python -m devkit.bench conversation`: what a conversation file costs, on disk and in time.
+"""`duck bench conversation`: what a conversation file costs, on disk and in time.
 
 Replays the Duck's longest run of each public game (every Duck run lasted the full 45
 minutes) through the whole agent loop against the stub server (devkit.replay.loop, as
@@ -75,7 +75,7 @@ def measure(path: Path, seconds_in_writer: float) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m devkit.bench conversation", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="duck bench conversation", description=__doc__.split("\n\n")[0])
     p.add_argument("--traces", default=str(SHARED / "duck-traces"))
     p.add_argument("--games", default=str(PUBLIC_GAMES))
     p.add_argument("--only", nargs="*", default=None, help="game ids or 4-letter prefixes")

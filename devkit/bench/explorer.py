@@ -1,9 +1,9 @@
 """Benchmark of the explorer over a games folder and several seeds, optionally side by side
 with an older version of it.
 
-    python -m devkit.bench explorer --games environment_files --seeds 0 1 2 3 4 \\
+    duck bench explorer --games environment_files --seeds 0 1 2 3 4 \\
         --max-actions 1000 --workers 2
-    python -m devkit.bench explorer --games ../shared/community-games/environment_files \\
+    duck bench explorer --games ../shared/community-games/environment_files \\
         --seeds 0 1 --max-actions 1000 --workers 2 --baseline d76980c --game-seconds 300
 
 Every (seed, game) is played in its own subprocess (devkit.bench.explorer_arms): a game that
@@ -197,7 +197,7 @@ def run(games: str, seeds: list[int], max_actions: int, workers: int, out: Path,
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m devkit.bench explorer", description=__doc__,
+    p = argparse.ArgumentParser(prog="duck bench explorer", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--games", default="environment_files")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
@@ -223,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
             raise ConfigError(f"{bad!r} is not NAME=VALUE")
         validate(ExplorerConfig, options)
     except ConfigError as e:
-        print(f"python -m devkit.bench explorer: error: --option {e}", file=sys.stderr)
+        print(f"duck bench explorer: error: --option {e}", file=sys.stderr)
         return 2
     kw = dict(only=args.only, options=options, baseline=args.baseline,
               game_seconds=args.game_seconds, ref=args.ref)

@@ -1,4 +1,4 @@
-"""`python -m devkit.bench facts`: every fact the model is told about the boards, checked against
+"""`duck bench facts`: every fact the model is told about the boards, checked against
 the boards (DESIGN §6: a checker in the repo proves it over the public games).
 
 Plays the games first (`--policy`, `--max-actions`; records under `--out`) or reads a run's
@@ -11,8 +11,8 @@ claims by kind, the false ones by kind, how many actions carry one, the first ex
 per animated level-up whether its frame before the last is nearer the board before it than
 the next level's first board (`level_ups`: the evidence that the switch is the last frame).
 
-    python -m devkit.bench facts --games environment_files --policy explorer --max-actions 150
-    python -m devkit.bench facts --records runs/RUN
+    duck bench facts --games environment_files --policy explorer --max-actions 150
+    duck bench facts --records runs/RUN
 """
 
 from __future__ import annotations
@@ -152,7 +152,7 @@ def report(paths: list[Path], examples: int = 20) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m devkit.bench facts", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="duck bench facts", description=__doc__.splitlines()[0])
     ap.add_argument("--games", default="environment_files")
     ap.add_argument("--records", default="", help="check this run's records (RUN or RUN/records) instead of playing")
     ap.add_argument("--policy", default="explorer")

@@ -1,4 +1,4 @@
-"""`python -m devkit.bench kernel`: cost of one `action()` call as the history grows.
+"""`duck bench kernel`: cost of one `action()` call as the history grows.
 
 The claim to check (DESIGN §3): an action costs the same at step 1,000 as at step 10,
 because each observation reaches the kernel once, as a delta. For each history length
@@ -139,7 +139,7 @@ def _startup(kernel: Kernel, n: int = 10) -> float:
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="python -m devkit.bench kernel", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="duck bench kernel", description=__doc__.split("\n")[0])
     p.add_argument("--games", default=None, help="environments folder (default: public games if "
                    "present, else tests/games)")
     p.add_argument("--game", default=None, help="game id or prefix (default: ls20 or the first)")

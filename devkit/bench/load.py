@@ -1,4 +1,4 @@
-"""`python -m devkit.bench load --games N --minutes M`: a full Kaggle wave on one machine (issues 17, 26).
+"""`duck bench load --games N --minutes M`: a full Kaggle wave on one machine (issues 17, 26).
 
 The scheduler's runner (scheduler.runner, the notebook's) plays N games at once (default: the
 serving plan's slots, 10 for Flash-Next at 128K) for M minutes (default 5) through the real
@@ -229,7 +229,7 @@ def run(games: int, minutes: float, folder: str | Path, out: str | Path, latency
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="python -m devkit.bench load", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="duck bench load", description=__doc__.split("\n")[0])
     p.add_argument("--games", type=int, default=None, help="games at once (default: the plan's slots)")
     p.add_argument("--minutes", type=float, default=5.0)
     p.add_argument("--folder", default=None, help="games folder (default: the public games if present, "

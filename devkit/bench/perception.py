@@ -1,4 +1,4 @@
-"""`python -m devkit.bench perception`: how many actions carry animation-only information on the
+"""`duck bench perception`: how many actions carry animation-only information on the
 public games, and what the turn images cost per 100-turn game at each setting.
 
 The Duck's recorded play (../shared/duck-traces, the first pass of each game whose action
@@ -18,7 +18,7 @@ duck.game.change.pick_frames) and their tokens on Qwen3-VL's geometry (duck.llm.
 scaled to 100 turns. `ms_per_turn`: the time to compute one turn's facts and render its images
 (the harness's cost, per turn, median).
 
-    python -m devkit.bench perception [--games environment_files] [--traces ../shared/duck-traces]
+    duck bench perception [--games environment_files] [--traces ../shared/duck-traces]
                                     [--turns 100] [--only sp80,tn36]
 """
 
@@ -155,7 +155,7 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m devkit.bench perception", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="duck bench perception", description=__doc__.splitlines()[0])
     ap.add_argument("--games", default="environment_files")
     ap.add_argument("--traces", default=str(SHARED / "duck-traces"))
     ap.add_argument("--turns", type=int, default=100)

@@ -1,4 +1,4 @@
-"""`python -m devkit.bench plan`: how fast the world-model tools' `plan` searches a small abstraction.
+"""`duck bench plan`: how fast the world-model tools' `plan` searches a small abstraction.
 
 The fixed abstraction is a box-pushing room (10x10 floor, two boxes, a wall; state = (player,
 frozenset of boxes), four keys), a typical simulator a model writes, whose goal can never be
@@ -83,7 +83,7 @@ def in_kernel(states: int) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m devkit.bench plan", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="duck bench plan", description=__doc__.split("\n\n")[0])
     ap.add_argument("--states", type=int, default=100_000, help="the search's state budget")
     args = ap.parse_args(argv)
     out = in_kernel(args.states)

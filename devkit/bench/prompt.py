@@ -1,4 +1,4 @@
-"""`python -m devkit.bench prompt`: the size of what the model is told before it plays.
+"""`duck bench prompt`: the size of what the model is told before it plays.
 
 Renders the first request of a game (system prompt, the `python` tool's schema, the first turn
 message on a bundled game's board) through the served model's chat template as vLLM applies it

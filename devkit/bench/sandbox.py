@@ -1,4 +1,4 @@
-"""`python -m devkit.bench sandbox`: what issue 30's verified layers cost.
+"""`duck bench sandbox`: what issue 30's verified layers cost.
 
 Prints JSON: `probe_ms` (the median time of the layer report every record header carries:
 a probe worker that confines itself, verifies each layer and exits, duck.sandbox.probe),
@@ -61,7 +61,7 @@ def measure(n: int = 7, files: int = 1000) -> dict:
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="python -m devkit.bench sandbox", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="duck bench sandbox", description=__doc__.split("\n")[0])
     p.add_argument("--n", type=int, default=7, help="repetitions of each measure")
     p.add_argument("--files", type=int, default=1000, help="files in the counted kernel's temp dir")
     args = p.parse_args(argv)

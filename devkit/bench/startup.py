@@ -1,4 +1,4 @@
-"""How long `duck` takes to start and to stop: `python -m devkit.bench startup [--runs 5]
+"""How long `duck` takes to start and to stop: `duck bench startup [--runs 5]
 [--baseline-duck PATH]`.
 
 Times, as wall clock of a fresh process each, `duck --help` and the explorer's shortest run
@@ -63,7 +63,7 @@ def _stop(duck: str, out: Path) -> tuple[float, int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m devkit.bench startup", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="duck bench startup", description=__doc__.split("\n\n")[0])
     p.add_argument("--runs", type=int, default=5, help="fresh processes per command (default 5)")
     p.add_argument("--duck", default=str(Path(sys.executable).parent / "duck"), help="the duck to time")
     p.add_argument("--baseline-duck", default=None, help="another duck executable, timed interleaved")

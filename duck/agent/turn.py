@@ -7,7 +7,7 @@ change of the board over the WHOLE call (duck.game.change: cells, objects, the H
 its animations in one line, the outcome in accurate words (level completed, GAME_OVER and the
 level restarted, won), the step, the level, the actions spent on it, the valid actions
 (ACTION7 named UNDO); on a new level the per-level memory (duck.agent.memory). Every object
-fact is true of the two boards it names (`python -m devkit.bench facts` checks them). Its images
+fact is true of the two boards it names (`duck bench facts` checks them). Its images
 come first in the content, then the text, which lists them in order (vLLM puts a message's
 images before its text anyway):
 

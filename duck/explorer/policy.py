@@ -38,7 +38,7 @@ level's start is the shortest route to an untried action; never as a level's fir
 nor twice in a row (both would restart the whole game outside competition mode). A
 per-level action cap (`level_cap`) ends play on a hopeless level. Deterministic for a seed.
 
-`python -m devkit.bench explorer` measures it on a games folder over several seeds.
+`duck bench explorer` measures it on a games folder over several seeds.
 """
 
 from __future__ import annotations

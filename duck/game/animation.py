@@ -2,7 +2,7 @@
 the object facts of any change from one board to another.
 
 `change_parts(before, after)`: the facts of a change, each true of the two boards (a checker
-proves it over the public games: `python -m devkit.bench facts`). Objects are the 4-connected
+proves it over the public games: `duck bench facts`). Objects are the 4-connected
 one-colour regions of each board. Each region that holds a changed cell is matched to the
 regions of the same colour that share cells with it on the other board, and so on until the
 group is closed; a group then reads:
@@ -232,7 +232,7 @@ def won_frame(before: Any, frames: Sequence[Any]) -> int | None:
     the level) when the frames' `level` rose over the action, else None. The switch is the last
     frame: the frame before it is nearer the board before the action than the next level's first
     board in 18 of 18 animated level-ups of the explorer's 500 actions on each public game
-    (`python -m devkit.bench facts`, `level_ups`)."""
+    (`duck bench facts`, `level_ups`)."""
     lv0, lv1 = getattr(before, "level", None), getattr(frames[-1], "level", None) if len(frames) else None
     if lv0 is None or lv1 is None or lv1 <= lv0 or len(frames) < 2:
         return None

@@ -40,7 +40,7 @@ Assumptions (what makes these numbers mean what they say)
    honest answer: five games are five observations.
 4. Adaptive passes (`duck ab --max-passes`) add passes to games whose difference is within
    noise; the decision looks at the data, so the p-value is only approximately exact.
-5. Calibration (`python -m devkit.bench calibration`: random A/A splits of the Duck's 10 passes
+5. Calibration (`duck bench calibration`: random A/A splits of the Duck's 10 passes
    of the 25 public games, 1000 splits, alpha 0.05; see experiments/LOG.md, 2026-12-02, issue 39):
    rejected under A/A (false positives; ±1.4% each): over games (the decision) 6.8% with 3
    passes per arm, 4.1% with 5, 5.0% adaptive 3..5 (seeds 1 and 2: 5.0/5.7%, 4.5/4.5%,

@@ -19,7 +19,7 @@ them, `'MOUSE(row=20, col=20)'`) are duck.game.actions'. The guards against wast
 (`ActionHost.guards`, installed by the agent: duck.sandbox.batch_guards) are checked here
 between two actions; every executed action's frames go into `CallActions.steps`
 (duck.game.change.Step) for the turn's facts. The replay of the Duck's recorded code caps its
-calls in a subclass of its own (devkit.replay.caps).
+calls in a subclass of its own (`duck replay`'s kernel).
 """
 
 from __future__ import annotations

@@ -100,7 +100,7 @@ class WorkerProcess:
         """Start the worker now, in a background thread, instead of at the first call: a
         game's first model reply takes tens of seconds, and 28 workers starting together when
         their first replies arrived together kept those replies waiting up to 1.4 s on 2
-        cores (`python -m devkit.bench load`, experiments/LOG.md). A call and close() wait for
+        cores (`duck bench load`, experiments/LOG.md). A call and close() wait for
         it; a start that failed is tried again by the call, which reports it as before."""
         if self.proc is None and self._starting is None:
             self._starting = threading.Thread(target=self._start_quietly, name="kernel-start", daemon=True)

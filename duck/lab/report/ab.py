@@ -75,7 +75,7 @@ def _tests_section(doc: dict[str, Any]) -> str:
             + "".join(f"<li><b>{esc(k)}</b> = {esc(v)}: {esc(t)}</li>" for k, v, t in items)
             + "</ul><p class=muted>Fewer than 6 differing games can never reach p &lt; 0.05 (2/2<sup>5</sup> = "
               "0.0625). Assumptions and the A/A calibration: the docstring of duck/lab/stats.py; "
-              "<code>python -m devkit.bench calibration</code>.</p></section>")
+              "<code>duck bench calibration</code>.</p></section>")
 
 
 def _noise(s: dict[str, Any]) -> str:
@@ -131,5 +131,5 @@ def ab_html(doc: dict[str, Any], title: str = "A/B") -> str:
     parts.append("<section id=method><h2>Method</h2><ul>"
                  + "".join(f"<li><b>{esc(k)}</b>: {esc(v)}</li>" for k, v in method.items())
                  + "<li>assumptions: see the docstring of <code>duck/lab/stats.py</code>; calibration: "
-                   "<code>python -m devkit.bench calibration</code></li></ul></section>")
+                   "<code>duck bench calibration</code></li></ul></section>")
     return page(f"duck ab: {title}", "\n".join(parts))

@@ -11,7 +11,7 @@ instead of corrupting the search), or nested lists/dicts/sets (frozen for the ke
 
 The answer is a `Plan` (a dict): `found`, `actions` (the list to give `action(...)`, or None),
 `reason`, `length`, `states`, `expanded`, `seconds`, and `errors`/`first_error` when step raised.
-`python -m devkit.bench plan` measures its speed on a fixed abstraction.
+`duck bench plan` measures its speed on a fixed abstraction.
 """
 
 from __future__ import annotations
