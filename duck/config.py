@@ -158,9 +158,9 @@ class KernelConfig(Section):
     # ~1 GB and 155 s to clean up, issue 30). 16384 is ~16 MB per kernel, far more than model
     # code has ever written (a few files).
     disk_inodes: PositiveInt = 16384
-    # Sandbox layers not to apply even where the machine allows them (duck.sandbox.isolation):
+    # Sandbox layers not to apply even where the machine allows them (duck.sandbox.wall.isolation):
     # for testing the fallbacks, and a way out if a layer misbehaves on some machine
-    # ("cgroup": the worker's memory cgroup, duck.sandbox.cgroup).
+    # ("cgroup": the worker's memory cgroup, duck.sandbox.wall.cgroup).
     layers_off: list[Literal["uid", "namespaces", "landlock", "seccomp", "cgroup"]] = []
     grace_s: NonNegativeFloat = 1.0  # after the soft interrupt, time to unwind before the process is killed
 

@@ -12,7 +12,7 @@
 * `docker`: root without CAP_SYS_ADMIN and without CAP_SYS_PTRACE, Docker's default set (so most
   likely Kaggle's): `wrap(cmd, "docker")`, as above with `capsh --drop=cap_sys_admin,cap_sys_ptrace`.
   The host then cannot read another uid's /proc/<pid>/fd as root (issue 37: its disk count read
-  zero there); duck.sandbox.quota reads it as the worker's uid.
+  zero there); duck.sandbox.wall.quota reads it as the worker's uid.
 
 `current()` says which posture this process is in; `available()` whether the wrapped postures
 can be started here (root, unshare and capsh present) and why not.
@@ -26,8 +26,8 @@ import shutil
 import sys
 from pathlib import Path
 
-from duck.sandbox.confine import closed_ancestor
-from duck.sandbox.isolation import python_paths
+from duck.sandbox.wall.confine import closed_ancestor
+from duck.sandbox.wall.isolation import python_paths
 
 ROOT = Path(__file__).resolve().parent.parent
 ENV = "DUCK_TEST_POSTURE"  # set in the wrapped process, so a nested test run knows where it is

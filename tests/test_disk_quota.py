@@ -18,7 +18,8 @@ import pytest
 
 from duck.config import KernelConfig
 from duck.play.record import read_record
-from duck.sandbox import isolation, process, quota
+from duck.sandbox import process
+from duck.sandbox.wall import isolation, quota
 import posture
 from attacks import UNGUARD
 from test_sandbox_attacks import new_kernel

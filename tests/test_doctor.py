@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from duck.sandbox import isolation
+from duck.sandbox.wall import isolation
 
 from duck.llm import metrics as vllm_metrics
 from devkit.doctor.doctor import LIMITS, lock_pin, vllm_import

@@ -197,7 +197,7 @@ def _interactive(tmp_path, monkeypatch, run_class=KaggleRun, **extra) -> KaggleR
 def test_without_landlock_or_namespaces_the_interactive_run_plays_from_a_root_only_copy(tmp_path, monkeypatch):
     """File modes are then the sandbox's only wall: the games under /kaggle/input (readable by
     anyone) are played from a copy the kernel's uid cannot open, removed at the end."""
-    from duck.sandbox.isolation import relies_on_file_modes
+    from duck.sandbox.wall.isolation import relies_on_file_modes
     off = ["landlock", "namespaces"]
     if not relies_on_file_modes(off):
         pytest.skip("the uid layer is off here (not root): file modes are no wall at all")

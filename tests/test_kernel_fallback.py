@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from conftest import BUNDLED, ROOT
-from duck.sandbox import cgroup, fallback, isolation, quota
+from duck.sandbox import fallback
+from duck.sandbox.wall import cgroup, isolation, quota
 
 
 def test_the_games_path_leaves_the_command_line_and_argv_stays():
@@ -120,9 +121,9 @@ def test_a_dead_hosts_cgroup_is_swept(tmp_path):
 
 SECCOMP_PROBE = r"""
 import ctypes, errno, fcntl, os, signal, socket, sys
-from duck.sandbox import confine, seccomp_filter
+from duck.sandbox.wall import confine, seccomp
 confine._import_pyseccomp()
-seccomp_filter.load()
+seccomp.load()
 libc = ctypes.CDLL(None, use_errno=True)
 libc.syscall.restype = ctypes.c_long
 out = {}

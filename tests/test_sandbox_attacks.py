@@ -35,7 +35,8 @@ from duck.config import KernelConfig
 from duck.game.source import GameSource
 from duck.play.record import RecordWriter, read_record
 from duck.play.session import Session
-from duck.sandbox import isolation, process
+from duck.sandbox import process
+from duck.sandbox.wall import isolation
 from duck.sandbox.host import Kernel
 from duck.sandbox.render import OUTPUT_CHARS
 
@@ -346,7 +347,7 @@ def test_fallback_without_landlock_and_namespaces(open_place):
         assert r.restarted and "ESCAPED" not in r.text, r.text[:500]
         r = k.run(next(a for a in ATTACKS if a.name == "fill-shared-folders").render(**targets.where))
         assert r.restarted, r.text[:500]  # /dev/shm and /tmp count against the 40 MB
-        from duck.sandbox import quota
+        from duck.sandbox.wall import quota
         assert quota.owned(k.lease.uid, skip=k.workdir) == []  # and were removed with the worker
         alive(k)
 

@@ -23,7 +23,7 @@ from duck.config import KernelConfig
 from duck.game.source import GameSource
 from duck.paths import BUNDLED_GAMES
 from duck.play.session import recorded_session
-from duck.sandbox import isolation
+from duck.sandbox.wall import isolation
 from duck.sandbox.host import Kernel
 
 

@@ -25,7 +25,7 @@ reported and the doctor goes on wherever the next step can still run:
 6. `vllm_log`: the boot's vllm.log read for a download or a kernel compile (FlashInfer's
    cubin fetches and JIT builds, vLLM's note that its precompiled kernels are missing, an
    HTTP client that tried to go out: devkit.doctor.offline.SIGNS); any fails the doctor, by name;
-7. `isolation`: the sandbox's isolation layers on this machine (`duck.sandbox.isolation.report()`,
+7. `isolation`: the sandbox's isolation layers on this machine (`duck.sandbox.wall.isolation.report()`,
    the same as in every record header).
 
 Figures (`figures` in the JSON): decode throughput (generated tokens per second of play, from
@@ -70,7 +70,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from duck.config import load_config
-from duck.sandbox import isolation as sandbox_isolation
+from duck.sandbox.wall import isolation as sandbox_isolation
 from duck.game.gateway import free_port
 from duck.kaggle.inputs import check_driver, lock_driver_requirement
 from devkit.doctor import offline, operating

@@ -65,7 +65,7 @@ def unpack_grid(text: str) -> np.ndarray:
 
 
 # name -> a function whose result every header keeps under that name (registered by the
-# layers above, e.g. duck.sandbox.isolation: which OS layers confine the kernel here).
+# layers above, e.g. duck.sandbox.wall.isolation: which OS layers confine the kernel here).
 HEADER_EXTRAS: dict[str, Callable[[], Any]] = {}
 
 

@@ -12,14 +12,14 @@ the host or any other process; reach the network; leave a process or thread behi
 the disk or the memory; stop or hang the host, or make it record something false. The host
 and the game (the toolkit, in the host's process) are trusted; so is the machine's kernel.
 
-The layers (each verified by the worker right after it is applied, `duck.sandbox.verify`, and
+The layers (each verified by the worker right after it is applied, `duck.sandbox.wall.verify`, and
 reported only when it holds: `isolation.report()`, a probe worker's, in every record header and
 in `duck doctor`; the layers a kernel's worker verified in a `sandbox` event of the record), from
 the outside in:
 
 1. a uid of its own (`isolation.UidLease`, when the host is root, as on Kaggle and in CI):
    no home, no groups, no rights over the host's files or processes;
-2. a seccomp filter built with libseccomp (`seccomp_filter`): no ptrace or process_vm_*,
+2. a seccomp filter built with libseccomp (`wall.seccomp`): no ptrace or process_vm_*,
    no signal, rlimit, priority or CPU placement aimed at another process, no pidfd_*, no
    socket at all, no setpgid, setsid, stop signal or timer, no SysV IPC, message queue, AIO,
    io_uring, xattr write or memfd (memory no limit counts), no fallocate or O_TMPFILE (disk
@@ -64,7 +64,7 @@ Modules: host (the Kernel: the call loop), state (the game state the worker is t
 lifecycle (the worker process: start, kill, restart, leftovers, quota), worker (the process
 itself) and views (the game as model code sees it), confine (the worker confining itself),
 verify (its probes), isolation (report, plan, uids), process (starting and ending a worker,
-leftovers), cgroup, quota, fallback (the file-modes posture), landlock, seccomp_filter, trust,
+leftovers), cgroup, quota, fallback (the file-modes posture), landlock, seccomp (those in wall/), trust,
 wire, guard, actions (action() on the host), batch_guards, handoff (explore), render (the
 tool message the model receives), tools (the world-model tools).
 """

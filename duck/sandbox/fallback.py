@@ -1,9 +1,9 @@
 """The file-modes fallback (host side). Wherever the worker has a uid of its own but no mount
-namespace (duck.sandbox.isolation.without_mount_namespace), `games_for_play` closes the run's
+namespace (duck.sandbox.wall.isolation.without_mount_namespace), `games_for_play` closes the run's
 folder (its run.json names the games' path) and its records and conversations folders (0700):
 Landlock, where it holds, does not mediate inotify or stat, and a worker watched the records
 being written (issue 37). Where neither Landlock nor a mount namespace holds
-(duck.sandbox.isolation.relies_on_file_modes), only file modes keep the games from it too. Then
+(duck.sandbox.wall.isolation.relies_on_file_modes), only file modes keep the games from it too. Then
 `games_for_play` also:
 
 * plays the games from a root-only copy (a 0700 folder of root's), never from the original;
@@ -17,7 +17,7 @@ being written (issue 37). Where neither Landlock nor a mount namespace holds
   (on Kaggle /kaggle/input is read-only).
 
 Other processes' /proc entries: where a mount namespace exists the worker gets a /proc with
-hidepid (duck.sandbox.confine); here (no CAP_SYS_ADMIN) the scrubbed command line is what is
+hidepid (duck.sandbox.wall.confine); here (no CAP_SYS_ADMIN) the scrubbed command line is what is
 left, and Landlock, where the kernel has it, denies /proc altogether.
 """
 
@@ -32,8 +32,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from duck.sandbox import isolation
-from duck.sandbox.confine import closed_ancestor
+from duck.sandbox.wall import isolation
+from duck.sandbox.wall.confine import closed_ancestor
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 These run inside the interpreter they police, so deliberate code can reach them (the guard
 object through `gc`, `sys.modules`, the loaded ctypes): they are not the wall. The wall is
-the operating system (duck.sandbox.confine: its own uid, Landlock, seccomp, namespaces, hard
+the operating system (duck.sandbox.wall.confine: its own uid, Landlock, seccomp, namespaces, hard
 limits). What stays here tells a careless model at once, in words, why something failed:
 
 * an audit hook (`Guard`) refusing new processes, signals to other processes, sockets,

@@ -27,7 +27,8 @@ import time
 from typing import Any, Callable
 
 from duck.config import KernelConfig
-from duck.sandbox import cgroup, isolation, process, quota, wire
+from duck.sandbox import process, wire
+from duck.sandbox.wall import cgroup, isolation, quota
 
 WRITE_DEADLINE_S = 10.0  # a worker that reads nothing for this long is dead to the host
 MAX_WORKER_MESSAGE = 8 << 20  # bytes; larger is a protocol violation
@@ -46,7 +47,7 @@ class WorkerProcess:
         self.tmpfs = False
         self.proc: subprocess.Popen | None = None
         self.worker: process.Started | None = None
-        self.cgroup: dict[str, Any] | None = None  # the worker's memory cgroup (duck.sandbox.cgroup)
+        self.cgroup: dict[str, Any] | None = None  # the worker's memory cgroup (duck.sandbox.wall.cgroup)
         self.workdir: str | None = None
         self._starting: threading.Thread | None = None  # start_soon()'s thread
         self._watching: tuple[threading.Event, threading.Thread] | None = None  # the quota's clock
@@ -197,7 +198,7 @@ class WorkerProcess:
 
     def over_quota(self) -> bool:
         """Past `kernel.disk_mb` or `kernel.disk_inodes`, counting what no tmpfs bounds
-        (duck.sandbox.quota): the temp dir where it is a plain folder, the worker's deleted
+        (duck.sandbox.wall.quota): the temp dir where it is a plain folder, the worker's deleted
         open or mapped files, and what its uid owns in the shared folders where no Landlock
         closes them. What cannot be counted is over (and recorded)."""
         if not self.counted():

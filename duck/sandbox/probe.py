@@ -2,7 +2,7 @@
 
 It speaks the worker's first two messages (its config in, `ready` with the verified layers
 out, duck.sandbox.worker) and runs the same `confine()`, but imports neither numpy nor the
-game's views, so the layer report of every record header (duck.sandbox.isolation.report)
+game's views, so the layer report of every record header (duck.sandbox.wall.isolation.report)
 costs one interpreter start, not a kernel's.
 """
 
@@ -13,7 +13,7 @@ import sys
 from typing import Any
 
 from duck.sandbox import wire
-from duck.sandbox.confine import confine
+from duck.sandbox.wall.confine import confine
 from duck.sandbox.guard import GUARD, Guard
 
 

@@ -12,12 +12,12 @@ an empty group and its `wait()` had no time-out, so `duck play` never ended. Her
   a worker the kernel cannot reap (stuck in uninterruptible sleep) is reported, never waited on.
 * a host that dies takes its workers with it, even a SIGKILLed one whose worker is frozen
   between calls: the worker asks for SIGKILL at its parent's death (PR_SET_PDEATHSIG,
-  duck.sandbox.confine), and since that signal follows the thread that forked, every worker
+  duck.sandbox.wall.confine), and since that signal follows the thread that forked, every worker
   is forked from one thread that lives as long as the process (`_popen`), never from the
   short-lived thread of `start_soon` or a game's;
 * `probe()` starts a worker that only confines itself (duck.sandbox.probe: the same
   `confine()`, without numpy) and says what it verified: the layer report of every record
-  header (duck.sandbox.isolation.report) comes from it.
+  header (duck.sandbox.wall.isolation.report) comes from it.
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from duck.sandbox import quota, trust, wire
+from duck.sandbox import trust, wire
+from duck.sandbox.wall import quota
 
 IMPORT_ROOT = Path(__file__).resolve().parents[2]  # where `duck` is imported from (PYTHONPATH)
 REAP_S = 5.0  # after SIGKILL, how long the host waits for the worker to be reaped
@@ -141,7 +142,7 @@ def last_error_line(started: Started) -> str:
 
 def ready(started: Started, uid: int | None) -> dict[str, str] | None:
     """The layers of the worker's `ready` message (what it verified), cut to size and with the
-    disk quota failed closed where the host cannot count it (duck.sandbox.quota.fail_closed);
+    disk quota failed closed where the host cannot count it (duck.sandbox.wall.quota.fail_closed);
     None if it did not come within START_S."""
     try:
         got = started.reader.recv(time.monotonic() + START_S)

@@ -8,7 +8,7 @@ and receives only *new* observations from the host, so an `action()` call costs 
 step 1,000 as at step 10. The host owns the game: `action()` (and the tools' `explore`) send
 a request over the pipe and wait for the result and the new boards (`Worker.request`).
 
-Before it reads anything from the host it confines itself (duck.sandbox.confine: namespaces,
+Before it reads anything from the host it confines itself (duck.sandbox.wall.confine: namespaces,
 Landlock, hard limits, its own uid, seccomp) and reports the layers in its `ready` message.
 The in-process fences (audit hook, imports: `duck.sandbox.guard`) only give clear messages.
 Every message it writes carries the id of the call it belongs to (the host refuses any other).

@@ -35,7 +35,7 @@ break on the next glibc). Denied with EPERM, what the worker never needs once st
   keyctl and key syscalls, module loading, reboot, kexec, swapon/off, acct, clock/time
   setting, syslog, vhangup, iopl/ioperm, changing uid/gid (the worker has dropped them for
   good);
-* the filter itself stays: loading one needs no_new_privs (set by duck.sandbox.confine
+* the filter itself stays: loading one needs no_new_privs (set by duck.sandbox.wall.confine
   before Landlock, and by libseccomp again).
 
 Integer arguments are compared on their low 32 bits (MASKED_EQ with 0xffffffff) wherever an

@@ -15,7 +15,7 @@ without CAP_SYS_PTRACE `/proc/<pid>/fd` read as empty. Now:
 * `unlinked_open_files()` counts deleted files held open (`/proc/<pid>/fd`) and deleted files
   kept by a memory map (`/proc/<pid>/maps`); where the host lacks CAP_SYS_PTRACE it reads them
   with this thread's file-system uid set to the worker's (`setfsuid`: per thread, the worker
-  made itself dumpable in duck.sandbox.confine), and where even that fails the usage is unseen;
+  made itself dumpable in duck.sandbox.wall.confine), and where even that fails the usage is unseen;
 * `remove_tree()` removes without recursion: 989 nested folders raised RecursionError out of
   `shutil.rmtree` and the host's clean-up (issue 37).
 """

@@ -9,7 +9,7 @@ to its children (`memory` already in its cgroup.subtree_control: a delegated sub
 container's root cgroup; the host never enables a controller itself); else cgroup v1's memory hierarchy when it is mounted
 writable (no delegation rule there). Neither on Kaggle's unprivileged container: the layer is
 then reported off with the reason. The worker joins its cgroup itself, while still root
-(duck.sandbox.confine), and verifies it is a member and the limit is the planned one.
+(duck.sandbox.wall.confine), and verifies it is a member and the limit is the planned one.
 
 `make(limit_bytes)` -> (plan entry, None) or (None, why not); `remove(entry)` after the worker
 is dead. Folders are named `duck-<host pid>-<n>`; a folder left by a host that died is removed

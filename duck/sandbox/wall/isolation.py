@@ -4,7 +4,7 @@
 
 `report()` is what the record header and `duck doctor` show: one entry per layer, "on ..."
 or "off: why", as a probe worker verified them on this machine (never what was merely
-attempted: issue 30). Each kernel's worker applies its own plan (duck.sandbox.confine),
+attempted: issue 30). Each kernel's worker applies its own plan (duck.sandbox.wall.confine),
 verifies each layer and answers with what holds; the host records it in a `sandbox` event.
 
 Processes are reaped by what is unforgeably theirs: a uid leased to one worker at a time (an
@@ -25,8 +25,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from duck.play import record
-from duck.sandbox import cgroup, landlock, process, quota
-from duck.sandbox.confine import LAYERS
+from duck.sandbox import process
+from duck.sandbox.wall import cgroup, landlock, quota
+from duck.sandbox.wall.confine import LAYERS
 from duck.sandbox.process import end_uid
 
 UID_BASE = 1_790_000  # far above any distribution's ranges; each worker takes one free uid
@@ -122,8 +123,8 @@ OPEN_FILES = 64  # its open files
 
 def plan(*, workdir: str, uid: int | None, memory_mb: int, disk_mb: int, disk_inodes: int, hide: list[str],
          off: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
-    """What the worker applies to itself (duck.sandbox.confine); `off`: layers left out. The
-    host adds `cgroup` (duck.sandbox.cgroup) before it starts the worker."""
+    """What the worker applies to itself (duck.sandbox.wall.confine); `off`: layers left out. The
+    host adds `cgroup` (duck.sandbox.wall.cgroup) before it starts the worker."""
     return {"workdir": workdir, "uid": uid, "gid": uid, "memory_mb": memory_mb, "file_mb": FILE_MB,
             "open_files": OPEN_FILES, "disk_mb": disk_mb, "disk_inodes": disk_inodes, "read": python_paths(),
             "hide": sorted({os.path.realpath(h) for h in hide}), "off": sorted(off),

@@ -1,11 +1,11 @@
 """The worker confining itself at start-up, before it reads any model code (worker side).
 
 The host starts the worker as its own user (root on Kaggle and in CI), in a session of its
-own, with a plan (`duck.sandbox.isolation.plan`) sent over the pipe (never on a command line,
+own, with a plan (`duck.sandbox.wall.isolation.plan`) sent over the pipe (never on a command line,
 which every process on the machine can read); `confine(plan)` applies, in this order, every
 layer the machine allows and returns what it verified, layer by layer ("on ..." or "off: why"):
 
-1. the memory cgroup the host made for it (`duck.sandbox.cgroup`), joined while root;
+1. the memory cgroup the host made for it (`duck.sandbox.wall.cgroup`), joined while root;
 2. namespaces (root with CAP_SYS_ADMIN only): network (no interface but a down loopback),
    IPC (no SysV object outlives the kernel) and a private mount namespace, in which a tmpfs
    with a size and an inode cap is mounted on the temp dir (the disk quota), empty read-only
@@ -21,9 +21,9 @@ layer the machine allows and returns what it verified, layer by layer ("on ..." 
    without CAP_SYS_ADMIN, in a Kaggle-like container, it once failed while reported on);
 6. Landlock: reads only beneath the Python installation and the system libraries, writes
    only beneath the temp dir (and /dev/null); no TCP; no signals outside the sandbox;
-7. the seccomp filter (`duck.sandbox.seccomp_filter`).
+7. the seccomp filter (`duck.sandbox.wall.seccomp`).
 
-Each layer is verified right after it is applied (`duck.sandbox.verify`: a probe that must
+Each layer is verified right after it is applied (`duck.sandbox.wall.verify`: a probe that must
 fail, or the kernel's own word), and only a verified layer is reported on. Nothing here
 trusts the model: it has not run yet. A layer that cannot be applied is reported, never
 silently skipped; the host records what the worker reports.
@@ -37,7 +37,7 @@ import resource
 import signal
 from typing import Any
 
-from duck.sandbox import landlock, verify
+from duck.sandbox.wall import landlock, verify
 
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_MOVE, MS_REC, MS_PRIVATE = 32, 4096, 8192, 16384, 1 << 18
@@ -237,7 +237,7 @@ def confine(plan: dict[str, Any]) -> dict[str, str]:
     layers: dict[str, str] = {}
     parent = os.getppid()  # the host (duck.sandbox.process.spawn)
     try:  # before any file-system rule: the binding finds and loads libseccomp
-        from duck.sandbox import seccomp_filter  # noqa: F401 - imported now, loaded by _seccomp()
+        from duck.sandbox.wall import seccomp  # noqa: F401 - imported now, loaded by _seccomp()
         _import_pyseccomp()
         seccomp_error = None
     except (ImportError, OSError, AttributeError, TypeError) as e:
@@ -265,7 +265,7 @@ def confine(plan: dict[str, Any]) -> dict[str, str]:
     if uid is not None and root:
         _drop(uid, int(plan["gid"]))  # an error here is fatal: the host sees no `ready`
         # Dumpable again (the drop cleared it): a host without CAP_SYS_PTRACE reads its
-        # /proc/<pid>/fd as this uid to count deleted open files (duck.sandbox.quota).
+        # /proc/<pid>/fd as this uid to count deleted open files (duck.sandbox.wall.quota).
         _libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
         layers["uid"] = "on: a uid of its own, no groups"
         modes = _file_modes(plan)
@@ -328,9 +328,9 @@ def _filesystem(plan: dict[str, Any], off: set[str], mounts: bool, modes: str | 
 
 def _seccomp() -> str:
     """Load the seccomp filter and verify it: its layer line."""
-    from duck.sandbox import seccomp_filter
+    from duck.sandbox.wall import seccomp
     try:
-        n = seccomp_filter.load()
+        n = seccomp.load()
         err = verify.seccomp()
         return f"on: {n} rules (libseccomp)" if err is None else f"off: {err}"
     except OSError as e:
