@@ -25,7 +25,7 @@
 # the model weights (see docs/kaggle.md). During the competition rerun
 # (`KAGGLE_IS_COMPETITION_RERUN` set) the games come from the gateway and the gateway writes
 # `submission.parquet`; any other run plays the public games offline and writes a
-# placeholder `submission.parquet`. Paths and budgets: `duck/config.py` (`KaggleConfig`),
+# placeholder `submission.parquet`. Paths and budgets: `duck/config/` (`KaggleConfig`),
 # overridable with `DUCK_SECTION__FIELD` environment variables. The games are played by the
 # policy packed into the dataset (`build.py --policy FILE.py:Class`, its sha256 verified first)
 # or `DUCK_PLAY__POLICY` when set; else by the model agent (the explorer while no model answers).

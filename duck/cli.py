@@ -203,7 +203,7 @@ def _add_play(sub: Any) -> None:
     play.add_argument("--workers", type=int, default=None, help="games played in parallel processes, "
                       f"at least 1 (default: play.workers, {d.workers})")
     play.add_argument("--config", nargs="*", default=[], metavar="FILE",
-                      help="config files (TOML, or JSON), applied in order (duck/config.py; experiments/*.toml)")
+                      help="config files (TOML, or JSON), applied in order (duck/config/; experiments/*.toml)")
     play.add_argument("--set", nargs="*", default=[], metavar="A.B=VALUE",
                       help="config overrides after the files, e.g. play.max_actions=200")
     play.add_argument("--only", nargs="*", default=None, metavar="GAME",

@@ -10,7 +10,7 @@
              game, one condition)
 * `clock`    the real clock and a virtual one for deterministic tests (each owns the condition)
 
-Its thresholds are the config's `scheduler` section (duck/config.py). The simulator that
+Its thresholds are the config's `scheduler` section (duck/config/). The simulator that
 chose them (`duck simulate`) is part of the workbench; synthetic runs and a scripted worker
 for tests live in tests/scheduler_fakes.py.
 """

@@ -366,7 +366,7 @@ def test_the_vllm_lock_is_the_stack_for_flash_next():
 
 
 def test_kernel_metadata_names_the_profiles_model_and_a_pinned_image():
-    from duck import profiles
+    from duck.config import profiles
     meta = json.loads((Path(__file__).resolve().parent.parent / "kaggle-dataset" / "kernel-metadata.json").read_text())
     assert meta["model_sources"] == [profiles.get(profiles.DEFAULT_PROFILE).kaggle_model + "/1"]
     assert "@sha256:" in meta["docker_image"]  # by digest: the default image moved to Python 3.13

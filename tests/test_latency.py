@@ -8,7 +8,7 @@ import urllib.request
 
 import pytest
 
-from duck import profiles
+from duck.config import profiles
 from duck.config import ModelConfig
 from duck.llm import metrics as vllm_metrics
 from duck.llm.client import ModelClient

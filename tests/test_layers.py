@@ -14,9 +14,9 @@
     play                                  any policy under a budget; records; scores
     game                                  game access and perception (the only importer of arc_agi)
     config, paths, seeds                  the one config surface; stable seeds from names
-    config_run                            the sections of a run: play, explorer, kaggle (config re-exports them)
-    config_load                           reading a config and planning its fields (config re-exports it)
-    profiles                              the serving profiles and their memory plan (the config's defaults)
+    config.run                            the sections of a run: play, explorer, kaggle (config re-exports them)
+    config.load                           reading a config and planning its fields (config re-exports it)
+    config.profiles                       the serving profiles and their memory plan (the config's defaults)
 
 A module may import from lower layers and from its own package, never upwards or sideways
 (sandbox, explorer and llm do not import each other). Lazy imports inside functions count too.
@@ -31,9 +31,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 LAYERS = {
-    "duck.profiles": -3,
-    "duck.config_load": -2,
-    "duck.config_run": -1,
+    "duck.config.profiles": -3,
+    "duck.config.load": -2,
+    "duck.config.run": -1,
     "duck.config": 0, "duck.paths": 0, "duck.seeds": 0,
     "duck.game": 1,
     "duck.play": 2,

@@ -1,4 +1,4 @@
-"""Serving profiles and their memory plan (duck.profiles) and how the config resolves from it."""
+"""Serving profiles and their memory plan (duck.config.profiles) and how the config resolves from it."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from duck import profiles
+from duck.config import profiles
 from duck.config import ConfigError, load_config, with_values
 
 

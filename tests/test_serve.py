@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from duck import profiles
+from duck.config import profiles
 from duck.config import ConfigError, ModelConfig, at_rung, load_config, with_values
 from duck.llm.client import ModelClient
 from duck.llm.serve import ServeError, VLLMServer, command
@@ -110,7 +110,7 @@ def test_command_has_the_flags_the_field_found_stable(cfg):
     ("qwen3.6-27b", 0, False, None, "cutlass", "qwen3.6")])
 def test_each_profile_gets_its_own_flags(cfg, profile, mtp, engram, kv, linear, template):
     """MTP, FP8 KV, the n-gram table's offload and the template copy per profile, and the
-    plan's window and seqs (duck.profiles)."""
+    plan's window and seqs (duck.config.profiles)."""
     c = with_values(cfg, {"model.profile": profile})
     argv, _ = command(c.model.serve, c.model.name)
     spec = _flag(argv, "--speculative-config")

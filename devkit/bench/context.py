@@ -2,7 +2,7 @@
 
 Two arms, side by side:
 
-* `new`: the defaults (duck/config.py): the Flash-Next plan's budget (131,072 prompt + output),
+* `new`: the defaults (duck/config/): the Flash-Next plan's budget (131,072 prompt + output),
   trims down to 0.45 of it, no summary, the server's token counts (`/tokenize`), a cut
   reply's thinking cut to its tail;
 * `old`: the settings before (`OLD` below): a 32K budget, eviction to half, cut replies kept

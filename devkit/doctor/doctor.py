@@ -147,7 +147,7 @@ def vllm_import(python: Path | None, pin: str | None, timeout_s: float = 600.0) 
 
 
 def plan_step(cfg: Any) -> dict[str, Any]:
-    """The serving profile's memory plan (duck.profiles): what it expects of this card."""
+    """The serving profile's memory plan (duck.config.profiles): what it expects of this card."""
     p = cfg.plan
     return {"ok": not p.problems, "profile": p.profile, "slots": p.slots, "context_tokens": p.context_tokens,
             "kv_tokens": p.kv_tokens, "max_num_seqs": p.max_num_seqs, "mtp_tokens": p.mtp_tokens,

@@ -25,7 +25,7 @@ by evidence: PIECEWISE replaces vLLM's default when, at the planned point, its p
 `GRAPHS_MARGIN` (5%) above the default's or the default's did not hold. `set` holds the
 config fields that make the result the default (`scheduler.slots`, `agent.context_tokens`,
 `model.serve.max_model_len`, `model.serve.mtp_tokens`, and `model.serve.cudagraph_mode`
-when PIECEWISE won): put them into the profile (duck.profiles).
+when PIECEWISE won): put them into the profile (duck.config.profiles).
 
 Time: four boots (~9-10 min each for Flash-Next, FIELD §4) and 8 points x `minutes` (1.5 by
 default): ~50 min; a point past `BUDGET_S` is recorded as skipped.

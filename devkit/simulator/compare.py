@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Callable, Sequence
 
-import duck.profiles as profiles
+import duck.config.profiles as profiles
 
 from scheduler.policy import Policy
 from .simulate import Outcome, Scenario, paired, simulate, summarize

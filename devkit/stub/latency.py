@@ -18,7 +18,7 @@ goes through `Engine`, which makes it wait as a single GPU serving many games wo
   n is read again at every chunk, so a stream slows down as others join and speeds up as
   they finish.
 
-Defaults: the field's figures and the default serving profile's plan (duck.profiles, Flash-Next
+Defaults: the field's figures and the default serving profile's plan (duck.config.profiles, Flash-Next
 on the RTX Pro 6000): 169 · n^0.6 tokens/s, prefill 11,000 tokens/s, 0.05 s of scheduling
 before the first token, `max_num_seqs` 11 (10 slots + the health probe) and the plan's KV
 pool (~1.0M tokens). So an 800-token reply (the Duck's mean) takes ~12 s with 10 streams.
@@ -38,7 +38,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import Any, Iterator
 
-import duck.profiles as profiles
+import duck.config.profiles as profiles
 
 _PLAN = profiles.plan(profiles.DEFAULT_PROFILE)
 

@@ -23,11 +23,11 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-import duck.profiles as profiles
+import duck.config.profiles as profiles
 
 BLOCK_SIZE = 16  # vLLM's default KV block size
 # The KV cache the stub reports when it is given none: the default serving profile's pool
-# (duck.profiles: Flash-Next, FP8 KV, 0.96 of the RTX Pro 6000's memory), in whole blocks.
+# (duck.config.profiles: Flash-Next, FP8 KV, 0.96 of the RTX Pro 6000's memory), in whole blocks.
 DEFAULT_KV_TOKENS = profiles.plan(profiles.DEFAULT_PROFILE).kv_tokens // BLOCK_SIZE * BLOCK_SIZE
 
 

@@ -52,7 +52,7 @@ def scheduler_runner(cfg: Config, source: GameSource, play_policy: Callable[[str
     games' deadline (wall clock): the policy needs no margin of its own (the notebook's is
     `kaggle.margin_s`, already taken). Every listed game is admitted; at most
     `scheduler.slots` hold a model-server slot at once: the serving profile's slot count
-    (duck.profiles.plan: 10 for flash-next at 128K), unless the config sets it."""
+    (duck.config.profiles.plan: 10 for flash-next at 128K), unless the config sets it."""
     return Runner(make_policy(cfg.scheduler.policy, cfg.scheduler), slots=cfg.scheduler.slots,
                   budget_s=max(0.0, deadline - time.time()), source=source, play_policy=play_policy,
                   max_actions=cfg.play.max_actions, records_dir=records_dir,

@@ -4,7 +4,7 @@
 it) and the health flag the games read (duck.llm.health):
 
 * **Boots climb the ladder.** Each boot serves one rung of the profile's restart ladder
-  (duck.profiles.LADDER, duck.config.at_rung: 0 as planned, 1 MTP off, 2 MTP off with
+  (duck.config.profiles.LADDER, duck.config.at_rung: 0 as planned, 1 MTP off, 2 MTP off with
   PIECEWISE graphs, 3 MTP off and eager); the first is `kaggle.start_rung` (what `duck doctor
   --soak` decided). A boot that did not come up, or that crashed or wedged within
   `kaggle.climb_within_s` of being ready, sends the next boot one rung up; a crash later in
@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-import duck.profiles as profiles
+import duck.config.profiles as profiles
 from duck.config import Config, at_rung
 from duck.llm import metrics as vllm_metrics
 from duck.llm.health import ModelHealth, probe_model

@@ -63,7 +63,7 @@ import urllib.request
 import openai
 from openai import OpenAI
 
-import duck.profiles as profiles
+import duck.config.profiles as profiles
 from duck.config import ModelConfig
 from duck.llm import guard as spend, provider
 from duck.llm.reply import VLLM_NAMES, Reply, ToolCall, details_text, empty_call, json_object, merge_details

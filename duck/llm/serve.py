@@ -1,4 +1,4 @@
-"""`duck serve`: the vLLM server for the serving profile (duck.profiles), as a supervised child.
+"""`duck serve`: the vLLM server for the serving profile (duck.config.profiles), as a supervised child.
 
 `command(serve, name)` builds the `vllm serve` command line of the profile the config was
 resolved with (DESIGN §1c, FIELD §4; `model.profile`: flash-next, qwen3.8-27b, qwen3.6-27b).
@@ -13,7 +13,7 @@ Each flag, as named in vLLM 0.33's engine arguments:
   grid, which `--prefix-match-unit` (ServeConfig.prefix_match_unit) can make finer;
 * `--enable-prompt-tokens-details`: `cached_tokens` in `usage`, the records' cache hit rate;
 * `--max-model-len`, `--gpu-memory-utilization`, `--max-num-seqs`, `--kv-cache-dtype`: the
-  profile's memory plan (duck.profiles.plan: FP8 KV except on Qwen3.6, vllm#26646);
+  profile's memory plan (duck.config.profiles.plan: FP8 KV except on Qwen3.6, vllm#26646);
 * `--speculative-config '{"method": "mtp", "num_speculative_tokens": N}'`: the native MTP head,
   only where the checkpoint holds its tensors (duck.llm.drafter: else served without, said so);
 * `--engram-config '{"cpu_offload": true}'`: Flash-Next's n-gram table in host RAM;
@@ -26,7 +26,7 @@ Each flag, as named in vLLM 0.33's engine arguments:
   otherwise): `--max-num-batched-tokens 8192`, the CUTLASS FP8 GEMM for the FP8 checkpoints (`--linear-backend cutlass`), and the PyTorch top-k/top-p sampler instead
   of FlashInfer's (`VLLM_USE_FLASHINFER_SAMPLER=0`: FlashInfer's multi-CTA top-k kernel
   livelocked Qwen3.6 under prefill bursts, vLLM issues #43885 and #49203);
-* the restart ladder (duck.profiles.LADDER; `--rung N`): MTP off, then piecewise CUDA graphs
+* the restart ladder (duck.config.profiles.LADDER; `--rung N`): MTP off, then piecewise CUDA graphs
   (`--compilation-config '{"cudagraph_mode": "PIECEWISE"}'`), then `--enforce-eager`;
 * `--limit-mm-per-prompt '{"image": N, "video": 0}'`: one board image per turn in history;
 * `--chat-template`: only when the model folder's template lacks the `preserve_thinking`
@@ -36,7 +36,7 @@ Each flag, as named in vLLM 0.33's engine arguments:
 
 The pinned vLLM is 0.33.0 (torch 2.14, CUDA 13); its own argument parser reads every flag
 here for every profile in tests/conformance (pytest -m vllm). A plan that does not fit the
-card (duck.profiles.Plan.problems) is an error before anything starts: `duck serve` (and
+card (duck.config.profiles.Plan.problems) is an error before anything starts: `duck serve` (and
 `--dry-run`, which prints the argv and the plan) exits 2 with it.
 
 `VLLMServer` starts it in its own process group with its output in a log file, is ready
@@ -60,7 +60,7 @@ from typing import Any
 
 from duck.config import ModelConfig, ServeConfig, at_rung, load_config
 from duck.llm.drafter import served, served_config
-from duck.profiles import ProfileError, get as profile_of
+from duck.config.profiles import ProfileError, get as profile_of
 
 from duck.paths import SHARED
 

@@ -4,7 +4,7 @@ Fields: `command` (argv), `out`, `games_dir`, `games` (the ids the run means to 
 `duck score` and `--resume` measure a folder against), `status` (running, complete,
 interrupted, disk_full, failed), `started` / `ended` (UTC, ISO 8601), `config` (the resolved
 config, `Config.model_dump()`), `derived` (the fields the serving profile's plan filled in),
-`plan` (that plan, duck.profiles.Plan.as_dict()), `profile` (the serving profile's name),
+`plan` (that plan, duck.config.profiles.Plan.as_dict()), `profile` (the serving profile's name),
 `git` (`commit`, `dirty`: the checkout duck ran from; null outside a git checkout),
 `versions` (Python and the pinned packages), `machine` (host name, OS, CPUs, memory, GPU
 when nvidia-smi answers) and `resumes` (one entry per `duck play --resume`: command,

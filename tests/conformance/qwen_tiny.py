@@ -67,7 +67,7 @@ def _text_config(shape: str, vocab: int, eos: int) -> dict:
         return {"vocab_size": vocab, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 4,
                 "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 32,
                 "max_position_embeddings": 262144, "eos_token_id": eos}
-    if shape == "27b":  # the 27B profiles' pattern (duck.profiles.QWEN_27B): 64 layers, every 4th attending
+    if shape == "27b":  # the 27B profiles' pattern (duck.config.profiles.QWEN_27B): 64 layers, every 4th attending
         layers = 64
         return {"model_type": "qwen3_5_text", "vocab_size": vocab, "hidden_size": 64, "intermediate_size": 128,
                 "num_hidden_layers": layers,
@@ -78,7 +78,7 @@ def _text_config(shape: str, vocab: int, eos: int) -> dict:
                 "max_position_embeddings": 262144, "eos_token_id": eos,
                 "rope_parameters": {"rope_type": "default", "rope_theta": 10000000, "partial_rotary_factor": 0.25,
                                     "mrope_section": [11, 11, 10], "mrope_interleaved": True}}
-    # Flash-Next's layer pattern and attention shapes (duck.profiles.FLASH_NEXT); tiny widths.
+    # Flash-Next's layer pattern and attention shapes (duck.config.profiles.FLASH_NEXT); tiny widths.
     layers = 48
     return {"model_type": "qwen4_exp_text", "vocab_size": vocab, "hidden_size": 64, "num_hidden_layers": layers,
             "layer_types": ["full_attention" if (i + 1) % 4 == 0 else "linear_attention" for i in range(layers)],

@@ -27,7 +27,7 @@ import pytest
 
 from duck.config import at_rung, load_config
 from duck.llm.serve import command
-from duck.profiles import get as profile
+from duck.config.profiles import get as profile
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
@@ -109,7 +109,7 @@ def test_each_profile_and_rung_resolves_as_planned(resolved, name, rung):
 
 def test_the_ladder_is_what_the_cases_cover():
     """Four rungs on every served profile (as planned, MTP off, piecewise, eager): a rung added
-    to duck.profiles.LADDER without a case here fails this."""
+    to duck.config.profiles.LADDER without a case here fails this."""
     assert [len(profile(p).ladder) for p in PROFILES] == [4, 4, 4]
     assert [r.name for r in profile("flash-next").ladder] == ["as planned", "MTP off", "MTP off, piecewise CUDA graphs",
                                                               "MTP off, eager"]

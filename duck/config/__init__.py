@@ -8,9 +8,9 @@ ignored. Experiments (experiments/*.toml) are config files that differ from the 
 one field each, so an A/B compares exactly one change.
 
 The sections of the model, its server, the kernel, the agent and the scheduler are here; those
-of a run (`play`, `explorer`, `kaggle`, with the time knobs) in duck.config_run; reading files,
+of a run (`play`, `explorer`, `kaggle`, with the time knobs) in duck.config.run; reading files,
 overrides and the environment, and the fields the serving profile's plan fills in, in
-duck.config_load. Import all of them from here.
+duck.config.load. Import all of them from here.
 """
 
 from __future__ import annotations
@@ -21,12 +21,12 @@ from typing import Any, Literal, get_args
 
 from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, PrivateAttr, model_validator
 
-import duck.profiles as profiles
-from duck.config_load import (ConfigError, Section, gather, one_line, parse_value, plan_fields,  # noqa: F401
+import duck.config.profiles as profiles
+from duck.config.load import (ConfigError, Section, gather, one_line, parse_value, plan_fields,  # noqa: F401
                               read_config_file, set_dotted, unset_dotted, validate)
-from duck.config_run import ExplorerConfig, KaggleConfig, PlayConfig, PolicyName  # noqa: F401
+from duck.config.run import ExplorerConfig, KaggleConfig, PlayConfig, PolicyName  # noqa: F401
 
-ProfileName = Literal["flash-next", "qwen3.8-27b", "qwen3.6-27b", "hosted"]  # duck.profiles.PROFILES
+ProfileName = Literal["flash-next", "qwen3.8-27b", "qwen3.6-27b", "hosted"]  # duck.config.profiles.PROFILES
 SchedulerName = Literal["fixed", "field", "ucb", "adaptive"]  # what scheduler.policy.make_policy knows
 # The default profile's plan: the defaults of the planned fields when a section is made on
 # its own (a test's KernelConfig()); in a Config, Config._resolve plans them for its profile.
@@ -37,7 +37,7 @@ class ServeConfig(Section):
     """`duck serve`: the vLLM command (DESIGN §1c; flags checked against vLLM's docs).
 
     The fields marked "the profile's" or "the plan's" come from the serving profile's memory
-    plan (`model.profile`, duck.profiles) unless a file or override sets them: set one only
+    plan (`model.profile`, duck.config.profiles) unless a file or override sets them: set one only
     to depart from the plan (an A/B, a smaller card)."""
 
     model_path: str = _PLAN.checkpoint  # the profile's checkpoint; a local folder on Kaggle (no internet)
@@ -66,7 +66,7 @@ class ServeConfig(Section):
     # `--compilation-config '{"cudagraph_mode": ...}'`: "" = vLLM 0.33's own default for the model
     # (full decode graphs for these hybrids). PIECEWISE, the field's choice on 0.19 (its full
     # graphs wedged), and eager (`--enforce-eager`, no graphs) are rungs of the restart ladder
-    # (duck.profiles.LADDER) and dimensions of `duck doctor --sweep`.
+    # (duck.config.profiles.LADDER) and dimensions of `duck doctor --sweep`.
     cudagraph_mode: str = ""
     enforce_eager: bool = False
     # `--linear-backend` (GEMM kernels; vLLM 0.33 falls back to its own choice for a layer
@@ -99,7 +99,7 @@ class ServeConfig(Section):
 
 class ModelConfig(Section):
     urls: list[str] = []  # OpenAI-compatible base URLs, one per vLLM server (GPU)
-    # The serving profile (duck.profiles): the model, its quantisation and KV dtype, the
+    # The serving profile (duck.config.profiles): the model, its quantisation and KV dtype, the
     # window, and from its memory plan the slots and the context budget everything uses.
     profile: ProfileName = profiles.DEFAULT_PROFILE
     name: str = _PLAN.served_name  # the served model name
@@ -151,7 +151,7 @@ class KernelConfig(Section):
     call_timeout_s: PositiveFloat = 30.0  # the Duck's limit; our calls are fast, so it rarely binds
     memory_mb: PositiveInt = 2048  # address-space limit of the worker (numpy needs ~300 MB)
     # All of its temp dir (a tmpfs of this size where mounts work; else checked): the
-    # host-RAM plan's share per kernel (duck.profiles), at most 256 MB.
+    # host-RAM plan's share per kernel (duck.config.profiles), at most 256 MB.
     disk_mb: PositiveInt = _PLAN.kernel_disk_mb
     # Files and folders in its temp dir (the tmpfs's nr_inodes; else counted by the host): an
     # inode costs ~1 KB of kernel memory no data quota counts (900K empty folders once took
@@ -303,7 +303,7 @@ class Config(Section):
     @model_validator(mode="after")
     def _resolve(self) -> "Config":
         """Plan the fields no file or override set from the serving profile's memory plan
-        (duck.config_load.PLANNED)."""
+        (duck.config.load.PLANNED)."""
         m = self.model
         self._derived, self._plan = plan_fields(self)
         efforts = profiles.get(m.profile).reasoning_efforts
@@ -315,7 +315,7 @@ class Config(Section):
 
     @property
     def plan(self) -> profiles.Plan:
-        """The serving profile's memory plan this config was resolved with (duck.profiles)."""
+        """The serving profile's memory plan this config was resolved with (duck.config.profiles)."""
         assert self._plan is not None
         return self._plan
 
@@ -350,7 +350,7 @@ def _check_provider_fields(m: ModelConfig, hosted: bool) -> None:
 
 
 def at_rung(cfg: Config, rung: int) -> Config:
-    """`cfg` on rung `rung` of its profile's restart ladder (duck.profiles.Rung): the rung's
+    """`cfg` on rung `rung` of its profile's restart ladder (duck.config.profiles.Rung): the rung's
     serve fields set over the config's own, and the memory plan made anew (MTP off frees its
     drafter's state). Rung 0 is `cfg` itself. ConfigError for a rung the ladder lacks."""
     ladder = profiles.get(cfg.model.profile).ladder

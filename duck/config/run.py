@@ -19,7 +19,7 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import AfterValidator, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
 
-from duck.config_load import Section
+from duck.config.load import Section
 
 
 PolicyName = Literal["random", "explorer", "llm"]  # what duck.policies.make_policy knows

@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterable, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-import duck.profiles as profiles
+import duck.config.profiles as profiles
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -128,7 +128,7 @@ def validate(model: type[M], doc: dict[str, Any]) -> M:
         raise ConfigError(one_line(e)) from None
 
 
-# The fields the serving profile's memory plan (duck.profiles.plan) fills in when no file or
+# The fields the serving profile's memory plan (duck.config.profiles.plan) fills in when no file or
 # override sets them, in the order run.json lists them: dotted name -> (the plan() keyword a
 # set value is passed as, None where the plan does not take it; the planned value, from the
 # plan and the profile). A config records which it planned (Config.derived), so that
