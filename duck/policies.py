@@ -29,12 +29,10 @@ from duck.game.actions import RESET, Action
 from duck.game.source import GameError, Observation
 from duck.play.random_policy import RandomPolicy
 from duck.play.session import PlayStopped, Policy, Session, game_seed
-from duck.seeds import stable_hash
 
 if TYPE_CHECKING:  # the model side is imported when a model plays (the agent brings openai: ~0.6 s)
     from duck.agent.loop import AgentPolicy
     from duck.llm.health import ModelHealth
-    from duck.sandbox.host import Kernel
 
 __all__ = ["RESET", "Action", "Observation", "UserPolicy", "make_policy", "load_policy_file"]
 
@@ -161,9 +159,6 @@ def make_policy(name: str, seed: int = 0, *, config: Config | None = None, model
         from duck.llm.client import join_urls
         from duck.llm.health import probe_model
 
-        if kernel_factory is None and cfg.agent.world_model_tools:
-            kernel_factory = world_model_kernel(cfg, seed)
-
         url = (join_urls(model_url) or cfg.model.urls or [None])[0]
         probe = (lambda: probe_model(url, 10.0, cfg.model)) if health is not None else None
         parking = Parking(health, probe, cfg.agent.outage_wait_s if probe_on_failure else None) \
@@ -178,26 +173,6 @@ def make_policy(name: str, seed: int = 0, *, config: Config | None = None, model
         return FallbackPolicy(agent, lambda: make_policy(cfg.agent.fallback, seed, config=cfg), health,
                               on_fallback=on_fallback)
     raise ValueError(f"unknown policy {name!r}: {', '.join(POLICIES)}")
-
-
-def world_model_kernel(cfg: Config, seed: int) -> Any:
-    """The kernel factory of the agent with the world-model tools (agent.world_model_tools):
-    the tools in the worker, and the explorer their explore(n) hands actions to (the sandbox
-    does not know the explorer; duck.sandbox.handoff). Each explore(n) call gets an explorer of
-    its own, seeded by the call's number, so that repeated calls do not repeat one another."""
-
-    from duck.sandbox.host import Kernel
-
-    def factory(session: Session, kernel_config: Any) -> "Kernel":
-        calls = [0]
-
-        def explore(view: Any) -> None:
-            calls[0] += 1
-            Explorer(stable_hash(seed, "explore", calls[0]), cfg.explorer).play(view)
-
-        return Kernel(session, kernel_config, tools=True, explore=explore)
-
-    return factory
 
 
 class FallbackPolicy:

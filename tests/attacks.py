@@ -309,6 +309,13 @@ body = json.dumps({{'op': 'action', 'actions': [{{'action': 'UP', 'extra': 'x' *
 os.write(_w.wfd, struct.pack('<II', len(body), 0) + body)
 sys.modules['time'].sleep(0.5)
 """, restarts=True),
+    # the world-model tools' `explore` is retired: the host refuses it as any unknown op (issue 46)
+    Attack("forged-explore-request", "host", """{unguard}
+import struct, json
+body = json.dumps({{'op': 'explore', 'n': 5, 'call': _w.call}}).encode()
+os.write(_w.wfd, struct.pack('<II', len(body), 0) + body)
+sys.modules['time'].sleep(0.5)
+""", restarts=True),
     Attack("close-the-pipes", "host", "{unguard}\nos.close(_w.wfd)\nos.close(_w.reader.fd)", restarts=True),
     Attack("sigkill-self", "host", "{unguard}\nos.kill(os.getpid(), 9)", restarts=True),
     # --- records the worker cannot touch ----------------------------------------------------

@@ -188,7 +188,7 @@ def test_experiment_configs_change_one_field_each():
         assert len(diff) == 1, (v.name, diff)
         changed.add(diff[0]["field"])
     # the open questions (experiments/README.md); what the field settled has no switch any more
-    assert {"agent.world_model_tools", "agent.guards", "model.cut_thinking_chars", "scheduler.policy",
+    assert {"agent.guards", "model.cut_thinking_chars", "scheduler.policy",
             "model.serve"} <= changed
     assert base.agent == type(base.agent)()  # the baseline is today's agent
     for name in ("random", "explorer"):

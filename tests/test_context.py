@@ -203,12 +203,10 @@ def test_prompt_templates_are_strict():
         render("system.j2")  # missing variables are an error, not an empty string
     cfg = load_config()
     plain = system_prompt(cfg)
-    cfg.agent.world_model_tools = True
-    tools = system_prompt(cfg)
-    assert "python" in plain and "plan(step" not in plain
-    # the world-model section adds the method and one example per tool (agent.world_model_tools)
-    assert all(f"`{name}(" in tools for name in ("objects", "diff", "controlled", "check", "plan", "explore"))
-    assert tools.startswith(plain)
+    cfg.agent.guards = not cfg.agent.guards
+    other = system_prompt(cfg)
+    assert "python" in plain and "explore(" not in plain  # the retired world-model tools are not offered
+    assert other != plain  # what it says follows the switch it describes (agent.guards)
 
 
 def test_the_context_follows_the_field_and_the_old_arm_of_the_bench_is_reachable():

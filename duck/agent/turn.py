@@ -84,7 +84,7 @@ def system_prompt(cfg: Any) -> str:
     """prompts/system.j2 for a config (what it says follows the switches it describes)."""
     a = cfg.agent
     return render("system.j2", call_timeout_s=cfg.kernel.call_timeout_s, output_chars=OUTPUT_CHARS,
-                  world_model_tools=a.world_model_tools, hud_border=HUD_BORDER, guards=a.guards,
+                  hud_border=HUD_BORDER, guards=a.guards,
                   guard_block_from=BLOCK_FROM_LEVEL)
 
 

@@ -189,10 +189,6 @@ class AgentConfig(Section):
     # monitor decides instead (duck.kaggle.serving: a restart while time allows). 0: the
     # explorer at once.
     outage_wait_s: NonNegativeFloat = 900.0
-    # The world-model tools in the kernel (objects, diff, controlled, check, plan, explore:
-    # duck.sandbox.tools) and the method section of the system prompt that goes with them
-    # (issue 16). Off until the first GPU A/B (experiments/world-model-tools.toml) says so.
-    world_model_tools: bool = False
 
 
 class FixedConfig(Section):

@@ -120,7 +120,8 @@ RETIRED = {
     "agent.diff_image": True, "agent.death_images": True, "agent.animation_images": 4,
     "agent.animation_image_scale": 4, "agent.hud_border": 4, "agent.compact_results": True, "agent.level_memory": True,
     "agent.memory_tail": 20, "agent.notes_in_turn": False, "agent.notes_stop_at_blank_line": True,
-    "agent.note_section_chars": 900, "agent.nudge_after_calls": 6, "agent.max_calls_per_turn": 16}
+    "agent.note_section_chars": 900, "agent.nudge_after_calls": 6, "agent.max_calls_per_turn": 16,
+    "agent.world_model_tools": False}
 
 
 def _retire(doc: dict) -> dict:

@@ -65,6 +65,6 @@ lifecycle (the worker process: start, kill, restart, leftovers, quota), worker (
 itself) and views (the game as model code sees it), confine (the worker confining itself),
 verify (its probes), isolation (report, plan, uids), process (starting and ending a worker,
 leftovers), cgroup, quota, fallback (the file-modes posture), landlock, seccomp (those in wall/), trust,
-wire, guard, actions (action() on the host), batch_guards, handoff (explore), render (the
-tool message the model receives), tools (the world-model tools).
+wire, guard, actions (action() on the host), batch_guards, render (the tool message the model
+receives).
 """

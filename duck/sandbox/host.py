@@ -47,13 +47,13 @@ from duck.config import KernelConfig
 from duck.game.actions import Action, display
 from duck.game.source import Observation
 from duck.play.session import Session
-from duck.sandbox import freeze, handoff, render, trust, wire
+from duck.sandbox import freeze, render, trust, wire
 from duck.sandbox.actions import ActionHost, CallActions
 from duck.sandbox.lifecycle import QUOTA_CHECK_S, WorkerProcess
 from duck.sandbox.state import GameState
 
-# The kernel's `notes` dict, as JSON, is kept up to this size: room for the notes and a
-# simulator's source kept by the world-model tools (duck.sandbox.tools.keep: up to 6,000).
+# The kernel's `notes` dict, as JSON, is kept up to this size (kernel.notes_dict_chars before
+# issue 40: run.json's RETIRED keeps the value).
 NOTES_CHARS = 16_000
 EMPTY = "python requires a non-empty `code` string."
 
@@ -124,8 +124,7 @@ class Call:
 
 class Kernel(WorkerProcess):
     def __init__(self, session: Session, config: KernelConfig | None = None, *,
-                 deny_read: list[str] | tuple[str, ...] = (), tools: bool = False,
-                 explore: handoff.Explore | None = None) -> None:
+                 deny_read: list[str] | tuple[str, ...] = ()) -> None:
         # Model code may not read the games' files (their source holds the rules and solutions).
         own = [session.game.files_dir] if session.game.files_dir else []
         self.deny_read = [*own, *(str(p) for p in deny_read)]
@@ -135,9 +134,6 @@ class Kernel(WorkerProcess):
         super().__init__(config or KernelConfig(), [*self.deny_read, str(records), str(records.parent / "conversations")],
                          session.event)
         self.session = session
-        # The world-model tools in the worker (duck.sandbox.tools) and the explorer their
-        # explore(n) hands actions to (duck.sandbox.handoff; injected by duck.policies).
-        self.tools, self.explore = tools, explore
         self.host = ActionHost(session)
         self.state = GameState(self.host.names())
         self.calls = 0
@@ -164,7 +160,7 @@ class Kernel(WorkerProcess):
         return obs
 
     def worker_config(self) -> dict[str, Any]:
-        return {"deny_read": self.deny_read, "notes_chars": NOTES_CHARS, "tools": self.tools}
+        return {"deny_read": self.deny_read, "notes_chars": NOTES_CHARS}
 
     def start(self) -> None:
         super().start()
@@ -261,7 +257,7 @@ class Kernel(WorkerProcess):
                     call.interrupted_at = time.monotonic()
                     os.kill(self.proc.pid, signal.SIGUSR1)
                     continue
-                msg = trust.check(got[0], ("out", "tail", "action", "explore", "done"), self.calls)
+                msg = trust.check(got[0], ("out", "tail", "action", "done"), self.calls)
                 if msg["op"] == "done":  # frozen until the next call; nothing may follow its done
                     self.frozen.freeze(self.proc.pid)
                     if self.worker.reader.pending():
@@ -321,13 +317,10 @@ class Kernel(WorkerProcess):
         return res
 
     def _answer(self, msg: dict[str, Any], call: Call, info: dict[str, Any] | None) -> None:
-        """Answer a request of the worker's: an `action()` batch, or the tools' `explore(n)`
-        (duck.sandbox.handoff: the explorer plays); the new boards go back as a delta."""
+        """Answer a request of the worker's, an `action()` batch: the new boards go back as a delta."""
         error, end = None, False
         if time.monotonic() >= call.deadline:  # past the call's limit nothing more is played (issue 37)
             result = self.host.terminal_result(len(msg.get("actions") or []))
-        elif msg["op"] == "explore":
-            result = handoff.run(self, msg, call.actions, info)
         else:
             try:
                 result, done, end = self.host.run_batch(msg["actions"], call.actions, info)  # checked by trust.check

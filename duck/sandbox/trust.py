@@ -88,7 +88,6 @@ _SHAPES: dict[str, dict[str, tuple[type, ...]]] = {
     "action": {"actions": (list,)},
     "done": {"kind": (str, type(None)), "error": (str, type(None)), "total": (int,),
              "tail": (str,), "notes": (dict, type(None)), "notes_error": (str, type(None))},
-    "explore": {},  # the world-model helpers' op: its own module checks its fields
 }
 _OPTIONAL = {"notes", "notes_error", "result"}
 MAX_ACTIONS_PER_REQUEST = 1000

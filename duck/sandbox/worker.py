@@ -5,7 +5,7 @@ duck.sandbox.worker RFD WFD` in a session of its own, a temporary working direct
 scrubbed environment; its config is the first message on the pipe. It keeps
 the game variables (frames, history, transitions, ...: duck.sandbox.views) as Python objects
 and receives only *new* observations from the host, so an `action()` call costs the same at
-step 1,000 as at step 10. The host owns the game: `action()` (and the tools' `explore`) send
+step 1,000 as at step 10. The host owns the game: `action()` sends
 a request over the pipe and wait for the result and the new boards (`Worker.request`).
 
 Before it reads anything from the host it confines itself (duck.sandbox.wall.confine: namespaces,
@@ -40,7 +40,6 @@ from duck.sandbox import wire
 from duck.sandbox.guard import namespace_builtins
 from duck.sandbox.hooks import handlers, reset_hooks
 from duck.sandbox.probe import begin
-from duck.sandbox.tools import Tools
 from duck.sandbox.views import FrameView, HistoryEntryView, TransitionView, normalize_actions
 
 RECURSION_LIMIT = 10_000
@@ -164,8 +163,6 @@ class Worker:
         self.ended = False  # the host ended this snippet (a guard): no more actions
         self.call = 0
         self.cur_ns = self.ns
-        # The world-model tools (duck.sandbox.tools), when the kernel was started with them.
-        self.tools = Tools(self) if cfg.get("tools") else None
         self.handlers: dict[int, Any] = {}  # the signal handlers as the worker set them (reset_hooks)
 
     def write(self, obj: dict[str, Any]) -> None:
@@ -231,16 +228,13 @@ class Worker:
         ns["last_animation"] = list(self.last_anim)
         if not isinstance(ns.get("notes"), dict):
             ns["notes"] = self.notes
-        if self.tools is not None:
-            self.tools.publish(ns)
 
     # --- requests the host answers with actions ----------------------------------------
     def action(self, actions: Any) -> dict[str, Any]:
         return self.request({"op": "action", "actions": normalize_actions(actions)})
 
     def request(self, msg: dict[str, Any]) -> dict[str, Any]:
-        """Ask the host for something it answers by playing (`action()`, the tools' `explore`):
-        the result comes back with the new boards as a delta and the game variables are
+        """Ask the host for something it answers by playing (`action()`): the result comes back with the new boards as a delta and the game variables are
         refreshed (the host keeps its own record of the results for the tool message)."""
         if self.ended:
             raise StopSnippet()

@@ -3,9 +3,9 @@
 # node, one model server per GPU) and, after the whole array, the merge (ab-merge.sbatch).
 #
 #   DUCK_AB_SBATCH="--partition=gpu --gres=gpu:4 --time=24:00:00" \
-#   experiments/slurm/submit.sh runs/ab/world-model 4 \
+#   experiments/slurm/submit.sh runs/ab/guards-off 4 \
 #       --a experiments/baseline.toml \
-#       --b experiments/baseline.toml experiments/world-model-tools.toml \
+#       --b experiments/baseline.toml experiments/guards-off.toml \
 #       --games environment_files --passes 5 --game-seconds 2700 --workers 16
 #
 # Arguments: OUT (the experiment folder), N (shards = array tasks), then the arguments of

@@ -69,7 +69,7 @@ def report() -> dict[str, str]:
         p = _probe_plan(workdir, lease.uid if lease else None)
         cg, p["cgroup_off"] = cgroup.make(cgroup_limit(p)) if os.geteuid() == 0 else (None, "not root")
         p["cgroup"] = cg
-        got = process.probe({"plan": p, "deny_read": [], "notes_chars": 100, "tools": False},
+        got = process.probe({"plan": p, "deny_read": [], "notes_chars": 100},
                             workdir)
     except OSError as e:
         got = f"{type(e).__name__}: {e}"
