@@ -5,13 +5,13 @@ with its HUD masked (duck.explorer.vision.HudTracker), and every step goes to th
 untried (state, action), the shortest-path distance through the known graph plus the action's
 rank cost (duck.explorer.rank). In keyboard games whose keys move one object
 (duck.explorer.avatar), the navigator (duck.explorer.nav) walks it to goal-like objects and
-pushes boxes onto pads (duck.explorer.push), and the graph search takes the turn back when its
-own choice is better, the navigator walks in circles or spends its budget; once transitions
-show a mark drawn around the last click (duck.explorer.feedback), it plays on a view of the
-board without it. RESET is sent after GAME_OVER or as the shortest route to an untried action,
-never as a level's first action nor twice in a row (both would restart the whole game outside
-competition mode). Deterministic for a seed. The rules in detail: docs/explorer.md, "Inside";
-`duck bench explorer` measures it on a games folder over several seeds.
+pushes boxes onto pads (duck.explorer.push); the graph search takes the turn back for a
+promising non-move action right here, or when the navigator walks in circles or spends its
+budget. Once transitions show a mark drawn around the last click (duck.explorer.feedback), it
+plays on a view of the board without it. RESET is sent after GAME_OVER or as the shortest route
+to an untried action, never as a level's first action nor twice in a row (both would restart
+the whole game outside competition mode). Deterministic for a seed. The rules in detail:
+docs/explorer.md, "Inside"; `duck bench explorer` measures it on a games folder over seeds.
 """
 
 from __future__ import annotations
