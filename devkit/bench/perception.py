@@ -1,22 +1,13 @@
-"""`duck bench perception`: how many actions carry animation-only information on the
-public games, and what the turn images cost per 100-turn game at each setting.
+"""`duck bench perception`: animation-only information in the public games, and the images' cost.
 
-The Duck's recorded play (../shared/duck-traces, the first pass of each game whose action
-lists are complete) is replayed on the public games (no model needed; games are deterministic).
-Per action: its frames; animated (more than one frame); with transient cells (a mid frame shows
-a colour at a cell away from the HUD border that neither the board before nor the final board
-has there); informative (duck.game.change.informative_frames: transient cells AND a mid frame
-that differs from the board before in more cells than the final board does: what the turn's
-mid-animation images show); and the field's rule alone (FIELD §3, a mid frame that differs from
-the start more than the final board does).
-
-Per turn (the Duck's turns: one acting call each, the auto-RESET after a GAME_OVER included),
-the images the turn message would carry at each setting (duck.agent.turn's rules: the board;
-a diff when the call changed the board inside the HUD border and stayed on its level; the
-fatal frame and its diff after a GAME_OVER; up to K informative mid frames chosen by
-duck.game.change.pick_frames) and their tokens on Qwen3-VL's geometry (duck.llm.vision),
-scaled to 100 turns. `ms_per_turn`: the time to compute one turn's facts and render its images
-(the harness's cost, per turn, median).
+The Duck's recorded play (../shared/duck-traces, the first pass of each game whose action lists
+are complete) is replayed on the public games (no model needed; games are deterministic). Per
+action: animated or not, with transient cells, informative (duck.game.change.informative_frames:
+what the turn's mid-animation images show), and by the field's rule alone (FIELD §3). Per turn
+(the Duck's turns), the images the turn message would carry at each setting (duck.agent.turn's
+rules, up to K mid frames chosen by duck.game.change.pick_frames) and their tokens on Qwen3-VL's
+geometry (duck.llm.vision), scaled to a 100-turn game; `ms_per_turn`: the median time to compute
+one turn's facts and render its images.
 
     duck bench perception [--games environment_files] [--traces ../shared/duck-traces]
                                     [--turns 100] [--only sp80,tn36]

@@ -1,25 +1,17 @@
 """The model-driven agent: one game, one kernel, one conversation (DESIGN §4).
 
-A turn is one user message (the facts of the last acting call, the step, level and valid
-actions, the board and the other images: duck.agent.turn) followed by model calls until the
-model's Python plays an action. Per solved level the memory (duck.agent.memory) goes into
-the first turn of every later level and, after a trim, right after the system prompt; the
-host's guards (duck.sandbox.batch_guards) are installed on the kernel. Control flow is by
-exceptions that carry their message: `Correction` (a reply without a usable tool call: back
-to the model), `TurnStalled` (too many calls without an action: a fresh turn), `ContextFull`
-(the turn alone outgrew the budget: dropped, a fresh turn), `ContextTooSmall` (no turn can
-fit) and `ModelDown` (the server keeps failing and cannot come back in time), both raised to
-duck.policies, which hands the game to the fallback, and the session's `PlayStopped`.
-
-An outage (`outage`, duck.policies.Parking: the health flag down, or
-`failures_before_fallback` failed requests in a row) parks the game, its slot freed and all
-else kept; when the server is back the turn goes on, its history sent again with one line
-saying the server restarted and nothing was played (prompts/correct.j2 `outage`).
-
-Everything the model sees and writes goes to the session's conversation file
-(duck.play.conversation): messages, evictions, requests, replies, failures, turn ends and
-changes of the model's `notes` dict (with the kernel's namespace and the level memory, all
-the memory there is).
+A turn is one user message (duck.agent.turn) followed by model calls until the model's Python
+plays an action. Per solved level the memory (duck.agent.memory) goes into the first turn of
+every later level and, after a trim, right after the system prompt; the host's guards
+(duck.sandbox.batch_guards) are installed on the kernel. Control flow is by exceptions that
+carry their message: `Correction` (a reply without a usable tool call: back to the model),
+`TurnStalled` (too many calls without an action: a fresh turn), `ContextFull` (the turn alone
+outgrew the budget: dropped, a fresh turn), `ContextTooSmall` (no turn can fit) and `ModelDown`
+(the server keeps failing and cannot come back in time), both raised to duck.policies, which
+hands the game to the fallback, and the session's `PlayStopped`. An outage (`outage`,
+duck.policies.Parking) parks the game, its slot freed and all else kept; when the server is
+back the turn goes on, its history sent again with one line saying so (prompts/correct.j2).
+Everything the model sees and writes goes to the conversation file (duck.play.conversation).
 """
 
 from __future__ import annotations

@@ -1,40 +1,18 @@
 """What the model is told: the prompt files (prompts/*.j2, rendered strictly), the one tool's
 schema and the reading of its calls, and the user message that opens a turn.
 
-A turn message holds facts only (prompts/turn.j2): how many actions the last acting call
-played (the call's tool message, right above, lists them and the guards that fired), the net
-change of the board over the WHOLE call (duck.game.change: cells, objects, the HUD border apart),
-its animations in one line, the outcome in accurate words (level completed, GAME_OVER and the
-level restarted, won), the step, the level, the actions spent on it, the valid actions
-(ACTION7 named UNDO); on a new level the per-level memory (duck.agent.memory). Every object
-fact is true of the two boards it names (`duck bench facts` checks them). Its images
-come first in the content, then the text, which lists them in order (vLLM puts a message's
-images before its text anyway):
-
-1. the board now, at `IMAGE_SCALE` (10x: 640 px, 402 tokens: duck.llm.vision; 10x beat 4x in
-   the field);
-2. a diff: the board with the cells the last call changed in colour and the rest dimmed, when
-   it changed away from the HUD border and stayed on the same level;
-3. after a level-up: the board that completed the level (the winning action's last frame
-   before the switch to the next level: DESIGN §1b), at `IMAGE_SCALE`; the net change and the
-   mid frames of that turn run up to it;
-4. after a GAME_OVER: the fatal frame, and the last-alive -> fatal diff when the fatal action
-   changed anything away from the HUD border;
-5. up to `ANIMATION_IMAGES` mid-animation frames that hold what the final board (after a
-   level-up: the board that completed the level) lost (duck.game.change.pick_frames), at
-   `ANIMATION_SCALE` (the open 3rd place's 4 at 4x), each captioned with its level, action
-   and frame.
-
-These are the field's (FIELD §2-3: each helped where it was added). The prompt never holds
-more than `model.serve.images_per_prompt` (vLLM refuses more): before a turn is built the
-history is trimmed so that its images fit (duck.agent.context), and only where a trim cannot
-make room are optional images left out. Every image is rendered from
-grids (duck.game.images), and the conversation file stores the grids, so it rebuilds each PNG
-bit for bit (duck.play.conversation).
-
-The tool message of a call is the kernel's (`CallResult.text`, duck.sandbox.render).
-
-The history these messages go into, and its token budget, is duck.agent.context.
+A turn message holds facts only (prompts/turn.j2): what the last acting call played, the net
+change of the board over the WHOLE call (duck.game.change), its animations in one line, the
+outcome, the step, the level, the actions on it and the valid actions (ACTION7 named UNDO); on
+a new level the per-level memory (duck.agent.memory). Every object fact is true of the two
+boards it names (`duck bench facts` checks them). Its images come first, then the text, which
+lists them in order: the board now (`IMAGE_SCALE`), a diff, the board that completed a level,
+the fatal frame after a GAME_OVER, up to `ANIMATION_IMAGES` mid-animation frames
+(`ANIMATION_SCALE`); which, when, and the field's evidence for each: docs/agent.md, "What the
+model sees". Images are rendered from grids (duck.game.images), so the conversation file
+rebuilds them bit for bit; the prompt never holds more than `model.serve.images_per_prompt`
+(duck.agent.context trims so that a turn's images fit). The tool message of a call is the
+kernel's (`CallResult.text`, duck.sandbox.render).
 """
 
 from __future__ import annotations

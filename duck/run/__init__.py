@@ -1,30 +1,17 @@
 """Playing every game of a folder and writing a run folder (`duck play`).
 
 A run folder holds `run.json` (what produced it: duck.run.info), `records/<game_id>.jsonl`
-(one per game, see duck.play.record), `conversations/<game_id>.jsonl.gz` (one per game a
-model played, see duck.play.conversation; `play.conversations` false: none) and `score.json`
-(see duck.play.scoring). The engine is pure Python under the GIL, so games run in separate
-processes when `play.workers > 1`; each worker opens its own `GameSource` (duck.run.games).
-
-Bad input is a `RunError` (one line, before anything is touched): an `--out` that is a file
-or cannot be created or written, no games folder, an `--only` naming no game, a policy file
-that cannot be used, `--policy llm` with no model server answering (unless
-`play.model_fallback`), a `--resume` of a folder without run.json. Old records are removed
-(`overwrite`) only once the new run has found its games and checked its folder.
-Where the sandbox's only file-system wall is file modes (no Landlock, no mount namespace:
-duck.sandbox.fallback), the games are played from a root-only copy, the records and
-conversations folders are closed to other users and the games' path is kept out of the
-command line, so the kernel's own uid can read none of them.
+(duck.play.record), `conversations/<game_id>.jsonl.gz` (duck.play.conversation) and
+`score.json` (duck.play.scoring); the games are played by duck.run.pool (shared with `duck ab`),
+in separate processes when `play.workers > 1`. The rule: bad input is a `RunError` (one line,
+before anything is touched), and old records are removed (`overwrite`) only once the new run
+has found its games and checked its folder.
 
 `interactive=True` (the `duck` command): the live progress (duck.run.progress) and Ctrl-C
-(duck.run.interrupt): the first stops every game at its next action and the run writes
-score.json marked partial (`run_status` "interrupted"); the second kills it at once. A full
-disk stops the run the same way (`run_status` "disk_full"). `resume=True` plays, with the
-run's own config from run.json, only the games the folder lacks or whose record ended short
-(duck.play.scoring.record_finished); the finished records are not touched, and a user policy
-file that changed since is refused (duck.run.provenance: run.json keeps its sha256 and a
-copy). The games are played by duck.run.pool (shared with `duck ab`); what the command says
-at the end is duck.run.summary.
+(duck.run.interrupt): the first stops every game at its next action and writes score.json marked
+partial, the second kills at once. `resume=True` plays, with the run's own config, only the
+games the folder lacks or whose record ended short. What the command says at the end is
+duck.run.summary. The folder, the bad inputs, the file-mode fallback and resuming: docs/runs.md.
 """
 
 from __future__ import annotations
