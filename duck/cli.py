@@ -255,7 +255,14 @@ def build_parser(command: str | None = "*") -> argparse.ArgumentParser:
         else:
             sub.add_parser(name, help=c.help)
     for module in modules:
-        importlib.import_module(module).register(sub)
+        try:
+            importlib.import_module(module).register(sub)
+        except ModuleNotFoundError as e:
+            if e.name != module.split(".")[0]:
+                raise  # the module is there, one of its imports is not: a real error
+            p.exit(EXIT_BAD_INPUT, f"duck {command}: error: this command is part of the workbench ({e.name}/), "
+                                   "which this installation leaves out (the Kaggle wheel); run it from a "
+                                   "checkout (README)\n")
     return p
 
 

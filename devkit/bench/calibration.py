@@ -112,6 +112,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="effects added to B for the power lines")
     ap.add_argument("--plot", type=Path, default=None, help="write a PNG of the p-value histograms")
     args = ap.parse_args(argv)
+    if small := next((f for f in ("reps", "perm", "boot") if getattr(args, f) < 1), None):
+        ap.error(f"--{small} must be at least 1")
     if not args.runs.exists():
         raise SystemExit(f"{args.runs} not found (the Duck's traces; pass --runs)")
     scores = load(args.runs)

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from duck.config import load_config
+from duck.files import fresh_run
 from duck.game.source import GameSource
 from devkit.doctor.turns import summarize
 from duck.paths import BUNDLED_GAMES, PUBLIC_GAMES
@@ -143,10 +144,7 @@ def start_server(latency: str, log_path: Path) -> tuple[subprocess.Popen, str, d
 def run(games: int, minutes: float, folder: str | Path, out: str | Path, latency: str = "default",
         overrides: list[str] = ()) -> dict[str, Any]:
     out = Path(out)
-    records = out / "records"
-    records.mkdir(parents=True, exist_ok=True)
-    for old in records.glob("*.jsonl"):
-        old.unlink()
+    records = fresh_run(out)
     # The model's games end at the deadline; with no fallback a model failure shows as an error.
     # The slots are the games played at once: the plan (max_num_seqs, KV pool) follows them.
     cfg = load_config(overrides=["agent.fallback=null", f"scheduler.slots={games}", *overrides])

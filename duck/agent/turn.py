@@ -22,7 +22,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jinja2
 import numpy as np
@@ -33,6 +33,13 @@ from duck.game.change import (HUD_BORDER, Pick, animation_line, changed_inside, 
 from duck.game.images import render as render_image
 from duck.sandbox.batch_guards import BLOCK_FROM_LEVEL
 from duck.sandbox.render import OUTPUT_CHARS
+
+if TYPE_CHECKING:
+    from duck.config import Config
+    from duck.llm.reply import Reply
+    from duck.play.conversation import ConversationWriter
+    from duck.play.session import Session
+    from duck.sandbox.host import CallResult
 
 IMAGE_SCALE = 10  # the board at 640x640 px = 402 tokens on Qwen3-VL (duck.llm.vision)
 ANIMATION_IMAGES = 4  # mid-animation frames at most per turn
@@ -58,7 +65,7 @@ def render(name: str, **variables: Any) -> str:
     return _env().get_template(name).render(**variables).strip()
 
 
-def system_prompt(cfg: Any) -> str:
+def system_prompt(cfg: Config) -> str:
     """prompts/system.j2 for a config (what it says follows the switches it describes)."""
     a = cfg.agent
     return render("system.j2", call_timeout_s=cfg.kernel.call_timeout_s, output_chars=OUTPUT_CHARS,
@@ -82,9 +89,9 @@ class Correction(Exception):
 
 
 
-def tool_calls(reply: Any) -> list[tuple[str, str]]:
+def tool_calls(reply: Reply) -> list[tuple[str, str]]:
     """(call id, code) per tool call of a reply; raises Correction."""
-    if getattr(reply, "dropped", None):  # the client dropped an unreadable call: say why, run none
+    if reply.dropped:  # the client dropped an unreadable call: say why, run none
         raise Correction("dropped_call", reply.dropped[0]["why"])
     if not reply.tool_calls:
         raise Correction(f"cut_{reply.cut}" if reply.cut else "no_tool_call")
@@ -167,10 +174,11 @@ class CallFacts:
                 else "board changed" if self.change and self.change != "no cell changed" else "no visible change")
 
 
-def call_facts(r: Any, session: Any, level_before: int, before: np.ndarray, level_actions: int = 0) -> CallFacts:
-    """What call result `r` did. `r.steps` (duck.game.change.Step per action, from the real
-    kernel) gives the frames; a kernel without them gives only the boards before and after."""
-    steps = list(getattr(r, "steps", None) or [])
+def call_facts(r: CallResult, session: Session, level_before: int, before: np.ndarray,
+               level_actions: int = 0) -> CallFacts:
+    """What call result `r` did. `r.steps` (duck.game.change.Step per action played) gives the
+    frames; a result without them gives only the boards before and after."""
+    steps = list(r.steps)
     obs = session.obs
     final = steps[-1].after if steps else obs.grid
     f = CallFacts(list(r.actions), np.asarray(before), np.asarray(final), level=level_before + 1,
@@ -213,7 +221,7 @@ def _action(last: CallFacts, step: int) -> str:
     return f"action {step + 1} of the call ({name})" if last.count > 1 else name
 
 
-def turn_images(session: Any, last: CallFacts | None, room: int) -> list[Shown]:
+def turn_images(session: Session, last: CallFacts | None, room: int) -> list[Shown]:
     """The images of a turn message, in order (see the module docstring); at most `room`
     (the board always: the loop trims the history first so that it has room)."""
     obs = session.obs
@@ -241,8 +249,9 @@ def turn_images(session: Any, last: CallFacts | None, room: int) -> list[Shown]:
     return out + extra[:max(0, room - 1)]
 
 
-def turn_message(session: Any, last: CallFacts | None, stalled: int, first: bool, level_start: int, *,
-                 memory: str = "", ask_rule: int | None = None, room: int = 1 << 30, conv: Any = None) -> dict[str, Any]:
+def turn_message(session: Session, last: CallFacts | None, stalled: int, first: bool, level_start: int, *,
+                 memory: str = "", ask_rule: int | None = None, room: int = 1 << 30,
+                 conv: ConversationWriter | None = None) -> dict[str, Any]:
     """The user message that opens a turn: its images, then prompts/turn.j2. `conv` (the
     game's conversation writer) learns how each image was made."""
     obs, game = session.obs, session.game

@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterable
 
+from duck.files import write_whole
 from duck.play.record import Record, read_records
 
 LEVEL_CAP = 115.0
@@ -180,11 +181,5 @@ def write_score(run_dir: str | Path) -> dict:
     game with an error, never a reason to stop). Raises OSError when it cannot be written."""
     run_dir = Path(run_dir)
     doc = score_doc(run_dir)
-    path, tmp = run_dir / "score.json", run_dir / ".score.json.tmp"
-    try:  # whole or not at all: a full disk must not leave half a score.json
-        tmp.write_text(json.dumps(doc, indent=1))
-        os.replace(tmp, path)
-    except OSError:
-        tmp.unlink(missing_ok=True)
-        raise
+    write_whole(run_dir / "score.json", json.dumps(doc, indent=1))  # a full disk leaves no half score.json
     return doc

@@ -20,6 +20,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from duck.files import unwritable
 from duck.play.record import read_records
 from duck.lab.report.html import Report, report_html, report_markdown
 from duck.lab.report.runinfo import load_info
@@ -89,18 +90,8 @@ def _summary_file(path: Path) -> None:
 
 def _writable(out: str | None) -> None:
     """--out must be a folder that can be made and written: one line, before any work."""
-    if out is None:
-        return
-    path = Path(out)
-    if path.exists() and not path.is_dir():
-        raise SystemExit(f"--out {out} is a file, not a folder")
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        probe = path / ".duck-probe"
-        probe.write_text("")
-        probe.unlink()
-    except OSError as e:
-        raise SystemExit(f"--out {out} cannot be written: {e.strerror or e}") from None
+    if out is not None and (why := unwritable(out)):
+        raise SystemExit(why)
 
 
 def register(sub: Any) -> None:
