@@ -89,11 +89,20 @@ def after_play(out: Any, doc: dict, *, as_json: bool, verbose: bool, interrupted
         code = EXIT_FAILED
     if terminal:
         print("next: " + " · ".join(next_commands(out, doc)))
-        levels = sum(v["levels"] for v in doc["games"].values())
-        print(f"score {doc['score']:.3f}% (mean over {len(doc['games'])} games; {levels} level"
-              f"{'' if levels == 1 else 's'} completed"
-              f"{'; partial' if doc.get('partial') else ''}) → {out}")
+    # The last line, always: the run's score (a resume's included), not that of the games just played.
+    print(score_line(out, doc) if terminal else f"duck play: {score_line(out, doc)}",
+          file=sys.stdout if terminal else sys.stderr)
     return interrupted_code if code == -1 else code
+
+
+def score_line(out: Any, doc: dict) -> str:
+    """`score 14.463% (the run's score: mean over its 3 games; 7 levels completed) → RUN`."""
+    levels = sum(v["levels"] for v in doc["games"].values())
+    missing, short = len(doc.get("missing") or []), len(doc.get("unfinished") or [])
+    partial = f"; partial: {missing} not played, {short} stopped mid-game" if doc.get("partial") else ""
+    n = len(doc["games"])
+    return (f"score {doc['score']:.3f}% (the run's score: mean over its {n} game{'' if n == 1 else 's'} "
+            f"recorded; {levels} level{'' if levels == 1 else 's'} completed{partial}) → {out}")
 
 
 def _ending(out: Any, doc: dict) -> int:
