@@ -254,7 +254,7 @@ class GameSource:
         if unknown:
             from difflib import get_close_matches
             names = ids + sorted({g.split("-")[0] for g in ids})  # the ids and their 4-letter prefixes
-            near = get_close_matches(unknown[0], names, n=3, cutoff=0.5)
+            near = get_close_matches(unknown[0], names, n=3)
             raise GameError(f"no game named {', '.join(unknown)} among {len(ids)} games"
                             + (f" (did you mean {', '.join(near)}?)" if near else ""))
         return [g for g in ids if matches(g, only)]
