@@ -183,7 +183,9 @@ def test_sigterm_stops_like_ctrl_c(games, reference, tmp_path):
     proc.send_signal(signal.SIGTERM)
     stdout, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 143, stderr
-    assert "interrupted (SIGTERM)" in stderr.strip().splitlines()[-1] and "Traceback" not in stderr
+    ending, last = stderr.strip().splitlines()[-2:]  # the ending, then (always last) the run's score
+    assert "interrupted (SIGTERM)" in ending and "Traceback" not in stderr
+    assert last.startswith("duck play: score ") and "the run's score" in last and "partial" in last
     assert json.loads(stdout)["partial"] is True  # the summary on stdout says so too
     r = resume(out)
     assert r.returncode == 0, r.stderr
@@ -202,8 +204,9 @@ def test_a_full_disk_stops_the_run_cleanly_and_resume_finishes_it(games, referen
     r = subprocess.run([DUCK, "play", "--games", str(games), "--max-actions", ACTIONS, "--workers", "2",
                         "--out", str(out)], capture_output=True, text=True, timeout=600)
     assert r.returncode == 1, r.stderr
-    last = r.stderr.strip().splitlines()[-1]
-    assert "the disk is full" in last and "--resume" in last and "Traceback" not in r.stderr
+    ending, last = r.stderr.strip().splitlines()[-2:]
+    assert "the disk is full" in ending and "--resume" in ending and "Traceback" not in r.stderr
+    assert last.startswith("duck play: score ") and "partial" in last
     cut = []
     for p in sorted((out / "records").glob("*.jsonl")):
         rec = read_record(p)  # every complete line is kept; at most the last one is torn
