@@ -9,6 +9,7 @@ import hashlib
 import json
 import os
 import re
+import select
 import shutil
 import signal
 import socket
@@ -68,7 +69,8 @@ def run_block(block: str, tmp: Path) -> list[str]:
                 servers.append(subprocess.Popen(["bash", "-c", cmd[:-1]], cwd=ROOT, text=True,
                                                 start_new_session=True, stdout=subprocess.PIPE,
                                                 stderr=subprocess.DEVNULL))
-                assert servers[-1].stdout.readline(), f"{cmd}: printed nothing"  # its URL: it listens
+                said = select.select([servers[-1].stdout], [], [], 120)[0]  # its URL: it listens
+                assert said and servers[-1].stdout.readline(), f"{cmd}: printed nothing"
                 continue
             r = subprocess.run(["bash", "-c", cmd], cwd=ROOT, capture_output=True, text=True, timeout=300)
             assert r.returncode == 0, f"{cmd}\n{r.stderr[-2000:]}"
