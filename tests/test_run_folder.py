@@ -74,8 +74,8 @@ def test_report_a_b_compares_two_runs_game_by_game(runs, tmp_path):
     assert '| play.policy | "explorer" | "random" |' in md  # what differs, from run.json
     assert "html" in json.loads(r.stdout) and (tmp_path / "compare.html").read_text().count("<tr>") > 6
     a, b = runs["explorer"], runs["random"]
-    assert r.stderr == f"duck report: wrote the comparison of {a} (A) and {b} (B) into {tmp_path}/: compare.html, " \
-        "compare.md\n"
+    assert r.stderr == (f"duck report: wrote the comparison of {a} (A) and {b} (B) into {tmp_path}/: "
+                        "compare.html, compare.md\n")
 
 
 def test_score_and_report_say_which_games_are_missing(runs, tmp_path):
