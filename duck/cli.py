@@ -47,6 +47,8 @@ COMMANDS: dict[str, Command] = {
                       ("traces_dir", "games"), ("workers", "timeout")),
     "report": Command("duck.lab.report.build", "per-game scoring report (report.html + report.md) of a run "
                       "folder; with two, a comparison game by game"),
+    "gif": Command("duck.lab.report.gif", "an animated GIF of a game from its record, to share "
+                   "(RUN/gif/<game>.gif)", ("run",), ("scale", "max_frames")),
     "ab": Command("duck.lab.ab.run", "paired A/B experiment of two configs on the same games and seeds",
                   ("a", "b", "games"), ("passes", "max_passes", "budget_s", "game_seconds", "workers", "boot", "perm")),
     "ab-stats": Command("duck.lab.ab.run", "A/B statistics from run folders or runs.jsonl-format files",

@@ -252,7 +252,11 @@ class GameSource:
             return ids
         unknown = [n for n in only if not any(matches(g, [n]) for g in ids)]
         if unknown:
-            raise GameError(f"no game named {', '.join(unknown)} among {len(ids)} games")
+            from difflib import get_close_matches
+            names = ids + sorted({g.split("-")[0] for g in ids})  # the ids and their 4-letter prefixes
+            near = get_close_matches(unknown[0], names, n=3)
+            raise GameError(f"no game named {', '.join(unknown)} among {len(ids)} games"
+                            + (f" (did you mean {', '.join(near)}?)" if near else ""))
         return [g for g in ids if matches(g, only)]
 
     def open_scorecard(self, tags: list[str] | None = None) -> str:

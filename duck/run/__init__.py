@@ -132,7 +132,8 @@ def play_folder(games_dir: str | Path | None, out: str | Path, cfg: Config | Non
         entry["ended"] = now()
         write_info(out, info)
         return write_score(out) | {"resumed": []}
-    ends, reason = _play(games_dir, out, cfg, todo, interactive=interactive, unreachable=unreachable)
+    ends, reason = _play(games_dir, out, cfg, todo, interactive=interactive, unreachable=unreachable,
+                         before=len(ids) - len(todo))
     doc = _finish(out, info, entry, ends, reason)
     if resume:
         doc["resumed"] = todo
@@ -249,13 +250,15 @@ def record_complete(path: Path) -> bool:
 
 
 def _play(games_dir: Path, out: Path, cfg: Config, ids: list[str], *, interactive: bool,
-          unreachable: str | None) -> tuple[list[dict], str | None]:
-    """Play `ids`; returns their end messages and what stopped the run (None: nothing)."""
+          unreachable: str | None, before: int = 0) -> tuple[list[dict], str | None]:
+    """Play `ids` (`before`: the run's games a resume leaves as they are); returns their end
+    messages and what stopped the run (None: nothing)."""
     workers = min(cfg.play.workers, len(ids))
     view = None
     if interactive:
-        title = (f"{len(ids)} games · policy {cfg.play.policy} · {cfg.play.workers} worker(s) · "
-                 f"{cfg.play.max_actions} actions each → {out}")
+        resumed = f" (a resume: {before} of the run's {before + len(ids)} finished before)" if before else ""
+        title = (f"{len(ids)} game{'' if len(ids) == 1 else 's'}{resumed} · policy {cfg.play.policy} · "
+                 f"{cfg.play.workers} worker(s) · {cfg.play.max_actions} actions each → {out}")
         view = RunView(ids, title=title)
         if unreachable:
             view.notice(f"{unreachable}: {cfg.agent.fallback} plays every game (play.model_fallback)")

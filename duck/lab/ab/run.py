@@ -108,7 +108,7 @@ def run_ab(args: argparse.Namespace, *, interactive: bool = False) -> dict[str, 
     if interactive:
         title = (f"{len(games)} games × {args.passes} passes × 2 arms · {workers} worker(s) · "
                  f"{configs['a'].play.max_actions}/{configs['b'].play.max_actions} actions (A/B) → {out}")
-        view = RunView([], title=title, prog="duck ab", group=lambda name: name.split()[0])
+        view = RunView([], title=title, prog="duck ab", group=lambda name: name.split()[0], unit="run")
     common = dict(out=out, games_dir=games_dir, configs=configs, games=games, game_seconds=args.game_seconds)
     ends: list[dict] = []
     with Runner(view, workers=workers, interactive=interactive, kill_line=lambda: _killed(args)) as runner:
@@ -166,8 +166,10 @@ def summary_lines(doc: dict[str, Any], out: Path) -> list[str]:
     """The verdict in a few lines, the last thing `duck ab` says."""
     lo, hi = doc["ci95"]
     text, _ = verdict(doc)
-    lines = [f"duck ab: B − A = {doc['delta']:+.3f} points, 95% interval [{lo:+.3f}, {hi:+.3f}] "
-             f"(bootstrap over games); games B better / worse / tied {doc['wins']} / {doc['losses']} / {doc['ties']}"]
+    lines = [f"duck ab: mean score over the {doc['n_games']} games (each the mean of its passes): "
+             f"A {doc['a_mean']:.3f}%, B {doc['b_mean']:.3f}%; B − A = {doc['delta']:+.3f} points, 95% "
+             f"interval [{lo:+.3f}, {hi:+.3f}] (bootstrap over games); games B better / worse / tied "
+             f"{doc['wins']} / {doc['losses']} / {doc['ties']}"]
     if doc.get("p_value_pairs") is not None:
         lines.append(f"duck ab: secondary: p = {doc['p_value_pairs']:.3g} over pairs (sharp null: B changes "
                      f"nothing in any run of these games)")

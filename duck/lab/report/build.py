@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +43,7 @@ def build_report(run_dir: str | Path, duck_summary: str | Path | None = None) ->
 
 def write_report(run_dir: str | Path, out: str | Path | None = None, *,
                  duck_summary: str | Path | None = None, frames: bool = True,
-                 conversations: bool = True, player: bool = True) -> dict[str, Path]:
+                 conversations: bool = True, player: bool = True, gifs: bool = True) -> dict[str, Path]:
     report = build_report(run_dir, duck_summary)
     out = Path(out) if out else Path(run_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -50,11 +51,21 @@ def write_report(run_dir: str | Path, out: str | Path | None = None, *,
     report.player = player
     paths["html"].write_text(report_html(report, frames, conversations), encoding="utf-8")
     paths["md"].write_text(report_markdown(report), encoding="utf-8")
+    if gifs:  # one per game, to share (duck.lab.report.gif); the player links to each
+        from duck.lab.report.gif import FOLDER, write_gif
+        for v in report.views:
+            if "grid" in v.record.header:
+                write_gif(v.record, out / FOLDER / f"{v.record.game_id}.gif")
+        paths["gif"] = out / FOLDER
     if player:
         from duck.lab.report.player import player_data
         from duck.lab.report.player_page import player_html
+        data = player_data(report.views, Path(run_dir).name)
+        for g in data["games"]:
+            if (out / f"gif/{g['id']}.gif").is_file():
+                g["gif"] = f"gif/{g['id']}.gif"
         paths["player"] = out / "player.html"
-        paths["player"].write_text(player_html(player_data(report.views, Path(run_dir).name)), encoding="utf-8")
+        paths["player"].write_text(player_html(data), encoding="utf-8")
     return paths
 
 
@@ -73,8 +84,14 @@ def _cmd(args: argparse.Namespace) -> int:
         paths = write_comparison(runs[0], runs[1], args.out)
     else:
         paths = write_report(runs[0], args.out, duck_summary=args.duck_summary, frames=not args.no_frames,
-                             conversations=not args.no_conversations, player=not args.no_player)
+                             conversations=not args.no_conversations, player=not args.no_player,
+                             gifs=not args.no_gifs)
     print(json.dumps({k: str(v) for k, v in paths.items()}))
+    what = f"the comparison of {runs[0]} (A) and {runs[1]} (B)" if len(runs) == 2 else \
+        f"the report of {runs[0]}"
+    names = ", ".join(p.name + ("/" if p.is_dir() else "") for p in paths.values())
+    where = "" if args.out else " (--out DIR writes it elsewhere)"
+    print(f"duck report: wrote {what} into {paths['html'].parent}/: {names}{where}", file=sys.stderr)
     return 0
 
 
@@ -109,6 +126,8 @@ def register(sub: Any) -> None:
                    help="leave the conversation views out of report.html (smaller file)")
     p.add_argument("--no-player", action="store_true",
                    help="write no player.html (the step-through player of every action's board)")
+    p.add_argument("--no-gifs", action="store_true",
+                   help="write no GIFs (gif/<game>.gif: each game as an animated GIF to share; `duck gif`)")
     p.set_defaults(func=_cmd)
 
 
