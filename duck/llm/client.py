@@ -39,7 +39,8 @@ timings). What it guarantees, because the Duck lost turns and time to each of th
 * Token counts as the server makes them: `ModelClient.tokenize(messages)` asks vLLM's
   `/tokenize` (the chat template and the tokenizer of the served model, images expanded);
   `ModelClient.counter(tools)` wraps it in a per-message cache with calibrated estimates as
-  the fallback (duck.llm.tokens).
+  the fallback (duck.llm.tokens). On a vLLM profile the reply's sampled token ids come back
+  per chunk (`return_token_ids`) into `Reply.token_ids`: the training export's ground truth.
 * No tool call whose arguments are not a complete JSON object ever leaves the client:
   vLLM 0.19 `json.loads` every past call of the history and answers HTTP 400 to the whole
   request when one fails, so one broken call would end the model's game. Such a call (the
@@ -181,7 +182,7 @@ class ModelClient:
         kwargs["timeout"] = openai.Timeout(connect=10.0, read=max(0.1, min(c.stall_s, limit)), write=30.0, pool=10.0)
         t0 = time.monotonic()
         reply = Reply(url=self.urls[i], keep_thinking=c.cut_thinking_chars)
-        parts: dict[str, Any] = {"content": [], "reasoning": [], "details": [], "names": set()}
+        parts: dict[str, Any] = {"content": [], "reasoning": [], "details": [], "names": set(), "ids": []}
         calls: dict[int, dict[str, Any]] = {}
         try:
             stream = self._clients[i].chat.completions.create(**kwargs)
@@ -197,6 +198,7 @@ class ModelClient:
                     if reply.first_token_s is None:
                         reply.first_token_s = time.monotonic() - t0
                     _delta(choice.delta, parts, calls)
+                    parts["ids"].extend((choice.model_extra or {}).get("token_ids") or ())  # (vLLM: return_token_ids)
                     if choice.finish_reason:
                         reply.finish_reason = choice.finish_reason
                 if time.monotonic() - t0 > limit:
@@ -227,6 +229,7 @@ class ModelClient:
         reply.content = "".join(parts["content"])
         reply.reasoning = "".join(parts["reasoning"]) or details_text(parts["details"])
         reply.details = parts["details"]
+        reply.token_ids = [int(i) for i in parts["ids"]] or None
         field = self.cfg.reasoning_field
         reply.reasoning_as = (() if field == "none" else (field,) if field != "auto" else VLLM_NAMES
                               if not self.hosted else tuple(n for n in ("reasoning", "reasoning_content",

@@ -9,7 +9,8 @@ writer and hands it to the policy through `Session.conversation`; policies open 
 Lines (one JSON object each, `"type"` first, `"t"` seconds since the game started):
 
 * `start`: game_id, pass, seed, the record's file name, and what the agent adds once: the
-  model name, the sampling, the output cap, the tool schema (`tools`), the context budget.
+  model name, the sampling, the output cap, the tool schema (`tools`), the context budget, the
+  template variables sent and the server's defaults, the served template's sha256.
 * `message`: `id` (0, 1, 2, ... in file order), `turn`, optional `kind` (`system`, `carry`:
   the message the context carries past a trim; `summary` in older files), `call`, `result`
   (a tool result's kernel call: kind, actions), and `message`: the message exactly as
@@ -28,7 +29,8 @@ Lines (one JSON object each, `"type"` first, `"t"` seconds since the game starte
   finish_reason, cut, prompt/completion/cached tokens, latency_s, first_token_s, url,
   attempts, seed, and `dropped` (tool calls the client did not keep, with why and their text);
   for a cut reply whose message keeps only the tail of its thinking, `thinking_dropped` (the
-  characters left out) and `reasoning` (all of it, as received).
+  characters left out) and `reasoning` (all of it, as received); `token_ids`, the sampled
+  tokens where the server sent them (`pack_ids`; docs/training.md).
 * `error`: `n`, `error` (class name), `status`, `message`: a model call that failed.
 * `event`: `kind` and fields: `evict` (a trim: turns and message ids dropped, the id of the
   carried message, the prompt's tokens before and after), `drop_turn` (a turn that alone
@@ -51,6 +53,7 @@ import logging
 import os
 import shutil
 import time
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -60,7 +63,7 @@ import numpy as np
 from duck.game.frames import grid_png
 from duck.game.images import png_size
 from duck.game.images import render as render_image
-from duck.play.record import pack_grid, unpack_grid
+from duck.play.record import pack_grid, pack_ids, unpack_grid
 
 log = logging.getLogger(__name__)
 
@@ -186,8 +189,9 @@ class ConversationWriter:
         stats = {k: v for k, v in reply.stats().items() if k not in ("dropped_calls",)}
         # A cut reply's message keeps only the tail of its thinking: the line keeps all of it.
         full = {"reasoning": reply.reasoning} if stats.get("thinking_dropped") else {}
+        ids = {"token_ids": pack_ids(reply.token_ids)} if getattr(reply, "token_ids", None) else {}
         self._write({"type": "reply", "n": n, "message": message_id, **stats, "seed": reply.seed,
-                     "dropped": list(reply.dropped), **full, "t": self.elapsed()})
+                     "dropped": list(reply.dropped), **full, **ids, "t": self.elapsed()})
 
     def error(self, n: int, exc: BaseException) -> None:
         self._write({"type": "error", "n": n, "error": type(exc).__name__, "status": getattr(exc, "status", None),
@@ -345,16 +349,26 @@ def decode_part(part: Any, grids: dict[int, np.ndarray] | None) -> Any:
     return dict(part, image_url={"url": DATA_PNG + base64.b64encode(png).decode(), **image})
 
 
+def _lines(f: Any) -> Iterable[str | None]:
+    """The lines of a text file; a gzip cut short (a copy that stopped) ends them with None."""
+    try:
+        yield from f
+    except (EOFError, OSError, zlib.error, UnicodeDecodeError):
+        yield None
+
+
 def read_conversation(path: str | Path) -> Conversation:
     """Read a conversation file (.jsonl or .jsonl.gz); a torn last line is ignored."""
     path = Path(path)
     opener = gzip.open if path.name.endswith(".gz") else open
     conv = Conversation(path, {}, [])
     with opener(path, "rt", encoding="utf-8") as f:
-        for raw in f:
+        for raw in _lines(f):
             try:
-                obj = json.loads(raw)
+                obj = json.loads(raw) if raw is not None else None
             except json.JSONDecodeError:
+                obj = None
+            if not isinstance(obj, dict):
                 conv.torn = True
                 break  # a run killed mid-write: everything before is intact
             if not raw.endswith("\n"):
