@@ -32,7 +32,8 @@ replays saved conversations (duck.play.conversation; `--strict` refuses a reques
 differs from the recorded one); `--player` a scripted model that reads the board and plays
 (devkit.stub.player); `--latency default` (or `speed=20,kv_tokens=178000`:
 devkit.stub.latency: the field's Flash-Next figures and the default profile's KV pool)
-adds the latency model.
+adds the latency model; `--tokenizer T` answers `return_token_ids` as vLLM does (each reply's
+tokens, as the template writes it, to its `<|im_end|>`), for the training export's checks.
 """
 
 from __future__ import annotations
@@ -250,8 +251,16 @@ def _main(args: argparse.Namespace) -> int:
             hosted = Hosted.parse(key, args.rate_limit, args.retry_after, args.without or [], args.refuse_field or [])
         except ValueError as e:
             raise SystemExit(str(e)) from e
+    tokenizer = None
+    if args.tokenizer:  # (the train extra)
+        from duck.train import BadData
+        from duck.train.tokens import load
+        try:
+            tokenizer = load(args.tokenizer)
+        except BadData as e:
+            raise SystemExit(str(e)) from None
     server = StubServer(model, port=args.port, host=args.host, model_name=args.model_name, latency=latency,
-                        kv_tokens=args.kv_tokens, hosted=hosted)
+                        kv_tokens=args.kv_tokens, hosted=hosted, tokenizer=tokenizer)
     print(json.dumps({"url": server.url, "replies": len(model.replies), "hosted": hosted is not None,
                       "latency": latency.describe() if latency else None}), flush=True)
     try:
@@ -291,6 +300,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--latency", default=None, metavar="SPEC",
                    help="answer as a loaded vLLM would: 'default' or settings like 'speed=10,kv_tokens=178000' "
                         "(devkit.stub.latency)")
+    p.add_argument("--tokenizer", default=None, metavar="T",
+                   help="answer return_token_ids with this tokenizer's ids of each reply (duck.train.tokens; "
+                        "the train extra)")
     p.add_argument("--kv-tokens", type=int, default=None, help="KV-cache capacity /metrics reports (tokens)")
     h = p.add_argument_group("--hosted: answer as a strict hosted provider (devkit.stub.hosted)")
     h.add_argument("--hosted", action="store_true", help="standard OpenAI fields only (400 otherwise), no /tokenize, "
