@@ -49,10 +49,12 @@ def model(folder: Path, tensors: dict[str, np.ndarray], shards: int = 1, files: 
 @pytest.fixture
 def base(tmp_path) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(0)
-    names = ["model.language_model.embed_tokens.weight", "model.language_model.layers.0.self_attn.q_proj.weight",
+    names = ["model.language_model.embed_tokens.weight",
+             "model.language_model.layers.0.self_attn.q_proj.weight",
              "model.language_model.layers.0.mlp.experts.gate_up_proj", "lm_head.weight", "mtp.fc.weight",
              "mtp.layers.0.mlp.experts.down_proj", "model.visual.blocks.0.attn.qkv.weight"]
-    return {n: rng.standard_normal((4, 3) if "experts" not in n else (2, 4, 3)).astype(np.float32) for n in names}
+    return {n: rng.standard_normal((2, 4, 3) if "experts" in n else (4, 3)).astype(np.float32)
+            for n in names}
 
 
 def _merged(base: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -103,14 +105,15 @@ def test_each_failure_the_field_reported_is_one_line(base, tmp_path, capsys):
 
 def test_bad_input_is_one_line_exit_2(base, tmp_path, capsys):
     model(tmp_path / "base", base)
-    code, _, err = duck(capsys, "train", "check-checkpoint", str(tmp_path / "base"), str(tmp_path / "nowhere"))
+    check = ("train", "check-checkpoint", str(tmp_path / "base"))
+    code, _, err = duck(capsys, *check, str(tmp_path / "nowhere"))
     assert code == 2 and "no such folder" in err and len(err.strip().splitlines()) == 1
     shutil.copytree(tmp_path / "base", tmp_path / "noconfig")
     (tmp_path / "noconfig" / "config.json").unlink()
-    code, _, err = duck(capsys, "train", "check-checkpoint", str(tmp_path / "base"), str(tmp_path / "noconfig"))
+    code, _, err = duck(capsys, *check, str(tmp_path / "noconfig"))
     assert code == 2 and "no config.json" in err
     (tmp_path / "broken").mkdir()
     (tmp_path / "broken" / "config.json").write_text("{}")
     (tmp_path / "broken" / "model.safetensors").write_bytes(b"\x05")
-    code, _, err = duck(capsys, "train", "check-checkpoint", str(tmp_path / "base"), str(tmp_path / "broken"))
+    code, _, err = duck(capsys, *check, str(tmp_path / "broken"))
     assert code == 2 and "not a safetensors file" in err

@@ -5,7 +5,6 @@ off and images, pinned. No tokenizer here (tests/test_train_tokens.py has those)
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
 import subprocess
@@ -88,7 +87,8 @@ def test_the_pinned_conversation(pinned, tmp_path, capsys):
     first, second = samples(data)
     assert [first["id"], second["id"]] == ["zb01-00000001:p0:r0:s0-5", "zb01-00000001:p0:r0:s6-9"]  # the trim
     assert [t["n"] for t in first["turns"]] == [0, 1, 2, 3, 4, 5]
-    assert {t["n"]: t.get("off") for t in first["turns"] if t["span"] is None} == {1: "tool calls dropped", 2: "cut"}
+    off = {t["n"]: t.get("off") for t in first["turns"] if t["span"] is None}
+    assert off == {1: "tool calls dropped", 2: "cut"}
     assert [t["span"] for t in second["turns"]] == [0, 1, 2, 3]
     assert first["template_kwargs"] == {"preserve_thinking": True, "enable_thinking": False}
     for s in (first, second):
@@ -123,8 +123,8 @@ def test_the_pinned_conversation(pinned, tmp_path, capsys):
     assert swift[0]["messages"][1]["content"].startswith("<image>No action played yet.")
     assert swift[0]["messages"][2] == {"role": "assistant", "content": "<think>\n\n</think>\n\nLook first.",
                                        "loss": True}
-    assert json.loads(swift[0]["messages"][3]["content"]) == {"name": "python",
-                                                              "arguments": {"code": "print(current_frame.level)"}}
+    call = json.loads(swift[0]["messages"][3]["content"])
+    assert call == {"name": "python", "arguments": {"code": "print(current_frame.level)"}}
     code, out, _ = duck(capsys, "export-check", str(data))
     assert code == 0, out
     m = manifest(data)
@@ -139,12 +139,22 @@ def test_the_pinned_conversation(pinned, tmp_path, capsys):
 def test_filters_duplicates_teachers_and_held_out_games(pinned, player, tmp_path, capsys):
     code, _, _ = duck(capsys, "export-sft", str(pinned), str(pinned), "--out", str(tmp_path / "twice"))
     m = manifest(tmp_path / "twice")
-    assert code == 0 and m["counts"]["samples"] == 2 and m["counts"]["off"]["duplicate"] == 8  # the second copy
-    code, _, _ = duck(capsys, "export-sft", str(pinned), "--out", str(tmp_path / "levels"), "--keep", "levels")
+    assert code == 0 and m["counts"]["samples"] == 2
+    assert m["counts"]["off"]["duplicate"] == 8  # the second copy
+    import shutil  # a `duck ab` folder: one run folder per arm and pass, found at any depth
+    for arm in ("a", "b"):
+        shutil.copytree(pinned, tmp_path / "ab" / arm / "p000")
+    code, _, _ = duck(capsys, "export-sft", str(tmp_path / "ab"), "--out", str(tmp_path / "abdata"))
+    m = manifest(tmp_path / "abdata")
+    assert m["runs"][0]["conversations"] == 2 and m["counts"]["off"]["duplicate"] == 8
+    ids = [s["id"] for s in samples(tmp_path / "abdata")]
+    assert ids == [f"zb01-00000001:p0:r0/a/p000:s{r}" for r in ("0-5", "6-9")]
+    duck(capsys, "export-sft", str(pinned), "--out", str(tmp_path / "levels"), "--keep", "levels")
     m = manifest(tmp_path / "levels")
     assert m["counts"]["samples"] == 0 and m["counts"]["off"]["level not completed"] == 8
     duck(capsys, "export-sft", str(pinned), "--out", str(tmp_path / "games"), "--keep", "games")
-    assert manifest(tmp_path / "games")["counts"]["skipped"] == {"games without a completed level (--keep games)": 1}
+    skipped = manifest(tmp_path / "games")["counts"]["skipped"]
+    assert skipped == {"games without a completed level (--keep games)": 1}
     duck(capsys, "export-sft", str(pinned), "--out", str(tmp_path / "cap"), "--max-per-game", "1")
     assert manifest(tmp_path / "cap")["counts"]["samples"] == 1
     # A student profile makes the run's model a teacher rendered with the student's variables.
@@ -165,10 +175,12 @@ def test_filters_duplicates_teachers_and_held_out_games(pinned, player, tmp_path
     # Held-out games: by name without the version; one no run holds is a warning.
     names = tmp_path / "eval.txt"
     names.write_text("zb01  # held out\nzz99-0000000a\n")
-    code, _, err = duck(capsys, "export-sft", str(player), "--out", str(tmp_path / "split"), "--eval-games", str(names))
+    code, _, err = duck(capsys, "export-sft", str(player), "--out", str(tmp_path / "split"),
+                        "--eval-games", str(names))
     assert code == 0 and "warning: eval game zz99 is in no run" in err
     assert {s["game_id"] for s in samples(tmp_path / "split", "eval.jsonl")} == {"zb01-00000001"}
-    assert {s["game_id"] for s in samples(tmp_path / "split", "train.jsonl")} == {"zc01-00000001", "zs01-00000001"}
+    train = {s["game_id"] for s in samples(tmp_path / "split", "train.jsonl")}
+    assert train == {"zc01-00000001", "zs01-00000001"}
     assert not (tmp_path / "split" / "samples.jsonl").exists()
     assert manifest(tmp_path / "split")["eval_missing"] == ["zz99"]
     assert duck(capsys, "export-check", str(tmp_path / "split"))[0] == 0
@@ -208,9 +220,11 @@ def test_every_bad_input_is_one_line_exit_2_and_nothing_written(pinned, tmp_path
     other = tmp_path / "other"
     shutil.copytree(pinned, other)
     _rewrite_start(other, template_sha256="0" * 64)
-    refused("export-sft", str(other), "--out", str(out), says="played with the chat template sha256 000000000000")
+    refused("export-sft", str(other), "--out", str(out),
+            says="played with the chat template sha256 000000000000")
     assert _no_output(out)
-    code, _, _ = duck(capsys, "export-sft", str(other), "--out", str(out), "--template", str(ChatTemplate().path))
+    template = str(ChatTemplate().path)
+    code, _, _ = duck(capsys, "export-sft", str(other), "--out", str(out), "--template", template)
     assert code == 0 and manifest(out)["counts"]["skipped"] == {
         "conversations played with another template (rendered with --template)": 1}
     old = tmp_path / "old"  # no template variables recorded, thinking on, no run.json
@@ -226,10 +240,12 @@ def test_every_bad_input_is_one_line_exit_2_and_nothing_written(pinned, tmp_path
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "notes.txt").write_text("mine")
     refused("export-sft", str(pinned), "--out", str(tmp_path / "full"), says="not empty")
-    refused("export-sft", str(pinned), "--out", str(tmp_path / "o3"), "--max-tokens", "100", says="needs --tokenizer")
+    refused("export-sft", str(pinned), "--out", str(tmp_path / "o3"), "--max-tokens", "100",
+            says="needs --tokenizer")
     refused("export-sft", str(pinned), "--out", str(tmp_path / "o3"), "--student-profile", "hosted",
             says="not a served profile")
-    refused("export-sft", str(tmp_path / "nowhere"), "--out", str(tmp_path / "o3"), says="no such file or folder")
+    refused("export-sft", str(tmp_path / "nowhere"), "--out", str(tmp_path / "o3"),
+            says="no such file or folder")
     assert _no_output(tmp_path / "o3")
     refused("export-check", str(empty), says="no manifest.json")
 
@@ -294,12 +310,14 @@ def test_the_stub_and_duck_play_end_to_end_through_the_command_line(tmp_path):
     """README's "Try the model agent" without a key: `duck stub-server --player` and `duck play
     --policy llm`, then `duck export-sft` and `duck export-check`, each its own process."""
     exe = str(Path(sys.executable).parent / "duck")
-    stub = subprocess.Popen([exe, "stub-server", "--player", "--port", "0"], stdout=subprocess.PIPE, text=True)
+    stub = subprocess.Popen([exe, "stub-server", "--player", "--port", "0"], stdout=subprocess.PIPE,
+                            text=True)
     try:
         url = json.loads(stub.stdout.readline())["url"]
         run = tmp_path / "run"
-        r = subprocess.run([exe, "play", "--games", str(ROOT / "tests" / "games"), "--policy", "llm", "--model-url",
-                            url, "--max-actions", "8", "--out", str(run)], capture_output=True, text=True, timeout=600)
+        r = subprocess.run([exe, "play", "--games", str(ROOT / "tests" / "games"), "--policy", "llm",
+                            "--model-url", url, "--max-actions", "8", "--out", str(run)],
+                           capture_output=True, text=True, timeout=600)
         assert r.returncode == 0, r.stderr
     finally:
         stub.terminate()
@@ -310,8 +328,9 @@ def test_the_stub_and_duck_play_end_to_end_through_the_command_line(tmp_path):
     assert r.returncode == 0, r.stderr
     summary = json.loads(r.stdout)
     assert summary["samples"] == 3 and summary["spans"] >= 9 and time.monotonic() - t0 < 120
-    r = subprocess.run([exe, "export-check", str(tmp_path / "data")], capture_output=True, text=True, timeout=300)
+    r = subprocess.run([exe, "export-check", str(tmp_path / "data")], capture_output=True, text=True,
+                       timeout=300)
     assert r.returncode == 0 and json.loads(r.stdout)["ok"], r.stdout
     first = samples(tmp_path / "data")[0]
-    png = base64.b64encode((tmp_path / "data" / first["messages"][1]["content"][0]["image_url"]["url"]).read_bytes())
-    assert png  # the board image is a file of the data set
+    url = first["messages"][1]["content"][0]["image_url"]["url"]
+    assert (tmp_path / "data" / url).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"  # the board, a file of DATA

@@ -57,9 +57,9 @@ def qwen4_exp(eos: int) -> tuple[AutoModelForCausalLM, list[str], list[str]]:
         head_dim=32, linear_key_head_dim=16, linear_value_head_dim=16, linear_num_key_heads=2,
         linear_num_value_heads=4, moe_intermediate_size=32, shared_expert_intermediate_size=32, num_experts=8,
         num_experts_per_tok=2, hc_count=2, hc_lowrank=8, ple_layer_ids=[1], ple_embed_dim=32, ngram_size=3,
-        heads_per_ngram=2, ngram_vocab_size_base=1000, split_ngram_parts=1, indexer_n_heads=2, indexer_kv_heads=1,
-        indexer_head_dim=32, indexer_budget=16, indexer_compress_ratio=4, eos_token_id=eos,
-        tie_word_embeddings=False, max_position_embeddings=512)
+        heads_per_ngram=2, ngram_vocab_size_base=1000, split_ngram_parts=1, indexer_n_heads=2,
+        indexer_kv_heads=1, indexer_head_dim=32, indexer_budget=16, indexer_compress_ratio=4,
+        eos_token_id=eos, tie_word_embeddings=False, max_position_embeddings=512)
     assert cfg.model_type == "qwen4_exp_text" and "indexed_attention" in cfg.layer_types
     return AutoModelForCausalLM.from_config(cfg), ATTENTION + LINEAR_ATTENTION + MLP, EXPERTS
 
@@ -167,7 +167,8 @@ def test_a_lora_learns_the_spans_and_merges_exactly(build, examples, tmp_path, c
     # The saved layout splits the fused experts per expert: every saved tensor of an adapted
     # module changed, and lm_head; nothing else.
     prefixes = tuple(f"{module}." for module, _ in expected) + ("lm_head.",)
-    assert code == 0 and summary["changed"] == sum(1 for n in tensors(tmp_path / "merged") if n.startswith(prefixes))
+    changed = sum(1 for n in tensors(tmp_path / "merged") if n.startswith(prefixes))
+    assert code == 0 and summary["changed"] == changed, out
     with capsys.disabled():  # (the figures experiments/LOG.md quotes: pytest -m train -s)
-        print(json.dumps({"model": build.__name__, "loss": [round(x, 3) for x in curve], "train_seconds": seconds,
-                          "adapted": len(expected), "changed_tensors": summary["changed"]}))
+        print(json.dumps({"model": build.__name__, "loss": [round(x, 3) for x in curve],
+                          "train_seconds": seconds, "adapted": len(expected), "changed_tensors": changed}))

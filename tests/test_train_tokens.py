@@ -39,7 +39,7 @@ def test_sampled_tokens_are_kept_and_spell_every_reply(played, tok, tmp_path, ca
     for s in samples(data):
         for t in s["turns"]:
             a, b = s["loss"][t["span"]]
-            assert tok.decode(unpack_ids(t["sampled"])) == s["text"][a:b]  # what was generated, token for token
+            assert tok.decode(unpack_ids(t["sampled"])) == s["text"][a:b]  # what was generated
     rows = [json.loads(line) for line in (data / "tokens.jsonl").read_text().splitlines()]
     for row, s in zip(rows, samples(data)):
         assert tok.decode(row["input_ids"]) == s["text"] and len(row["labels"]) == len(row["input_ids"])
@@ -58,13 +58,14 @@ def test_a_reply_whose_sampled_text_differs_is_reported_and_can_be_dropped(playe
     k = next(i for i, line in enumerate(lines) if '"type":"reply"' in line)
     reply = json.loads(lines[k])
     text = tok.decode(unpack_ids(reply["token_ids"]))
-    reply["token_ids"] = pack_ids(tok.encode(text.replace("</parameter>", "  </parameter>", 1)))  # a repaired call
+    repaired = text.replace("</parameter>", "  </parameter>", 1)  # what the parser repaired
+    reply["token_ids"] = pack_ids(tok.encode(repaired))
     lines[k] = json.dumps(reply)
     f.write_bytes(gzip.compress(("\n".join(lines) + "\n").encode()))
-    code, _, err = duck(capsys, "export-sft", str(run), "--out", str(tmp_path / "kept"), "--tokenizer", TOKENIZER,
-                        "--format", "tokens")
+    code, _, err = duck(capsys, "export-sft", str(run), "--out", str(tmp_path / "kept"),
+                        "--tokenizer", TOKENIZER, "--format", "tokens")
     m = manifest(tmp_path / "kept")
-    assert code == 0 and m["sampled"]["mismatched"] == [f"{m_id}#0" for m_id in [samples(tmp_path / "kept")[0]["id"]]]
+    assert code == 0 and m["sampled"]["mismatched"] == [samples(tmp_path / "kept")[0]["id"] + "#0"]
     assert duck(capsys, "export-check", str(tmp_path / "kept"), "--tokenizer", TOKENIZER)[0] == 0
     duck(capsys, "export-sft", str(run), "--out", str(tmp_path / "dropped"), "--tokenizer", TOKENIZER,
          "--drop-mismatched")
@@ -118,10 +119,12 @@ def test_an_empty_thinking_merges_across_the_border_and_is_counted(tok, tmp_path
 
 
 def test_a_tokenizer_without_the_chat_special_tokens_is_refused(played, tmp_path, capsys):
-    code, _, err = duck(capsys, "export-sft", str(played), "--out", str(tmp_path / "d"), "--tokenizer", "qwen-7b-chat")
-    assert code == 2 and "lacks the chat's special tokens <think>" in err and len(err.strip().splitlines()) == 1
+    export = ("export-sft", str(played), "--out", str(tmp_path / "d"), "--tokenizer")
+    code, _, err = duck(capsys, *export, "qwen-7b-chat")
+    assert code == 2 and "lacks the chat's special tokens <think>" in err
+    assert len(err.strip().splitlines()) == 1
     assert not (tmp_path / "d").exists()
-    code, _, err = duck(capsys, "export-sft", str(played), "--out", str(tmp_path / "d"), "--tokenizer", "llama-3")
+    code, _, err = duck(capsys, *export, "llama-3")
     assert code == 2 and "--tokenizer llama-3" in err
     code, _, err = duck(capsys, "export-check", str(played), "--tokenizer", "qwen-7b-chat")
     assert code == 2 and "lacks the chat's special tokens" in err

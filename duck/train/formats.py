@@ -60,11 +60,12 @@ def ms_swift(sample: dict[str, Any]) -> dict[str, Any]:
             for c in m.get("tool_calls") or []:
                 f = c.get("function") or {}
                 call = {"name": f.get("name"), "arguments": json.loads(f.get("arguments") or "{}")}
-                out.append({"role": "tool_call", "content": json.dumps(call, ensure_ascii=False), "loss": k in loss})
+                text = json.dumps(call, ensure_ascii=False)
+                out.append({"role": "tool_call", "content": text, "loss": k in loss})
         else:  # (the template trims every content: the text as it is rendered)
             out.append({"role": "tool_response" if role == "tool" else role, "content": text.strip()})
-    row = {"id": sample["id"], "messages": out, "tools": json.dumps(sample.get("tools") or [], ensure_ascii=False),
-           "images": images}
+    tools = json.dumps(sample.get("tools") or [], ensure_ascii=False)
+    row = {"id": sample["id"], "messages": out, "tools": tools, "images": images}
     return row | ({"weight": sample["weight"]} if "weight" in sample else {})
 
 
@@ -83,8 +84,10 @@ def from_ms_swift(row: dict[str, Any]) -> tuple[list[dict[str, Any]], list[bool]
             continue
         if role == "assistant":
             reasoning, sep, rest = text.partition("\n</think>\n\n")
-            msg = ({"role": "assistant", "content": rest, "reasoning_content": reasoning.removeprefix("<think>\n")}
-                   if sep and text.startswith("<think>\n") else {"role": "assistant", "content": text})
+            msg: dict[str, Any] = {"role": "assistant", "content": text}
+            if sep and text.startswith("<think>\n"):
+                msg = {"role": "assistant", "content": rest,
+                       "reasoning_content": reasoning.removeprefix("<think>\n")}
             out.append(msg)
             flags.append(bool(m.get("loss")))
             continue
@@ -127,7 +130,8 @@ def tokens(sample: dict[str, Any], tok: Any) -> dict[str, Any]:
             _add(ids, labels, tok.encode(text[start:span[0]]), False)
             _add(ids, labels, tok.encode(text[span[0]:end]), True)
         else:
-            _add(ids, labels, sampled if sampled is not None else tok.encode(text[start:end]), span is not None)
+            piece = sampled if sampled is not None else tok.encode(text[start:end])
+            _add(ids, labels, piece, span is not None)
         pos = end
     _add(ids, labels, tok.encode(text[pos:]), False)
     images = [u for m in sample["messages"] for u in _parts(m.get("content"))[1]]

@@ -105,7 +105,8 @@ class GameSamples:
         for pos, line in enumerate(conv.lines):
             if line.get("type") == "request":
                 reply = conv.replies.get(line["n"])
-                out.append(Request(line["n"], unranges(line["ids"]), line.get("turn"), pos, reply, reply_off(reply)))
+                out.append(Request(line["n"], unranges(line["ids"]), line.get("turn"), pos, reply,
+                                   reply_off(reply)))
         return out
 
     def units(self) -> list[list[Request]]:
@@ -243,7 +244,8 @@ class GameSamples:
         if text[:start].endswith(THINK_END):
             return start
         msg = self.message(r.reply["message"])
-        reasoning = next((msg[k] for k in ("reasoning", "reasoning_content") if isinstance(msg.get(k), str)), "")
+        reasoning = next((msg[k] for k in ("reasoning", "reasoning_content")
+                          if isinstance(msg.get(k), str)), "")
         at = start + len(reasoning.strip()) + len(THINK_END)
         if text[start:at].endswith(THINK_END):
             return at

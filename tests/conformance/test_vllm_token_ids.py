@@ -12,6 +12,7 @@ trailing spaces, which the template trims). Needs the train extra (`tokenizers`)
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 
@@ -23,11 +24,23 @@ from duck.cli import main
 from duck.play.conversation import ConversationWriter
 from duck.play.record import unpack_ids
 from duck.train.tokens import load
-from test_vllm_conformance import CFG, MSGS, PIN, corpus_file, out, standin  # noqa: F401 (fixtures)
+import test_vllm_conformance as conformance
+from test_vllm_conformance import CFG, MSGS, PIN, out
 
-pytestmark = [pytest.mark.vllm, pytest.mark.train]
+pytestmark = [pytest.mark.vllm, pytest.mark.train,
+              pytest.mark.skipif(not conformance.PY.exists(), reason=f"no vLLM venv at {conformance.VENV}")]
 FAITHFUL = out("I look first.", "Plan: look", "print(current_frame.shape)") + "<|im_end|>"
 TRIMMED = out("I act now.   ", "Plan: act", "action('RIGHT')") + "<|im_end|>"  # the template trims the spaces
+
+
+@pytest.fixture(scope="module")
+def standin(tmp_path_factory):
+    """The stand-in as tests/conformance/test_vllm_conformance.py starts it (a byte-level tokenizer)."""
+    proc, s = conformance._launch(tmp_path_factory, conformance.PY, None)
+    try:
+        yield s
+    finally:
+        conformance._stop(proc)
 
 
 def _tok(standin):
@@ -40,7 +53,8 @@ def test_the_reply_carries_every_sampled_token(standin, stream):
     tok = _tok(standin)
     standin.script(FAITHFUL, **stream)
     r = standin.client().chat(MSGS, python_tool(), seed=31)
-    print("vLLM", PIN, stream or "configured", "sampled ids:", len(r.token_ids or []), "of", len(tok.encode(FAITHFUL)))
+    print("vLLM", PIN, stream or "configured", "sampled ids:", len(r.token_ids or []), "of",
+          len(tok.encode(FAITHFUL)))
     assert r.token_ids == tok.encode(FAITHFUL) and tok.decode(r.token_ids) == FAITHFUL
     assert [json.loads(t.arguments) for t in r.tool_calls] == [{"code": "print(current_frame.shape)"}]
 
@@ -66,8 +80,8 @@ def test_the_export_compares_the_sampled_text_with_the_re_rendered_one(standin, 
         ids.append(writer.message(result))
         messages += [r.message(), result]
     writer.close("done")
-    line = next(json.loads(x) for x in __import__("gzip").open(writer.path.with_name(writer.path.name + ".gz"), "rt")
-                if '"type":"reply"' in x)
+    finished = writer.path.with_name(writer.path.name + ".gz")
+    line = next(json.loads(x) for x in gzip.open(finished, "rt") if '"type":"reply"' in x)
     assert unpack_ids(line["token_ids"]) == tok.encode(FAITHFUL)
     data = tmp_path / "data"
     code = main(["export-sft", str(run), "--out", str(data), "--tokenizer", str(Path(standin.argv[2])),
