@@ -53,12 +53,13 @@ COMMANDS: dict[str, Command] = {
                         ("A", "B"), ("boot", "perm")),
     "ab-merge": Command("duck.lab.ab.run", "gather `duck ab --shard` folders into one and score it", ("shards",),
                         ("boot", "perm")),
-    "export-sft": Command("duck.train.export", "write training samples from played games (samples.jsonl, images, "
-                          "manifest.json; docs/training.md)", ("runs", "eval_games", "template"),
+    "export-sft": Command("duck.train.export", "write training samples from played games (samples.jsonl, "
+                          "images, manifest.json; docs/training.md)", ("runs", "eval_games", "template"),
                           ("max_tokens", "max_per_game")),
-    "export-check": Command("duck.train.check", "re-render and check an export-sft data set (one line per failure)",
-                            ("data", "template")),
-    "train": Command("duck.train.checkpoint", "check a trained checkpoint before it plays (check-checkpoint)"),
+    "export-check": Command("duck.train.check", "re-render and check an export-sft data set (one line per "
+                            "failure)", ("data", "template")),
+    "train": Command("duck.train.checkpoint", "check a trained checkpoint before it plays "
+                     "(check-checkpoint)"),
     "serve": Command("duck.llm.serve", "start vLLM (one server per GPU), wait until ready, supervise it", ("config",)),
     "stub-server": Command("devkit.stub.server", "a local OpenAI-compatible server driven by a scripted model",
                            ("replies", "traces", "solutions", "conversation")),
@@ -261,7 +262,14 @@ def build_parser(command: str | None = "*") -> argparse.ArgumentParser:
         else:
             sub.add_parser(name, help=c.help)
     for module in modules:
-        importlib.import_module(module).register(sub)
+        try:
+            importlib.import_module(module).register(sub)
+        except ModuleNotFoundError as e:
+            if e.name != module.split(".")[0]:
+                raise  # the module is there, one of its imports is not: a real error
+            p.exit(EXIT_BAD_INPUT, f"duck {command}: error: this command is part of the workbench ({e.name}/), "
+                                   "which this installation leaves out (the Kaggle wheel); run it from a "
+                                   "checkout (README)\n")
     return p
 
 

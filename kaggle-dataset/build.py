@@ -32,9 +32,10 @@ The locks are committed beside this script; `--relock` resolves them again.
 
 The check installs each lock with `pip install --no-index --find-links OUT/wheels -r LOCK
 --dry-run --ignore-installed` for the Kaggle platform: it passes only when the folder alone
-resolves everything. It also verifies SHA256SUMS and the packed policy's sha256 (what the
-notebook checks before it plays the policy: duck.kaggle.inputs). Exit status 0 only when all holds.
-See kaggle-dataset/README.md for publishing the folder and attaching the model weights.
+resolves everything, and the project's wheel holds no devkit/ (the workbench: `build_project_wheel`
+builds it from the tracked files without it). It also verifies SHA256SUMS and the packed policy's
+sha256 (what the notebook checks before it plays the policy: duck.kaggle.inputs). Exit status 0
+only when all holds. See kaggle-dataset/README.md for publishing the folder and attaching the model weights.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ import subprocess
 import sys
 import tempfile
 import tomllib
+import zipfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -224,14 +226,33 @@ def download(items: list[dict], wheels: Path) -> None:
         raise SystemExit("pip download failed")
 
 
+WORKBENCH = "devkit/"  # the workbench: never on the notebook's path, so never in its wheel (AGENTS.md)
+
+
 def build_project_wheel(wheels: Path) -> Path:
+    """This project's wheel as the notebook installs it: built from a copy of the files git
+    tracks (as they are in the working tree) without devkit/."""
     name = norm(project()["name"]).replace("-", "_")
     for old in wheels.glob(f"{name}-*.whl"):
         old.unlink()
-    r = pip("wheel", "--quiet", "--no-deps", "--wheel-dir", str(wheels), str(ROOT))
+    tracked = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-z"], capture_output=True, text=True)
+    if tracked.returncode != 0:
+        raise SystemExit(f"building this project's wheel needs its git checkout: {tracked.stderr.strip()}")
+    with tempfile.TemporaryDirectory(prefix="duck-wheel-") as tmp:
+        for rel in tracked.stdout.split("\0"):
+            if rel and not rel.startswith(WORKBENCH) and (ROOT / rel).is_file():
+                (Path(tmp) / rel).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(ROOT / rel, Path(tmp) / rel)
+        r = pip("wheel", "--quiet", "--no-deps", "--wheel-dir", str(wheels.resolve()), tmp)
     if r.returncode != 0:
         raise SystemExit("building this project's wheel failed")
     return next(wheels.glob(f"{name}-*.whl"))
+
+
+def workbench_in(wheel: Path) -> list[str]:
+    """The files of devkit/ a wheel holds (none in the Kaggle wheel)."""
+    with zipfile.ZipFile(wheel) as z:
+        return [n for n in z.namelist() if n.startswith(WORKBENCH)]
 
 
 # The serving profiles' chat templates (with their preserve_thinking branch: Qwen3.8's for
@@ -265,6 +286,11 @@ def check(out: Path, which: list[str]) -> bool:
     if (problem := packed_policy(out)[1]) is not None:
         print(f"check: {problem}", file=sys.stderr)
         ok = False
+    for own in (out / "wheels").glob(f"{norm(project()['name']).replace('-', '_')}-*.whl"):
+        if workbench := workbench_in(own):
+            print(f"check: {own.name} holds devkit/ ({len(workbench)} files): the workbench stays out",
+                  file=sys.stderr)
+            ok = False
     sums = out / "SHA256SUMS"
     if sums.exists():
         for line in sums.read_text().splitlines():

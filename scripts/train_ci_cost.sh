@@ -15,13 +15,15 @@ cache=()
 V="$WORK/venv/bin/python"
 step() {  # step NAME COMMAND...: "NAME wall cpu" into $WORK/times
   local name=$1; shift
-  /usr/bin/time -o "$WORK/t" -f "%e %U %S" "$@" > "$WORK/$name.log" 2>&1 || { tail -30 "$WORK/$name.log"; exit 1; }
+  /usr/bin/time -o "$WORK/t" -f "%e %U %S" "$@" > "$WORK/$name.log" 2>&1 \
+    || { tail -30 "$WORK/$name.log"; exit 1; }
   echo "$name $(cat "$WORK/t")" >> "$WORK/times"
 }
 "$PY" -m venv "$WORK/venv" && "$V" -m pip install -q --upgrade pip
 step install_test "$V" -m pip install -q "${cache[@]}" -e '.[test]'
 step install_train_extra "$V" -m pip install -q "${cache[@]}" -e '.[test,train]'
-step tests_without_extra "$V" -m pytest -q -p no:cacheprovider tests/test_train_export.py tests/test_train_checkpoint.py
+step tests_without_extra "$V" -m pytest -q -p no:cacheprovider tests/test_train_export.py \
+    tests/test_train_checkpoint.py
 step tests_train_marker "$V" -m pytest -q -p no:cacheprovider -m "train and not vllm" tests/
 python3 - "$WORK" "$(du -sm "$WORK/venv" | cut -f1)" "$(cut -d' ' -f1-3 /proc/loadavg)" <<'PY'
 import json, sys

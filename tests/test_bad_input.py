@@ -158,7 +158,8 @@ def test_a_missing_or_unknown_benchmark_names_the_benchmarks(args):
 
 
 @pytest.mark.parametrize("args", [["kernel", "--lengths", "0"], ["context", "--runs", "-1"],
-                                  ["context", "--turns", "0"], ["conversation", "--turns", "0"]])
+                                  ["context", "--turns", "0"], ["load", "--games", "0"],
+                                  ["calibration", "--reps", "0"]])
 def test_a_benchmark_size_out_of_range_is_an_error_naming_the_flag(args):
     r = subprocess.run([sys.executable, "-m", "duck.cli", "bench", *args], capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "Traceback" not in r.stderr and r.stdout == ""

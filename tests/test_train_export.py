@@ -98,7 +98,8 @@ def test_the_pinned_conversation(pinned, tmp_path, capsys):
             assert text[b - 10:b] == "<|im_end|>" and "<|im_end|>" not in text[a:b - 10]
     a, b = first["loss"][0]
     assert first["text"][a:b] == ("Look first.\n\n<tool_call>\n<function=python>\n<parameter=code>\n"
-                                  "print(current_frame.level)\n</parameter>\n</function>\n</tool_call><|im_end|>")
+                                  "print(current_frame.level)\n</parameter>\n</function>\n</tool_call>"
+                                  "<|im_end|>")
     # After the trim: the system prompt, the carried trim line, then turn 3's message.
     assert [m["role"] for m in second["messages"][:3]] == ["system", "user", "user"]
     assert "To fit the context" in second["messages"][1]["content"]

@@ -187,6 +187,15 @@ def matches(game_id: str, names: Iterable[str]) -> bool:
     return game_id in names or game_id.split("-")[0] in names
 
 
+def offline_game_ids(games_dir: str | Path, only: Iterable[str] | None = None) -> list[str]:
+    """The ids of an environments folder's games that `only` names (all without it); GameError
+    (one line) when the folder is missing, a name matches no game, or it holds none."""
+    ids = GameSource.offline(games_dir).game_ids(only)
+    if not ids:
+        raise GameError(f"no games found under {games_dir}")
+    return ids
+
+
 class GameSource:
     """A set of games reachable through one `Arcade` and one scorecard."""
 

@@ -198,7 +198,8 @@ class ModelClient:
                     if reply.first_token_s is None:
                         reply.first_token_s = time.monotonic() - t0
                     _delta(choice.delta, parts, calls)
-                    parts["ids"].extend((choice.model_extra or {}).get("token_ids") or ())  # (vLLM: return_token_ids)
+                    # (vLLM's return_token_ids: the sampled tokens of this chunk)
+                    parts["ids"].extend((choice.model_extra or {}).get("token_ids") or ())
                     if choice.finish_reason:
                         reply.finish_reason = choice.finish_reason
                 if time.monotonic() - t0 > limit:

@@ -9,8 +9,7 @@ writer and hands it to the policy through `Session.conversation`; policies open 
 Lines (one JSON object each, `"type"` first, `"t"` seconds since the game started):
 
 * `start`: game_id, pass, seed, the record's file name, and what the agent adds once: the
-  model name, the sampling, the output cap, the tool schema (`tools`), the context budget, the
-  template variables sent and the server's defaults, the served template's sha256.
+  model name, the sampling, the output cap, the tool schema (`tools`), the context budget.
 * `message`: `id` (0, 1, 2, ... in file order), `turn`, optional `kind` (`system`, `carry`:
   the message the context carries past a trim; `summary` in older files), `call`, `result`
   (a tool result's kernel call: kind, actions), and `message`: the message exactly as
@@ -29,8 +28,7 @@ Lines (one JSON object each, `"type"` first, `"t"` seconds since the game starte
   finish_reason, cut, prompt/completion/cached tokens, latency_s, first_token_s, url,
   attempts, seed, and `dropped` (tool calls the client did not keep, with why and their text);
   for a cut reply whose message keeps only the tail of its thinking, `thinking_dropped` (the
-  characters left out) and `reasoning` (all of it, as received); `token_ids`, the sampled
-  tokens where the server sent them (`pack_ids`; docs/training.md).
+  characters left out) and `reasoning` (all of it, as received).
 * `error`: `n`, `error` (class name), `status`, `message`: a model call that failed.
 * `event`: `kind` and fields: `evict` (a trim: turns and message ids dropped, the id of the
   carried message, the prompt's tokens before and after), `drop_turn` (a turn that alone
@@ -50,7 +48,6 @@ import base64
 import gzip
 import json
 import logging
-import os
 import shutil
 import time
 import zlib
@@ -60,6 +57,7 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
+from duck.files import replacing
 from duck.game.frames import grid_png
 from duck.game.images import png_size
 from duck.game.images import render as render_image
@@ -217,10 +215,9 @@ class ConversationWriter:
         try:
             self._f.close()
             gz = self.path.with_name(self.path.name + ".gz")
-            tmp = gz.with_name(gz.name + ".part")
-            with open(self.path, "rb") as src, gzip.open(tmp, "wb", compresslevel=6) as dst:
+            with (replacing(gz) as tmp, open(self.path, "rb") as src,
+                  gzip.open(tmp, "wb", compresslevel=6) as dst):
                 shutil.copyfileobj(src, dst)
-            os.replace(tmp, gz)
             self.path.unlink()
             return gz
         except OSError as e:  # the live file is still there and readable

@@ -1,44 +1,16 @@
 """The per-game scoring report of a run folder: `duck report RUN_DIR`.
 
-Writes `report.html` (one self-contained file: CSS inline, plots and frames embedded as
-base64 PNG, no script, no network; it opens from a Kaggle output folder), `report.md`
-(the same numbers without images) and `player.html` (duck.lab.report.player: every action's
-board of every game, its animation frames, the action and why, the model's turn; one static
-page with its script inline; `--no-player`: none). Each game's section links to its place in
-the player. Everything comes from the records (duck.play.record) and
-duck.play.scoring; nothing is re-run.
-
-Sections: the overall score; a table per game (levels, actions, score, time, model calls and
-tokens when a model played, errors, the Duck's per-game mean for public games); then per game
-the levels (actions versus the human baseline, score per level, time), plots of levels over
-time and over actions and of actions versus baseline, the first and last frame of every level
-reached, the notes at each level's end, the errors and time-outs, and, when the game has a
-conversation file (RUN/conversations/, duck.play.conversation), the conversation: where the
-actions went per level and every turn (duck.lab.report.conversation).
-
-What the report reads from a record beyond actions (all optional):
-* model use: `event` lines of kind `model` (one per model call; `data` with `prompt_tokens`,
-  `completion_tokens`, `total_tokens`, `reasoning_tokens`, or those inside `data.usage`), or,
-  when there are no such events, per-action `info` (`info.model` or `info` itself) with the
-  same token keys and `calls`/`model_calls` counts;
-* notes: `event` lines of kind `notes` (`message` text; `data` a string or a dict of named
-  sections, optionally `data.level`); the last one of each level is shown;
-* problems: `event` kinds naming an error, a time-out, a refusal or a failure (`error`,
-  `timeout`, `model_timeout`, `refused`, ...); any other kind (except `scorecard`) is listed
-  under "other events".
-
-A level's "last frame" is the board before the action that completed it: a record keeps only
-each action's final board, which for a level-up is already the next level's first board.
-
-The header comes from the run folder's run.json (duck.run.info: the command, status, times,
-commit, policy, serving profile, machine, versions, missing games; duck.lab.report.runinfo).
-`duck report A B` compares two run folders game by game instead (duck.lab.report.compare:
-compare.html and compare.md).
+Writes `report.html` (one self-contained file: CSS inline, plots and frames embedded as base64
+PNG, no script, no network; it opens from a Kaggle output folder), `report.md` (the same numbers
+without images) and `player.html` (duck.lab.report.player; `--no-player`: none). Everything comes
+from the records (duck.play.record) and duck.play.scoring; nothing is re-run. `duck report A B`
+compares two run folders game by game instead (duck.lab.report.compare). The sections and what
+the report reads from a record beyond actions: docs/runs.md, "The report".
 
 The pieces: duck.lab.report.views (what the records say, game by game), duck.lab.report.plots
-(frames and plots as PNG) and duck.lab.report.html (the `Report` of a run folder, rendered as
-HTML and Markdown); this module holds the entry points (`build_report`, `write_report`) and
-the `duck report` command.
+(frames and plots as PNG), duck.lab.report.html (the `Report` of a run folder, rendered as HTML
+and Markdown) and duck.lab.report.runinfo (the header, from run.json); this module holds the
+entry points (`build_report`, `write_report`) and the `duck report` command.
 """
 
 from __future__ import annotations
@@ -48,6 +20,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from duck.files import unwritable
 from duck.play.record import read_records
 from duck.lab.report.html import Report, report_html, report_markdown
 from duck.lab.report.runinfo import load_info
@@ -117,18 +90,8 @@ def _summary_file(path: Path) -> None:
 
 def _writable(out: str | None) -> None:
     """--out must be a folder that can be made and written: one line, before any work."""
-    if out is None:
-        return
-    path = Path(out)
-    if path.exists() and not path.is_dir():
-        raise SystemExit(f"--out {out} is a file, not a folder")
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        probe = path / ".duck-probe"
-        probe.write_text("")
-        probe.unlink()
-    except OSError as e:
-        raise SystemExit(f"--out {out} cannot be written: {e.strerror or e}") from None
+    if out is not None and (why := unwritable(out)):
+        raise SystemExit(why)
 
 
 def register(sub: Any) -> None:
