@@ -20,7 +20,7 @@ from duck.llm.render import IMAGE_PAD, ChatTemplate
 from duck.play.conversation import read_conversation, unranges
 from duck.play.record import read_record
 from duck.train.samples import reply_off
-from train_runs import duck, manifest, play_pinned, play_player, samples
+from train_runs import duck, manifest, play_pinned, play_player, play_script, samples
 
 PREFIX_OFF = "<|im_start|>assistant\n<think>\n\n</think>\n\n"
 
@@ -185,6 +185,42 @@ def test_filters_duplicates_teachers_and_held_out_games(pinned, player, tmp_path
     assert not (tmp_path / "split" / "samples.jsonl").exists()
     assert manifest(tmp_path / "split")["eval_missing"] == ["zz99"]
     assert duck(capsys, "export-check", str(tmp_path / "split"))[0] == 0
+
+
+def test_without_preserved_thinking_every_user_turn_starts_a_new_sample(tmp_path, capsys):
+    """`preserve_thinking: false`: the template drops past thinking at each new user turn, so no
+    request's rendering is a prefix across one: segments hold one turn's requests each."""
+    script = [{"content": "Look.", "reasoning": "First I look.", "code": "print(1)"},
+              {"content": "Go.", "reasoning": "Now right.", "code": "action('RIGHT')"},
+              {"content": "Down.", "reasoning": "Then down.", "code": "action('DOWN')"}]
+    run = play_script(tmp_path / "run", script, "model.preserve_thinking=false", max_actions=2)
+    duck(capsys, "export-sft", str(run), "--out", str(tmp_path / "data"))
+    rows = samples(tmp_path / "data")
+    assert [[t["n"] for t in s["turns"]] for s in rows] == [[0, 1], [2]]
+    assert rows[0]["template_kwargs"]["preserve_thinking"] is False and "First I look." not in rows[1]["text"]
+    assert duck(capsys, "export-check", str(tmp_path / "data"))[0] == 0
+
+
+def test_a_hosted_teachers_game_is_rendered_with_the_students_variables(tmp_path, capsys):
+    """A game a hosted provider played (the stub as a strict provider): its source names the
+    provider and the teacher, its samples carry the student profile's template variables."""
+    from devkit.stub.hosted import Hosted
+    script = [{"content": "Look.", "reasoning": "I look.", "code": "print(1)"},
+              {"content": "Go.", "reasoning": "Right.", "code": "action('RIGHT')"}]
+    run = play_script(tmp_path / "run", script, "model.profile=hosted", "model.api_key_env=",
+                      "model.name=teacher/big", max_actions=1, hosted=Hosted())
+    code, _, err = duck(capsys, "export-sft", str(run), "--out", str(tmp_path / "data"))
+    assert code == 0, err
+    s = samples(tmp_path / "data")[0]
+    assert s["source"] | {"commit": None} == {
+        "model": "teacher/big", "profile": "hosted", "policy": "llm", "commit": None, "provider": "127.0.0.1",
+        "teacher": "teacher/big", "reasoning_kind": "full"}
+    assert s["template_kwargs"] == {"preserve_thinking": True, "enable_thinking": True}
+    terms = manifest(tmp_path / "data")["sources"]["teacher/big@127.0.0.1"]["terms"]
+    assert terms.startswith("provider terms: 127.0.0.1")
+    assert duck(capsys, "export-check", str(tmp_path / "data"))[0] == 0
+    duck(capsys, "export-sft", str(run), "--out", str(tmp_path / "none"), "--exclude-teacher", "teacher/big")
+    assert manifest(tmp_path / "none")["counts"]["samples"] == 0
 
 
 def _no_output(out: Path) -> bool:

@@ -34,11 +34,11 @@ def game_id(prefix: str) -> str:
 
 
 def play_script(out: Path, script: list[dict], *settings: str, max_actions: int = 7, game: str = "zb01",
-                tokenizer: object = None) -> Path:
+                tokenizer: object = None, hosted: object = None) -> Path:
     """One bundled game played by a FixedModel script; the run folder (records/, conversations/)."""
     gid = game_id(game)
     cfg = load_config(overrides=["model.retries=0", "model.backoff_s=0.01", "agent.fallback=null", *settings])
-    with StubServer(FixedModel(script), tokenizer=tokenizer) as url:
+    with StubServer(FixedModel(script), tokenizer=tokenizer, hosted=hosted) as url:
         play_game(GameSource.offline(BUNDLED), gid, AgentPolicy(0, cfg, model_url=url),
                   max_actions=max_actions, record_path=out / "records" / f"{gid}.jsonl")
     return out
