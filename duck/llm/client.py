@@ -39,8 +39,7 @@ timings). What it guarantees, because the Duck lost turns and time to each of th
 * Token counts as the server makes them: `ModelClient.tokenize(messages)` asks vLLM's
   `/tokenize` (the chat template and the tokenizer of the served model, images expanded);
   `ModelClient.counter(tools)` wraps it in a per-message cache with calibrated estimates as
-  the fallback (duck.llm.tokens). On a vLLM profile the reply's sampled token ids come back
-  per chunk (`return_token_ids`) into `Reply.token_ids`: the training export's ground truth.
+  the fallback (duck.llm.tokens).
 * No tool call whose arguments are not a complete JSON object ever leaves the client:
   vLLM 0.19 `json.loads` every past call of the history and answers HTTP 400 to the whole
   request when one fails, so one broken call would end the model's game. Such a call (the
