@@ -159,7 +159,8 @@ def test_a_lora_learns_the_spans_and_merges_exactly(build, examples, tmp_path, c
         adapted = peft_model(input_ids=ids).logits
     merged = peft_model.merge_and_unload()
     with torch.no_grad():
-        assert (merged(input_ids=ids).logits - adapted).abs().max().item() < 1e-4
+        diff = (merged(input_ids=ids).logits - adapted).abs().max().item()
+    assert diff < 1e-4
     assert _greedy(merged, prompt) != before
     merged.save_pretrained(tmp_path / "merged")
     code, out, _ = duck(capsys, "train", "check-checkpoint", str(tmp_path / "base"), str(tmp_path / "merged"))
@@ -171,4 +172,5 @@ def test_a_lora_learns_the_spans_and_merges_exactly(build, examples, tmp_path, c
     assert code == 0 and summary["changed"] == changed, out
     with capsys.disabled():  # (the figures experiments/LOG.md quotes: pytest -m train -s)
         print(json.dumps({"model": build.__name__, "loss": [round(x, 3) for x in curve],
-                          "train_seconds": seconds, "adapted": len(expected), "changed_tensors": changed}))
+                          "train_seconds": seconds, "adapted": len(expected), "changed_tensors": changed,
+                          "merged_logits_max_diff": diff}))
