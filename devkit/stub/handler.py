@@ -25,6 +25,7 @@ class Handler(BaseHTTPRequestHandler):
     # Headers and body leave in two writes: with Nagle on, the second waits for the
     # client's delayed ACK (~40 ms a small answer, e.g. each /tokenize count).
     disable_nagle_algorithm = True
+    token_ids: list[int] | None = None  # the reply's tokens, sent in its last chunk (vLLM: return_token_ids)
 
     @property
     def stub(self) -> Any:
@@ -117,8 +118,9 @@ class Handler(BaseHTTPRequestHandler):
         tool_calls = [{"index": k, "id": c.get("id") or f"call_{abs(hash((content, k, time.time_ns()))) % 10**10}",
                        "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
                       for k, c in enumerate(calls)]
-        stub.generated(conversation, body, {"role": "assistant", "content": content, "reasoning": reasoning,
-                                            "tool_calls": tool_calls})
+        message = {"role": "assistant", "content": content, "reasoning": reasoning, "tool_calls": tool_calls}
+        stub.generated(conversation, body, message)
+        self.token_ids = stub.sampled_ids(body, message)  # (None unless asked and the stub has a tokenizer)
         stub.metrics.prompt(prompt_tokens, cached)
         # Counted before the answer leaves: a client reading /metrics right after its reply
         # must see it (counting after the send raced with that read).
@@ -152,9 +154,10 @@ class Handler(BaseHTTPRequestHandler):
             stream.decode(usage["completion_tokens"])
         msg = {"role": "assistant", "content": content or None, **self._reasoning(reasoning or None),
                "tool_calls": tool_calls}
+        ids = {"token_ids": self.token_ids} if self.token_ids is not None else {}
         self._json(200, {"id": "chatcmpl-stub", "object": "chat.completion", "created": int(time.time()),
                          "model": self.stub.model_name, "usage": usage,
-                         "choices": [{"index": 0, "message": msg, "finish_reason": finish}]})
+                         "choices": [{"index": 0, "message": msg, "finish_reason": finish, **ids}]})
 
     def _stream(self, body, content, reasoning, tool_calls, finish, usage, stream, stall_s=None,
                 stall_end_s=None, fail=None) -> None:
@@ -167,9 +170,10 @@ class Handler(BaseHTTPRequestHandler):
         base = {"id": "chatcmpl-stub", "object": "chat.completion.chunk", "created": int(time.time()),
                 "model": self.stub.model_name}
 
-        def send(delta: dict | None, finish_reason: str | None = None, usage_: dict | None = None) -> None:
+        def send(delta: dict | None, finish_reason: str | None = None, usage_: dict | None = None,
+                 **more: Any) -> None:
             chunk = dict(base, choices=[] if delta is None else
-                         [{"index": 0, "delta": delta, "finish_reason": finish_reason}])
+                         [{"index": 0, "delta": delta, "finish_reason": finish_reason, **more}])
             if usage_ is not None:
                 chunk["usage"] = usage_
             self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
@@ -196,7 +200,7 @@ class Handler(BaseHTTPRequestHandler):
                     send({"tool_calls": [{"index": tc["index"], "function": {"arguments": piece}}]})
             if stall_end_s:  # everything sent but the end: the client's time limit cuts the reply
                 time.sleep(stall_end_s)
-            send({}, finish)
+            send({}, finish, **({"token_ids": self.token_ids} if self.token_ids is not None else {}))
             if (body.get("stream_options") or {}).get("include_usage"):
                 send(None, usage_=usage)
             self.wfile.write(b"data: [DONE]\n\n")

@@ -31,6 +31,7 @@ from devkit.stub.metrics import Metrics
 from devkit.stub.models import ConversationModel, FixedModel, SolutionModel, TraceModel
 from devkit.stub.player import PlayerModel
 from duck.llm.render import ChatTemplate, HistoryError, common_prefix, default_template, image_hashes, keyed
+from duck.llm.serve import SERVER_TEMPLATE_KWARGS
 from devkit.stub.tokenizer import approx_tokens, image_token_list, prompt_tokens, suffix_tokens, token_ids
 from devkit.stub.traces import load_trace
 
@@ -56,8 +57,9 @@ class StubServer:
                  model_name: str = "stub", template: ChatTemplate | str | Path | None = None,
                  max_model_len: int | None = None, keep_prompts: bool = False,
                  latency: LatencyModel | None = None, kv_tokens: int | None = None,
-                 hosted: Hosted | None = None, max_images: int | None = None) -> None:
+                 hosted: Hosted | None = None, max_images: int | None = None, tokenizer: Any = None) -> None:
         self.model = model
+        self.tokenizer = tokenizer  # a real tokenizer (duck.train.tokens): return_token_ids answered
         self.max_images = max_images  # vLLM's --limit-mm-per-prompt: more images in a prompt are a 400
         self.hosted = hosted  # answer as a strict hosted provider (devkit.stub.hosted)
         self.model_name = model_name
@@ -103,11 +105,35 @@ class StubServer:
                generation: bool = True) -> tuple[str, int]:
         """The request's prompt as vLLM renders it (raises HistoryError where vLLM says 400),
         keyed with each image's hash (duck.llm.render.keyed), and its token count."""
+        text = self.render(body, extra, generation)
+        messages = list(body.get("messages") or []) + list(extra)
+        return keyed(text, image_hashes(messages)), prompt_tokens(text, image_token_list(messages))
+
+    def render(self, body: dict[str, Any], extra: list[dict[str, Any]] = (), generation: bool = True) -> str:
+        """The request's prompt text (with `extra` messages after its own), its template
+        variables over `duck serve`'s defaults as vLLM applies them."""
         kwargs = body.get("chat_template_kwargs") or {}
         messages = list(body.get("messages") or []) + list(extra)
-        text, _ = self.template.render(messages, body.get("tools"), kwargs.get("preserve_thinking"),
-                                       kwargs.get("enable_thinking", True), generation)
-        return keyed(text, image_hashes(messages)), prompt_tokens(text, image_token_list(messages))
+        if not self.template.real:
+            return self.template.render(messages, body.get("tools"), kwargs.get("preserve_thinking"),
+                                        kwargs.get("enable_thinking", True), generation)[0]
+        variables = SERVER_TEMPLATE_KWARGS | kwargs
+        return self.template.render_with(messages, body.get("tools"), variables, generation)
+
+    def sampled_ids(self, body: dict[str, Any], message: dict[str, Any]) -> list[int] | None:
+        """What vLLM's `return_token_ids` gives for `message` as the reply: the tokens of its text as
+        the template writes it after the prompt, to its `<|im_end|>` (None without a tokenizer)."""
+        if self.tokenizer is None or not self.template.real or not body.get("return_token_ids"):
+            return None
+        prompt = self.render(body)
+        try:
+            full = self.render(body, [message], generation=False)
+        except HistoryError:
+            return None
+        end = full.find("<|im_end|>", len(prompt))
+        if not full.startswith(prompt):
+            return None
+        return self.tokenizer.encode(full[len(prompt):end + len("<|im_end|>")])
 
     def tokenize(self, body: dict[str, Any]) -> dict[str, Any]:
         """vLLM's `/tokenize`: a chat (`messages`, rendered as a request would be; vLLM's default
@@ -205,8 +231,16 @@ def _main(args: argparse.Namespace) -> int:
             hosted = Hosted.parse(key, args.rate_limit, args.retry_after, args.without or [], args.refuse_field or [])
         except ValueError as e:
             raise SystemExit(str(e)) from e
+    tokenizer = None
+    if args.tokenizer:  # (the train extra)
+        from duck.train import BadData
+        from duck.train.tokens import load
+        try:
+            tokenizer = load(args.tokenizer)
+        except BadData as e:
+            raise SystemExit(str(e)) from None
     server = StubServer(model, port=args.port, host=args.host, model_name=args.model_name, latency=latency,
-                        kv_tokens=args.kv_tokens, hosted=hosted)
+                        kv_tokens=args.kv_tokens, hosted=hosted, tokenizer=tokenizer)
     print(json.dumps({"url": server.url, "replies": len(model.replies), "hosted": hosted is not None,
                       "latency": latency.describe() if latency else None}), flush=True)
     try:
@@ -246,6 +280,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--latency", default=None, metavar="SPEC",
                    help="answer as a loaded vLLM would: 'default' or settings like 'speed=10,kv_tokens=178000' "
                         "(devkit.stub.latency)")
+    p.add_argument("--tokenizer", default=None, metavar="T",
+                   help="answer return_token_ids with this tokenizer's ids of each reply (duck.train.tokens; "
+                        "the train extra)")
     p.add_argument("--kv-tokens", type=int, default=None, help="KV-cache capacity /metrics reports (tokens)")
     h = p.add_argument_group("--hosted: answer as a strict hosted provider (devkit.stub.hosted)")
     h.add_argument("--hosted", action="store_true", help="standard OpenAI fields only (400 otherwise), no /tokenize, "

@@ -24,8 +24,12 @@ from duck.agent.turn import (CallFacts, Correction, call_facts, count_images, py
                              turn_images, turn_message)
 from duck.config import Config, KernelConfig
 from duck.game.actions import RESET
+import duck.config.profiles as profiles
+from duck.llm import provider
 from duck.llm.client import ContextOverflow, ModelClient, ModelError, join_urls, pick_url, request_seed
+from duck.llm.render import served_template_sha256
 from duck.llm.reply import Reply
+from duck.llm.serve import SERVER_TEMPLATE_KWARGS
 from duck.play.conversation import NULL
 from duck.play.session import PlayStopped, Session
 from duck.sandbox import batch_guards
@@ -243,9 +247,16 @@ class AgentPolicy:
 
 
 def _conversation_start(cfg: Config, urls: list[str], tools: list[dict[str, Any]]) -> dict[str, Any]:
-    """What the conversation file's `start` line records of the agent's setup."""
+    """What the conversation file's `start` line records of the agent's setup, the template
+    variables and the template's sha256 included (None on a hosted profile: unknown)."""
     m, a = cfg.model, cfg.agent
-    return {"model": m.name, "urls": urls, "tools": tools, "max_tokens": m.max_output_tokens,
+    hosted = profiles.get(m.profile).hosted
+    kwargs = None if hosted else provider.fields(m, False)["extra_body"]["chat_template_kwargs"]
+    return {"model": m.name, "profile": m.profile, "urls": urls, "tools": tools,
+            "max_tokens": m.max_output_tokens,
             "sampling": {"temperature": m.temperature, "top_p": m.top_p, "top_k": m.top_k, "thinking": m.thinking,
                          "preserve_thinking": m.preserve_thinking},
+            "chat_template_kwargs": kwargs,
+            "server_template_kwargs": None if hosted else dict(SERVER_TEMPLATE_KWARGS),
+            "template_sha256": None if hosted else served_template_sha256(m.serve),
             "context_tokens": a.context_tokens, "evict_to": a.evict_to, "cut_thinking_chars": m.cut_thinking_chars}

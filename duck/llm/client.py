@@ -181,7 +181,7 @@ class ModelClient:
         kwargs["timeout"] = openai.Timeout(connect=10.0, read=max(0.1, min(c.stall_s, limit)), write=30.0, pool=10.0)
         t0 = time.monotonic()
         reply = Reply(url=self.urls[i], keep_thinking=c.cut_thinking_chars)
-        parts: dict[str, Any] = {"content": [], "reasoning": [], "details": [], "names": set()}
+        parts: dict[str, Any] = {"content": [], "reasoning": [], "details": [], "names": set(), "ids": []}
         calls: dict[int, dict[str, Any]] = {}
         try:
             stream = self._clients[i].chat.completions.create(**kwargs)
@@ -197,6 +197,8 @@ class ModelClient:
                     if reply.first_token_s is None:
                         reply.first_token_s = time.monotonic() - t0
                     _delta(choice.delta, parts, calls)
+                    # (vLLM's return_token_ids: the sampled tokens of this chunk)
+                    parts["ids"].extend((choice.model_extra or {}).get("token_ids") or ())
                     if choice.finish_reason:
                         reply.finish_reason = choice.finish_reason
                 if time.monotonic() - t0 > limit:
@@ -227,6 +229,7 @@ class ModelClient:
         reply.content = "".join(parts["content"])
         reply.reasoning = "".join(parts["reasoning"]) or details_text(parts["details"])
         reply.details = parts["details"]
+        reply.token_ids = [int(i) for i in parts["ids"]] or None
         field = self.cfg.reasoning_field
         reply.reasoning_as = (() if field == "none" else (field,) if field != "auto" else VLLM_NAMES
                               if not self.hosted else tuple(n for n in ("reasoning", "reasoning_content",

@@ -90,8 +90,9 @@ def retry_after(error: "openai.APIStatusError") -> float | None:
 
 
 def fields(cfg: ModelConfig, hosted: bool) -> dict[str, Any]:
-    """The request fields beyond the standard ones: vLLM's `top_k` and `chat_template_kwargs`
-    (as `extra_body`), or on a hosted profile only the standard `reasoning_effort` when set."""
+    """The request fields beyond the standard ones: vLLM's `top_k`, `chat_template_kwargs` and
+    `return_token_ids` (as `extra_body`), or on a hosted profile only the standard
+    `reasoning_effort` when set."""
     if hosted:
         return {"reasoning_effort": cfg.reasoning_effort} if cfg.reasoning_effort is not None else {}
     kwargs: dict[str, Any] = {"enable_thinking": cfg.thinking}
@@ -99,4 +100,5 @@ def fields(cfg: ModelConfig, hosted: bool) -> dict[str, Any]:
         kwargs["preserve_thinking"] = cfg.preserve_thinking
     if cfg.reasoning_effort is not None:  # (Qwen3.8's template: xhigh, medium or low)
         kwargs["reasoning_effort"] = cfg.reasoning_effort
-    return {"extra_body": {"top_k": cfg.top_k, "chat_template_kwargs": kwargs}}
+    # `return_token_ids`: the sampled tokens per chunk (vLLM >= 0.11), kept for training (duck.train)
+    return {"extra_body": {"top_k": cfg.top_k, "chat_template_kwargs": kwargs, "return_token_ids": True}}

@@ -79,6 +79,11 @@ class ChatTemplate:
     def real(self) -> bool:
         return self.source is not None
 
+    @property
+    def sha256(self) -> str | None:
+        """The template file's sha256 (what a conversation's start line records), or None."""
+        return template_sha256(self.source) if self.source is not None else None
+
     def render(self, messages: list[dict[str, Any]], tools: list[dict] | None = None,
                preserve_thinking: bool | None = None, thinking: bool = True,
                add_generation_prompt: bool = True) -> tuple[str, int]:
@@ -86,17 +91,42 @@ class ChatTemplate:
         if self.source is None:
             return render_approx(vllm_messages(messages, ordered=False), tools, preserve_thinking, thinking,
                                  add_generation_prompt)
-        msgs = vllm_messages(messages)
-        import jinja2
-        kwargs: dict[str, Any] = {"enable_thinking": thinking}
+        variables: dict[str, Any] = {"enable_thinking": thinking}
         if preserve_thinking is not None:
-            kwargs["preserve_thinking"] = preserve_thinking
+            variables["preserve_thinking"] = preserve_thinking
+        text = self.render_with(messages, tools, variables, add_generation_prompt)
+        return text, text.count(IMAGE_PAD)
+
+    def render_with(self, messages: list[dict[str, Any]], tools: list[dict] | None, variables: dict[str, Any],
+                    add_generation_prompt: bool = True) -> str:
+        """The text vLLM feeds the model for `messages` with exactly these template variables
+        (a request's `chat_template_kwargs` over the server's defaults). Needs the real template."""
+        if self.source is None:
+            raise HistoryError(f"no chat template at {self.path}")
+        import jinja2
+        reserved = ("messages", "tools", "add_generation_prompt")
+        variables = {k: v for k, v in variables.items() if k not in reserved}
         try:
-            text = _compile(self.source).render(messages=msgs, tools=tools or None,
-                                                add_generation_prompt=add_generation_prompt, **kwargs)
+            return _compile(self.source).render(messages=vllm_messages(messages), tools=tools or None,
+                                                add_generation_prompt=add_generation_prompt, **variables)
         except jinja2.exceptions.TemplateError as e:
             raise HistoryError(f"chat template error: {e}") from e
-        return text, text.count(IMAGE_PAD)
+
+
+def template_sha256(source: str) -> str:
+    return hashlib.sha256(source.encode()).hexdigest()
+
+
+def served_template_sha256(serve: Any) -> str | None:
+    """The sha256 of the chat template `duck serve` serves for `serve` (a ServeConfig), None when
+    unknown: what a conversation's start line records of the template it was played with."""
+    from duck.llm.serve import model_chat_template, pick_chat_template
+    path, _ = pick_chat_template(serve)
+    try:
+        source = Path(path).read_text() if path else model_chat_template(serve.model_path)
+    except OSError:
+        return None
+    return template_sha256(source) if source is not None else None
 
 
 def vllm_messages(messages: list[dict[str, Any]], ordered: bool = True) -> list[dict[str, Any]]:

@@ -54,6 +54,7 @@ class Reply:
     cost: float | None = None
     reasoning_as: tuple[str, ...] = VLLM_NAMES  # the message's reasoning field(s) (module docstring)
     details: list[dict[str, Any]] = field(default_factory=list)  # reasoning_details blocks as received
+    token_ids: list[int] | None = None  # the sampled tokens (vLLM's return_token_ids), None where not sent
 
     def thinking(self) -> tuple[str, int]:
         """The reasoning the history keeps, and how many characters of it were dropped: all

@@ -39,6 +39,9 @@ log = logging.getLogger(__name__)
 
 MAX_PIXELS = 640 * 640  # `--mm-processor-kwargs`: a 64x64 board at 10x (the module docstring says why)
 SMOKE_TIMEOUT_S = 120.0  # the first chat after start-up (CUDA graphs may still compile)
+# `--default-chat-template-kwargs`: the template variables of a request that sends none (a
+# conversation's start line records them beside the request's own: duck.train reads both).
+SERVER_TEMPLATE_KWARGS = {"preserve_thinking": True}
 
 
 class ServeError(RuntimeError):
@@ -97,7 +100,7 @@ def command(serve: ServeConfig, model_name: str, port: int | None = None,
             "--reasoning-parser", "qwen3",
             "--limit-mm-per-prompt", json.dumps({"image": serve.images_per_prompt, "video": 0}),
             "--mm-processor-kwargs", json.dumps({"max_pixels": MAX_PIXELS}),
-            "--default-chat-template-kwargs", json.dumps({"preserve_thinking": True})]
+            "--default-chat-template-kwargs", json.dumps(SERVER_TEMPLATE_KWARGS)]
     if serve.enforce_eager:
         argv.append("--enforce-eager")
     elif serve.cudagraph_mode:

@@ -50,6 +50,7 @@ import json
 import logging
 import shutil
 import time
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -60,7 +61,7 @@ from duck.files import replacing
 from duck.game.frames import grid_png
 from duck.game.images import png_size
 from duck.game.images import render as render_image
-from duck.play.record import pack_grid, unpack_grid
+from duck.play.record import pack_grid, pack_ids, unpack_grid
 
 log = logging.getLogger(__name__)
 
@@ -186,8 +187,9 @@ class ConversationWriter:
         stats = {k: v for k, v in reply.stats().items() if k not in ("dropped_calls",)}
         # A cut reply's message keeps only the tail of its thinking: the line keeps all of it.
         full = {"reasoning": reply.reasoning} if stats.get("thinking_dropped") else {}
+        ids = {"token_ids": pack_ids(reply.token_ids)} if getattr(reply, "token_ids", None) else {}
         self._write({"type": "reply", "n": n, "message": message_id, **stats, "seed": reply.seed,
-                     "dropped": list(reply.dropped), **full, "t": self.elapsed()})
+                     "dropped": list(reply.dropped), **full, **ids, "t": self.elapsed()})
 
     def error(self, n: int, exc: BaseException) -> None:
         self._write({"type": "error", "n": n, "error": type(exc).__name__, "status": getattr(exc, "status", None),
@@ -344,16 +346,26 @@ def decode_part(part: Any, grids: dict[int, np.ndarray] | None) -> Any:
     return dict(part, image_url={"url": DATA_PNG + base64.b64encode(png).decode(), **image})
 
 
+def _lines(f: Any) -> Iterable[str | None]:
+    """The lines of a text file; a gzip cut short (a copy that stopped) ends them with None."""
+    try:
+        yield from f
+    except (EOFError, OSError, zlib.error, UnicodeDecodeError):
+        yield None
+
+
 def read_conversation(path: str | Path) -> Conversation:
     """Read a conversation file (.jsonl or .jsonl.gz); a torn last line is ignored."""
     path = Path(path)
     opener = gzip.open if path.name.endswith(".gz") else open
     conv = Conversation(path, {}, [])
     with opener(path, "rt", encoding="utf-8") as f:
-        for raw in f:
+        for raw in _lines(f):
             try:
-                obj = json.loads(raw)
+                obj = json.loads(raw) if raw is not None else None
             except json.JSONDecodeError:
+                obj = None
+            if not isinstance(obj, dict):
                 conv.torn = True
                 break  # a run killed mid-write: everything before is intact
             if not raw.endswith("\n"):

@@ -52,6 +52,21 @@ def unpack_grid(text: str) -> np.ndarray:
     return np.frombuffer(zlib.decompress(base64.b64decode(data)), dtype=np.int8).reshape(dims)
 
 
+def pack_ids(ids: Any) -> str:
+    """Token ids as `z:` and base64 of zlib over little-endian uint32s (a reply line's `token_ids`)."""
+    return "z:" + base64.b64encode(zlib.compress(np.asarray(list(ids), dtype="<u4").tobytes(), 6)).decode()
+
+
+def unpack_ids(text: Any) -> list[int]:
+    """The ids `pack_ids` packed; ValueError on anything else."""
+    try:
+        if not (isinstance(text, str) and text.startswith("z:")):
+            raise ValueError("not packed token ids")
+        return np.frombuffer(zlib.decompress(base64.b64decode(text[2:])), dtype="<u4").astype(int).tolist()
+    except (zlib.error, ValueError) as e:
+        raise ValueError(f"token ids unreadable: {e}") from e
+
+
 # name -> a function whose result every header keeps under that name (registered by the
 # layers above, e.g. duck.sandbox.wall.isolation: which OS layers confine the kernel here).
 HEADER_EXTRAS: dict[str, Callable[[], Any]] = {}
