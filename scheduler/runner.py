@@ -220,7 +220,8 @@ class _Run:
         pol = r.play_policy(gid) if r.play_policy else None
         call = functools.partial(r.worker, r.source, gid, pol, max_actions=r.max_actions,
                                  record_path=r.records_dir / f"{gid}.jsonl", stop=g.stop, deadline=until,
-                                 on_progress=functools.partial(self.progress, gid), gate=SlotGate(self, gid, until))
+                                 on_progress=functools.partial(self.progress, gid),
+                                 gate=SlotGate(self, gid, until))
         self.clock.attach()
         threading.Thread(target=self.play, args=(gid, call), name=f"game-{gid}", daemon=True).start()
 
