@@ -136,10 +136,11 @@ def _user_policy(spec: str, seed: int) -> Policy:
     return policy
 
 
-def make_policy(name: str, seed: int = 0, *, config: Config | None = None, model_url: str | list[str] | None = None,
-                url_index: int | None = None, pass_: int = 0, health: "ModelHealth | None" = None,
-                kernel_factory: Callable[[Session, KernelConfig], Kernel] | None = None, on_fallback: Callable[[str], None] | None = None,
-                probe_on_failure: bool = False) -> Policy:
+def make_policy(name: str, seed: int = 0, *, config: Config | None = None,
+                model_url: str | list[str] | None = None, url_index: int | None = None, pass_: int = 0,
+                health: "ModelHealth | None" = None,
+                kernel_factory: Callable[[Session, KernelConfig], Kernel] | None = None,
+                on_fallback: Callable[[str], None] | None = None, probe_on_failure: bool = False) -> Policy:
     """The policy `name` for one game (a name, or `FILE.py:ClassName`: load_policy_file).
     `config` (default: `load_config()`) configures the agent and names its fallback
     (`agent.fallback`, None for none); `model_url` overrides `model.urls`; `url_index` picks
@@ -186,7 +187,8 @@ class FallbackPolicy:
     name = "llm"
 
     def __init__(self, llm: Callable[[], Policy], fallback: Callable[[], Policy],
-                 health: "ModelHealth | None" = None, *, on_fallback: Callable[[str], None] | None = None) -> None:
+                 health: "ModelHealth | None" = None, *,
+                 on_fallback: Callable[[str], None] | None = None) -> None:
         self.llm, self.fallback, self.health = llm, fallback, health
         self.on_fallback = on_fallback
 
@@ -198,7 +200,8 @@ class FallbackPolicy:
             except (GameError, PlayStopped):
                 raise
             except Exception as e:  # a failing model or a bug must not idle the game
-                self._say(session, f"the model policy failed ({type(e).__name__}: {e}): the explorer takes over",
+                self._say(session,
+                          f"the model policy failed ({type(e).__name__}: {e}): the explorer takes over",
                           traceback.format_exc(limit=6))
         else:
             self._say(session, "no model server: the explorer plays")
@@ -240,12 +243,14 @@ class Parking:
             h.mark_down(f"no answer to a probe after: {why}"[:500], quiet=True, coming_back=self.wait_s != 0)
         if not h.coming_back():
             return False
-        session.event("parked", f"the model server is down ({why[:200]}): the game waits for it, no action played")
+        session.event("parked",
+                      f"the model server is down ({why[:200]}): the game waits for it, no action played")
         t0 = time.monotonic()
         session.yield_slot("parked")
         while h.down():
             if not h.coming_back():
-                session.event("parked", "the model server cannot come back in time: the explorer takes the game")
+                session.event("parked",
+                              "the model server cannot come back in time: the explorer takes the game")
                 session.yield_slot("back")  # (unparked: the explorer plays holding a slot, as any game)
                 return False
             if reason := session.stop_reason():

@@ -81,7 +81,8 @@ class LevelMemory:
     def level_done(self, level: int, game_actions: int) -> Solved:
         """Level `level` was solved, the game being at `game_actions` actions; the next level
         begins there, and the next turn asks for the rule of this one."""
-        s = Solved(level, game_actions - self.start, self.game_overs, len(self.attempt), self.attempt[-self.tail:])
+        s = Solved(level, game_actions - self.start, self.game_overs, len(self.attempt),
+                   self.attempt[-self.tail:])
         self.solved.append(s)
         self.attempt, self.game_overs, self.asking, self.start = [], 0, level, game_actions
         return s

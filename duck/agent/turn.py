@@ -170,7 +170,8 @@ class CallFacts:
     @property
     def text(self) -> str:
         """A few words (the conversation's turn_end)."""
-        return ("won" if self.won else "level completed" if self.level_completed else "GAME_OVER" if self.game_over
+        return ("won" if self.won else "level completed" if self.level_completed
+                else "GAME_OVER" if self.game_over
                 else "board changed" if self.change and self.change != "no cell changed" else "no visible change")
 
 
@@ -239,7 +240,8 @@ def turn_images(session: Session, last: CallFacts | None, room: int) -> list[Sho
                            f"{last.won_of - 1} of {last.won_of}; frame {last.won_of} is level {last.level + 1}'s first board)"))
     if last.game_over:
         what = f" by {last.fatal_action}" if last.fatal_action else ""
-        extra.append(Shown("board", (last.final,), IMAGE_SCALE, f"the board at GAME_OVER (the fatal frame{what})"))
+        extra.append(Shown("board", (last.final,), IMAGE_SCALE,
+                           f"the board at GAME_OVER (the fatal frame{what})"))
         if last.fatal_before is not None and changed_inside(last.fatal_before, last.final):
             extra.append(Shown("diff", (last.fatal_before, last.final), IMAGE_SCALE,
                                f"the fatal frame with the cells changed{what} in colour, the rest dimmed"))
@@ -257,9 +259,9 @@ def turn_message(session: Session, last: CallFacts | None, stalled: int, first: 
     obs, game = session.obs, session.game
     shown = turn_images(session, last, room)
     text = render("turn.j2", first=first, last=last, stalled=stalled, level=obs.levels_completed + 1,
-                  win_levels=game.win_levels, level_actions=game.actions - level_start, total_actions=game.actions,
-                  valid_actions=MODEL_NAMES.valid(obs.available_actions), memory=memory, ask_rule=ask_rule,
-                  images=[s.caption for s in shown])
+                  win_levels=game.win_levels, level_actions=game.actions - level_start,
+                  total_actions=game.actions, valid_actions=MODEL_NAMES.valid(obs.available_actions),
+                  memory=memory, ask_rule=ask_rule, images=[s.caption for s in shown])
     parts = []
     for s in shown:
         part = image_part(s.png())

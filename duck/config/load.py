@@ -181,7 +181,8 @@ def plan_fields(cfg: Any) -> tuple[tuple[str, ...], profiles.Plan]:
              if (arg := PLANNED[dotted][0]) and key in section.model_fields_set}
     serve = cfg.model.serve
     try:
-        plan = profiles.plan(cfg.model.profile, gpu_mib=serve.gpu_memory_mib, low_water=cfg.agent.evict_to, **given)
+        plan = profiles.plan(cfg.model.profile, gpu_mib=serve.gpu_memory_mib, low_water=cfg.agent.evict_to,
+                             **given)
     except profiles.ProfileError as e:
         raise ValueError(str(e)) from None
     profile = profiles.get(cfg.model.profile)

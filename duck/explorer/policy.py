@@ -43,7 +43,8 @@ class Explorer(RankCosts):
 
     def __init__(self, seed: int = 0, config: ExplorerConfig | None = None, **options: Any) -> None:
         self.seed = seed
-        self.options = validate(ExplorerConfig, {**(config.model_dump() if config is not None else {}), **options})
+        self.options = validate(ExplorerConfig,
+                                {**(config.model_dump() if config is not None else {}), **options})
 
     # ------------------------------------------------------------------ setup per game
     def _init(self, session: Session) -> None:

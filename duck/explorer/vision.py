@@ -212,7 +212,8 @@ class _Board:
             if area >= 0.12 * g.size or (touches and area >= 0.04 * g.size):
                 self.bg.add(p)
         # objects: touching non-background parts
-        touching = [(part_of[a], part_of[b]) for a, b in _neighbour_pairs(self.labels, diagonal=False).tolist()]
+        touching = [(part_of[a], part_of[b])
+                    for a, b in _neighbour_pairs(self.labels, diagonal=False).tolist()]
         object_of = merge_sets(n, [(a, b) for a, b in touching if a not in self.bg and b not in self.bg])
         self.objects: dict[int, list[int]] = {}
         for p in self.parts:
@@ -240,7 +241,8 @@ class _Board:
         cx = sum(c.cx * c.area for c in cs) / area
         box = _object_box(self.labels, labs, top, left, bottom, right)
         main = max(part_ids, key=lambda p: (self.part_area(p), -p))
-        pick = box if len(part_ids) == 1 else _object_box(self.labels, self.parts[main], top, left, bottom, right)
+        pick = box if len(part_ids) == 1 else _object_box(self.labels, self.parts[main], top, left, bottom,
+                                                          right)
         yx = _pick_pixel(pick, ~hud[top:bottom + 1, left:right + 1], cy, cx, top, left)
         if yx is None:
             yx = _pick_pixel(box, ~hud[top:bottom + 1, left:right + 1], cy, cx, top, left)
@@ -264,7 +266,8 @@ class _Board:
                     if (cy_ < top or cx_ < left or not box[cy_ - top, cx_ - left] or hud[cy_, cx_]
                             or ((cy_ - oy) // k, (cx_ - ox) // k) == own):
                         continue
-                    self.cells_out.append(((3, rarity, k * k, cy_, cx_), Target(cx_, cy_, 3, cls + "#cell", k * k)))
+                    self.cells_out.append(((3, rarity, k * k, cy_, cx_),
+                                           Target(cx_, cy_, 3, cls + "#cell", k * k)))
         self.out.append(((tier, rarity, area, y, x), Target(x, y, tier, cls, area)))
 
 

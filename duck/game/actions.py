@@ -148,7 +148,8 @@ _SIMPLE = {1: "UP", 2: "DOWN", 3: "LEFT", 4: "RIGHT", 5: "SPACE", CLICK_ID: "MOU
 # The Duck's names (ACTION1-7, RESET, MOUSE and the key names), UNDO for ACTION7 and CLICK for MOUSE.
 MODEL_NAMES = ModelNames(
     listed=_SIMPLE | {UNDO_ID: "UNDO"},
-    accepted={name: i for i, name in _SIMPLE.items()} | {"RESET": RESET_ID, "UNDO": UNDO_ID, "CLICK": CLICK_ID}
+    accepted={name: i for i, name in _SIMPLE.items()} | {"RESET": RESET_ID, "UNDO": UNDO_ID,
+                                                         "CLICK": CLICK_ID}
     | {f"ACTION{i}": i for i in range(1, 8)})
 
 

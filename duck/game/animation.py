@@ -98,7 +98,8 @@ class _Board:
         return self.cache[k]
 
 
-def _groups(before: Any, after: Any, changed: np.ndarray, band: np.ndarray) -> list[tuple[list[Region], list[Region]]]:
+def _groups(before: Any, after: Any, changed: np.ndarray,
+            band: np.ndarray) -> list[tuple[list[Region], list[Region]]]:
     """The regions holding a changed cell, each joined to the same-colour regions it shares
     cells with on the other board, closed: (regions before, regions after) per group."""
     boards = (_Board(before, 0, band.ravel()), _Board(after, 1, band.ravel()))
@@ -168,8 +169,8 @@ def change_parts(before: Any, after: Any, border: int = HUD_BORDER) -> list[str]
     if (inner := changed & ~band).any():
         rows, cols = np.nonzero(inner)
         parts.append(f"{int(inner.sum())} cell{'s' if inner.sum() != 1 else ''} changed in {bbox_text(rows, cols)}")
-    kinds: dict[str, list[str]] = {k: [] for k in ("moved", "recoloured", "resized", "reshaped", "split", "merged",
-                                                   "regrouped")}
+    kinds: dict[str, list[str]] = {k: [] for k in ("moved", "recoloured", "resized", "reshaped", "split",
+                                                   "merged", "regrouped")}
     gone, new, large = [], [], set()
     for old, now in _groups(before, after, changed, band):
         if any(r.px > SPRITE_MAX for r in old + now):

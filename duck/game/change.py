@@ -107,7 +107,8 @@ def transient(before: np.ndarray, frames: Sequence[np.ndarray], border: int = HU
     return (mids != b) & (mids != a) & inside(a.shape, border)
 
 
-def informative_frames(before: np.ndarray, frames: Sequence[np.ndarray], border: int = HUD_BORDER) -> list[int]:
+def informative_frames(before: np.ndarray, frames: Sequence[np.ndarray],
+                       border: int = HUD_BORDER) -> list[int]:
     """Indexes (0-based, into `frames`) of the mid frames that hold information the final
     frame lost (the module docstring's definition)."""
     t = transient(before, frames, border)
@@ -116,7 +117,8 @@ def informative_frames(before: np.ndarray, frames: Sequence[np.ndarray], border:
     b, a = np.asarray(before), np.asarray(frames[-1])
     mask = inside(a.shape, border)
     final = int(((a != b) & mask).sum())
-    return [i for i in range(len(t)) if t[i].any() and int(((np.asarray(frames[i]) != b) & mask).sum()) > final]
+    return [i for i in range(len(t))
+            if t[i].any() and int(((np.asarray(frames[i]) != b) & mask).sum()) > final]
 
 
 @dataclass(frozen=True)
@@ -135,7 +137,8 @@ def as_played(steps: Sequence[Step], level_before: int | None) -> list[Step]:
     return [up_to_win(st) if s == won else st for s, st in enumerate(steps)]
 
 
-def pick_frames(steps: Sequence[Step], k: int, border: int = HUD_BORDER, level_before: int | None = None) -> list[Pick]:
+def pick_frames(steps: Sequence[Step], k: int, border: int = HUD_BORDER,
+                level_before: int | None = None) -> list[Pick]:
     """Up to `k` informative mid frames of a call: greedily the one showing the most transient
     cells in a colour no frame already chosen of the same action shows there, then in play
     order. A frame that shows nothing new is never chosen. With `level_before` (the levels
@@ -169,10 +172,12 @@ def pick_frames(steps: Sequence[Step], k: int, border: int = HUD_BORDER, level_b
                 break
             chosen.append(best)
             shown.setdefault(cands[best][0], []).append(cands[best][3])
-    return [Pick(cands[j][0], cands[j][1], len(steps[cands[j][0]].frames), cands[j][3]) for j in sorted(chosen)]
+    return [Pick(cands[j][0], cands[j][1], len(steps[cands[j][0]].frames), cands[j][3])
+            for j in sorted(chosen)]
 
 
-def animation_line(steps: Sequence[Step], border: int = HUD_BORDER, level_before: int | None = None) -> str | None:
+def animation_line(steps: Sequence[Step], border: int = HUD_BORDER,
+                   level_before: int | None = None) -> str | None:
     """One line of facts about the call's animations: frames, which action completed a level
     at which frame (with `level_before`), and what appeared only in between (None when no
     action returned more than one frame)."""

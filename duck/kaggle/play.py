@@ -59,7 +59,8 @@ def scheduler_runner(cfg: Config, source: GameSource, play_policy: Callable[[str
                   worker=functools.partial(play_game, conversation=cfg.play.conversations))
 
 
-def run_scheduler(runner: Runner, game_ids: list[str], deadline: float, grace_s: float) -> dict[str, dict[str, Any]]:
+def run_scheduler(runner: Runner, game_ids: list[str], deadline: float,
+                  grace_s: float) -> dict[str, dict[str, Any]]:
     """Run `runner` here (a plain blocking call, fine inside a notebook cell's event loop); it
     gives up on a worker that has not returned `grace_s` after the games' `deadline` (wall
     clock, where its budget ends), so a hung game cannot hold up the scorecard's closing.

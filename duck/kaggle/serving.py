@@ -92,7 +92,8 @@ class Supervisor:
         self.server = VLLMServer(rcfg.model, log_path=log_path).start()
         s = self.server.serve  # as started: MTP off where the checkpoint holds no drafter (duck.llm.drafter)
         self.boots.append(Boot(self.rung, self.ladder[self.rung].name,
-                               {"mtp_tokens": s.mtp_tokens, "cudagraph_mode": s.cudagraph_mode or "vLLM's default",
+                               {"mtp_tokens": s.mtp_tokens,
+                                "cudagraph_mode": s.cudagraph_mode or "vLLM's default",
                                 "enforce_eager": s.enforce_eager, "max_num_seqs": s.max_num_seqs,
                                 "mtp_check": self.server.mtp_check.line}, at))
         self.model["rung"] = self.rung
@@ -145,8 +146,8 @@ class Supervisor:
                 boot.cause = cause_lines(f.read().decode("utf-8", "replace"))
         except OSError:
             pass
-        log.warning("model server boot %d (rung %d) ended: %s after %s s up; %s", len(self.boots), boot.rung, end,
-                    boot.uptime_s, " | ".join(boot.cause[-3:]) or "no cause in vllm.log")
+        log.warning("model server boot %d (rung %d) ended: %s after %s s up; %s", len(self.boots), boot.rung,
+                    end, boot.uptime_s, " | ".join(boot.cause[-3:]) or "no cause in vllm.log")
         self.on_change()
 
     # -- the run's lifetime ------------------------------------------------------------------------
@@ -216,7 +217,8 @@ class Supervisor:
         allows; else mark it gone."""
         coming = self.may_restart()
         self.health.mark_down(reason, coming_back=coming)
-        self.model.setdefault("down", []).append({"at_s": self._at(), "reason": reason, "coming_back": coming})
+        self.model.setdefault("down", []).append({"at_s": self._at(), "reason": reason,
+                                                  "coming_back": coming})
         try:
             self.server.stop()  # a wedged server: fail its open requests now
         except Exception as e:
@@ -261,5 +263,6 @@ class Supervisor:
 
 def boots_line(boots: list[Boot]) -> str:
     """The boots in one line of the run's last log line: `rung 0 crashed after 31 s up; ...`."""
-    return "; ".join(f"rung {b.rung} {b.end or 'up'}" + (f" after {b.uptime_s:.0f} s up" if b.uptime_s else "")
+    return "; ".join(f"rung {b.rung} {b.end or 'up'}" + (f" after {b.uptime_s:.0f} s up" if b.uptime_s
+                                                         else "")
                      for b in boots) or "none"

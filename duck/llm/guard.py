@@ -28,7 +28,8 @@ LEDGER = "spend.jsonl"  # in the run folder: one line per model request of the c
 class Guard:
     """One command's ledger (`path`), its caps (0: none) and the stop event it sets."""
 
-    def __init__(self, path: str | Path, *, max_tokens: int = 0, max_cost: float = 0.0, stop: Any = None) -> None:
+    def __init__(self, path: str | Path, *, max_tokens: int = 0, max_cost: float = 0.0,
+                 stop: Any = None) -> None:
         self.path, self.max_tokens, self.max_cost, self.stop = Path(path), max_tokens, max_cost, stop
         self._pos, self._rest = 0, b""
         self.requests, self.tokens, self.cost, self.stopped = 0, 0, 0.0, None

@@ -19,7 +19,8 @@ PROBE_TOOL = [{"type": "function", "function": {
     "name": "python", "description": "Run Python code.",
     "parameters": {"type": "object", "properties": {"code": {"type": "string"}}, "required": ["code"]}}}]
 PROBE = [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": PROBE_PNG}},
-                                      {"type": "text", "text": "Call the python tool with the code print(1)."}]}]
+                                      {"type": "text",
+                                       "text": "Call the python tool with the code print(1)."}]}]
 
 
 def preflight(url: str, cfg: ModelConfig) -> None:

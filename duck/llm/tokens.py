@@ -111,7 +111,8 @@ class Estimator:
 
     def rates(self) -> dict[str, float]:
         """Chars per token of each text kind, tokens per vision token and per message."""
-        return {"text_chars_per_token": round(1 / self.w[0], 3), "code_chars_per_token": round(1 / self.w[1], 3),
+        return {"text_chars_per_token": round(1 / self.w[0], 3),
+                "code_chars_per_token": round(1 / self.w[1], 3),
                 "tool_chars_per_token": round(1 / self.w[2], 3), "image_scale": round(self.w[3], 3),
                 "message_tokens": round(self.w[4], 2), "observations": self.observations}
 

@@ -39,7 +39,8 @@ def smart_resize(height: int, width: int, factor: int = PATCH * MERGE, min_pixel
     return h, w
 
 
-def image_tokens(width: int, height: int, *, min_pixels: int = MIN_PIXELS, max_pixels: int = MAX_PIXELS) -> int:
+def image_tokens(width: int, height: int, *, min_pixels: int = MIN_PIXELS,
+                 max_pixels: int = MAX_PIXELS) -> int:
     """Prompt tokens of one image of width x height pixels, its two markers included."""
     if width <= 0 or height <= 0:
         return 0

@@ -173,8 +173,8 @@ def recorded_session(source: GameSource, game_id: str, path: Path, max_actions: 
     benchmarks and `duck replay` drive its kernel themselves; play_game writes the same header)."""
     game = source.make(game_id)
     writer = RecordWriter(path)
-    writer.header(game_id=game_id, title=game.title, baselines=game.baselines, obs=game.obs, policy=policy, seed=seed,
-                  **header)
+    writer.header(game_id=game_id, title=game.title, baselines=game.baselines, obs=game.obs, policy=policy,
+                  seed=seed, **header)
     return Session(game, writer, max_actions=max_actions)
 
 

@@ -158,8 +158,8 @@ def _begin(out: Path, cfg: Config, info: dict | None, ids: list[str], games_dir:
     else:
         for g in todo:  # a record that ended short is played again from its start
             (out / "records" / f"{g}.jsonl").unlink(missing_ok=True)
-        entry = {"command": list(command if command is not None else sys.argv), "started": now(), "ended": None,
-                 "status": "running", "games": todo}
+        entry = {"command": list(command if command is not None else sys.argv), "started": now(),
+                 "ended": None, "status": "running", "games": todo}
         changed = info.pop("_changed", [])
         if changed:  # --policy-changed-ok: the rest is played by another version of the file
             entry["policy_files_changed"] = changed
@@ -214,7 +214,8 @@ def _fresh_plan(games_dir: Path, out: Path, games: list[str] | None, overwrite: 
         raise RunError(str(e)) from None
 
 
-def _resume_plan(out: Path, values: dict[str, Any], policy_changed_ok: bool) -> tuple[dict, Config, str, list[str]]:
+def _resume_plan(out: Path, values: dict[str, Any],
+                 policy_changed_ok: bool) -> tuple[dict, Config, str, list[str]]:
     if not out.is_dir():
         raise RunError(f"--resume: no run folder at {out}")
     try:
@@ -276,14 +277,16 @@ def _play(games_dir: Path, out: Path, cfg: Config, ids: list[str], *, interactiv
             if unreachable:
                 Path(health_flag).write_text(unreachable)
         play_dir = stack.enter_context(games_for_play(games_dir, out / "records", cfg.kernel.layers_off))
-        runner = stack.enter_context(Runner(view, workers=workers, interactive=interactive, kill_line=kill_line))
+        runner = stack.enter_context(Runner(view, workers=workers, interactive=interactive,
+                                            kill_line=kill_line))
         guard = _guard(out, cfg, runner.stop)
         if guard is not None:  # (games played here install theirs: none is left behind for the next run)
             stack.callback(_uninstall_guard)
             if view is not None:
                 stack.callback(lambda: guard.reason() and view.notice(f"{guard.reason()}: stopping: every game "
                                                                         "ends at its next action"))
-        ends = runner.run(game_runs.play_one, [(g, (str(play_dir), g, cfg, str(out), health_flag)) for g in ids])
+        ends = runner.run(game_runs.play_one,
+                          [(g, (str(play_dir), g, cfg, str(out), health_flag)) for g in ids])
         if any(e.get("end_reason") == "disk_full" for e in ends) and view is not None:
             view.notice("the disk is full: the run stopped; records keep every line written")
         reason = runner.reason or (guard and guard.reason())

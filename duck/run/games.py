@@ -92,7 +92,8 @@ class Tracker:
     """A game's progress as the run shows it: the score so far from the actions at which each
     level was completed (the same arithmetic as duck.play.scoring.score_record)."""
 
-    def __init__(self, game_id: str, baselines: list[int] | None, sink: Callable[[dict], None] | None) -> None:
+    def __init__(self, game_id: str, baselines: list[int] | None,
+                 sink: Callable[[dict], None] | None) -> None:
         self.game_id, self.baselines, self.sink = game_id, baselines or [], sink
         self.levels, self.start, self.level_actions = 0, 0, []
         self.actions, self.score, self.last_sent = 0, 0.0, 0.0
@@ -150,8 +151,9 @@ def play_one(games_dir: str, game_id: str, cfg: Config, out: str, health_flag: s
         if _stop is not None:
             _stop.set()
         return {"kind": "end", "game": game_id, "levels": tracker.levels, "actions": tracker.actions,
-                "score": tracker.score, "end_reason": "disk_full", "state": "", "error": f"{e.strerror}: {e.filename or out}",
-                "policy": policy.name, "fallback": tracker.fallback}
+                "score": tracker.score, "end_reason": "disk_full", "state": "",
+                "error": f"{e.strerror}: {e.filename or out}", "policy": policy.name,
+                "fallback": tracker.fallback}
     end = {"kind": "end", **asdict(r), "game": game_id, "policy": policy.name, "fallback": tracker.fallback}
     end.pop("game_id")
     if is_disk_full(r.error):

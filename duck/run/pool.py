@@ -92,7 +92,8 @@ class Runner:
         if self.parallel and self._pool is None:
             self._queue = multiprocessing.Queue()
             self._pool = self._stack.enter_context(ProcessPoolExecutor(
-                max_workers=self.workers, initializer=game_runs.init_worker, initargs=(self.stop, self._queue)))
+                max_workers=self.workers, initializer=game_runs.init_worker,
+                initargs=(self.stop, self._queue)))
         if self._pool is not None:
             return self._run_pool(fn, jobs)
         self._start_view()

@@ -178,7 +178,8 @@ class RunView:
         if not logger.isEnabledFor(record.levelno):
             return
         if self._live is not None:
-            self._console.print(logging.Formatter("%(levelname)s %(name)s: %(message)s").format(record), markup=False)
+            self._console.print(logging.Formatter("%(levelname)s %(name)s: %(message)s").format(record),
+                                markup=False)
         else:
             logger.handle(record)
 
@@ -205,8 +206,9 @@ class RunView:
         played = [r for r in self.rows.values() if r.state not in ("queued", "skipped")]
         mean = sum(r.score for r in played) / len(played) if played else 0.0
         parts = [f"{c.get('done', 0)}/{len(self.rows)} {self.unit}s done"]
-        for state, label in (("playing", "playing"), ("stopped", "stopped mid-game"), ("error", "with an error"),
-                             ("disk_full", "cut by the full disk"), ("queued", "queued" if not final else "not started"),
+        for state, label in (("playing", "playing"), ("stopped", "stopped mid-game"),
+                             ("error", "with an error"), ("disk_full", "cut by the full disk"),
+                             ("queued", "queued" if not final else "not started"),
                              ("skipped", "not started")):
             if c.get(state):
                 parts.append(f"{c[state]} {label}")
@@ -220,7 +222,8 @@ class RunView:
             groups: dict[str, list[float]] = {}
             for r in played:
                 groups.setdefault(self.group(r.game), []).append(r.score)
-            text += " (" + ", ".join(f"{k} {sum(v) / len(v):.3f}% over {len(v)}" for k, v in sorted(groups.items())) + ")"
+            text += " (" + ", ".join(f"{k} {sum(v) / len(v):.3f}% over {len(v)}"
+                                     for k, v in sorted(groups.items())) + ")"
         return text
 
     def _table(self, final: bool = False) -> Any:

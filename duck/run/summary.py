@@ -64,7 +64,8 @@ def tracebacks(out: Path, errors: list[dict[str, Any]]) -> list[tuple[str, str]]
                 rec = read_record(Path(out) / "records" / f"{e['game']}.jsonl")
             except (OSError, ValueError):
                 continue
-            text = next((x["data"] for x in rec.events if x.get("kind") == "error" and isinstance(x.get("data"), str)
+            text = next((x["data"] for x in rec.events
+                         if x.get("kind") == "error" and isinstance(x.get("data"), str)
                          and "Traceback" in x["data"]), None)
         if text:
             found.append((e["game"], text.rstrip()))
@@ -134,6 +135,8 @@ def _ending(out: Any, doc: dict) -> int:
 def warn_problems(doc: dict) -> None:
     """One line each on stderr: records with skipped lines, scores the toolkit disagrees with."""
     for game, problems in (doc.get("record_problems") or {}).items():
-        print(f"duck: warning: record of {game}: {len(problems)} line(s) skipped ({problems[0]})", file=sys.stderr)
+        print(f"duck: warning: record of {game}: {len(problems)} line(s) skipped ({problems[0]})",
+              file=sys.stderr)
     if doc.get("disagrees"):
-        print(f"duck: warning: the toolkit's scorecard disagrees on {', '.join(doc['disagrees'])}", file=sys.stderr)
+        print(f"duck: warning: the toolkit's scorecard disagrees on {', '.join(doc['disagrees'])}",
+              file=sys.stderr)

@@ -115,7 +115,8 @@ def run_ab(args: argparse.Namespace, *, interactive: bool = False) -> dict[str, 
         ends += run_units(units, runner=runner, shards=shard[1] if shard else 1, **common)
         rounds = 0
         if not shard and plan["max_passes"] > args.passes:
-            while not runner.stop.is_set() and (args.budget_s is None or time.monotonic() - t0 < args.budget_s):
+            while not runner.stop.is_set() and (args.budget_s is None
+                                                or time.monotonic() - t0 < args.budget_s):
                 extra = _noisy(out, games, plan["max_passes"])
                 if not extra:
                     break

@@ -94,13 +94,16 @@ def ab_html(doc: dict[str, Any], title: str = "A/B") -> str:
             ["95% interval (bootstrap over games)", f"[{fmt(doc['ci95'][0], 3)}, {fmt(doc['ci95'][1], 3)}]"],
             ["p-value, games (sign-flip over games: the decision)", f"{doc['p_value']:.4g}"]]
     if doc.get("p_value_pairs") is not None:
-        rows.append(["p-value, pairs (sign-flip over pairs, sharp null: secondary)", f"{doc['p_value_pairs']:.4g}"])
+        rows.append(["p-value, pairs (sign-flip over pairs, sharp null: secondary)",
+                     f"{doc['p_value_pairs']:.4g}"])
     rows += [["mean score A / B", f"{fmt(doc['a_mean'], 3)} / {fmt(doc['b_mean'], 3)}"],
              ["games / pairs / max passes", f"{doc['n_games']} / {doc['n_pairs']} / {doc['passes']}"],
              ["games B better / worse / tied", f"{doc['wins']} / {doc['losses']} / {doc['ties']}"],
-             ["pairs B better / worse / tied", f"{doc['pair_wins']} / {doc['pair_losses']} / {doc['pair_ties']}"],
+             ["pairs B better / worse / tied",
+              f"{doc['pair_wins']} / {doc['pair_losses']} / {doc['pair_ties']}"],
              ["runs without a partner (A / B)", f"{doc['unpaired']['a']} / {doc['unpaired']['b']}"]]
-    for key, label in (("adaptive_rounds", "adaptive rounds"), ("shard", "shard"), ("seconds", "wall time (s)")):
+    for key, label in (("adaptive_rounds", "adaptive rounds"), ("shard", "shard"),
+                       ("seconds", "wall time (s)")):
         if doc.get(key) is not None:
             rows.append([label, doc[key]])
     parts.append("<section id=summary><h2>Summary</h2>" + table(["", "value"], rows) + "</section>")

@@ -57,7 +57,8 @@ class ConvTurn:
 def _text(content: Any) -> str:
     if isinstance(content, str):
         return content
-    return "".join(p.get("text", "") for p in content or [] if isinstance(p, dict) and p.get("type") == "text")
+    return "".join(p.get("text", "") for p in content or []
+                   if isinstance(p, dict) and p.get("type") == "text")
 
 
 def turns(conv: Conversation) -> tuple[list[ConvTurn], list[tuple[str, Any]]]:
@@ -147,9 +148,11 @@ def level_rows(conv: Conversation, turn_list: list[ConvTurn]) -> tuple[list[str]
                 d["seconds"] += r.get("latency_s") or 0.0
     head = ["level", "turns", "model calls", "actions", "actions by name", "turn outcomes", "corrections",
             "failed calls", "prompt tokens", "completion tokens", "model s"]
-    rows = [[lv, d["turns"], d["calls"], d["n"], ", ".join(f"{k} ×{v}" for k, v in d["actions"].most_common()),
+    rows = [[lv, d["turns"], d["calls"], d["n"],
+             ", ".join(f"{k} ×{v}" for k, v in d["actions"].most_common()),
              ", ".join(f"{k} ×{v}" for k, v in d["outcomes"].most_common()), d["corrections"], d["errors"],
-             f"{d['prompt']:,}", f"{d['completion']:,}", f"{d['seconds']:.1f}"] for lv, d in sorted(levels.items())]
+             f"{d['prompt']:,}", f"{d['completion']:,}", f"{d['seconds']:.1f}"]
+            for lv, d in sorted(levels.items())]
     return head, rows
 
 
@@ -164,8 +167,10 @@ def conversation_html(conv: Conversation, grids: dict[int, np.ndarray] | None, *
     """The conversation section of one game (see the module docstring)."""
     turn_list, head = turns(conv)
     n_req, n_err = len(conv.requests), len(conv.errors)
-    tokens = sum((r.get("prompt_tokens") or 0) + (r.get("completion_tokens") or 0) for r in conv.replies.values())
-    evictions = sum(1 for ln in conv.lines if ln.get("type") == "event" and ln.get("kind") in ("evict", "drop_turn"))
+    tokens = sum((r.get("prompt_tokens") or 0) + (r.get("completion_tokens") or 0)
+                 for r in conv.replies.values())
+    evictions = sum(1 for ln in conv.lines
+                    if ln.get("type") == "event" and ln.get("kind") in ("evict", "drop_turn"))
     state = "torn last line (killed run)" if conv.torn else "no end line (unfinished)" if conv.end is None else \
         f"ended: {conv.end.get('reason')}"
     h = [f"<div class=conv id=\"{esc(anchor)}\" data-requests={n_req}>",
@@ -244,7 +249,8 @@ def _item_html(kind: str, item: Any, max_chars: int) -> str:
         what = "the prompt neared its budget" if item["kind"] == "evict" else "this turn alone outgrew the budget"
         return (f"<div class=event>{esc(what)}: turns {span} dropped ({len(item.get('ids') or [])} messages), "
                 f"prompt ~{item.get('estimate_before', 0):,} → ~{item.get('estimate_after', 0):,} tokens of "
-                f"{item.get('budget', 0):,}" + ("; a summary replaces them:" if item.get("summary") is not None
+                f"{item.get('budget', 0):,}" + ("; a summary replaces them:"
+                                                if item.get("summary") is not None
                                                  else "") + "</div>")
     if kind == "event":
         data = {k: v for k, v in item.items() if k not in ("type", "kind", "t")}

@@ -134,7 +134,8 @@ def report_markdown(report: Report) -> str:
            + (f"; the Duck's mean over the same games: {o['duck_mean']:.3f}" if "duck_mean" in o else "")
            + f". Levels {o['levels']}/{o['levels_total']}, {o['actions']:,} actions, "
            f"{o['seconds']:.0f} s of game time, {o['errors']} errors, {o['timeouts']} time-outs"
-           + (f", {fmt_int(o['model_calls'])} model calls, {fmt_int(o['tokens'])} tokens" if report.has_model else "")
+           + (f", {fmt_int(o['model_calls'])} model calls, {fmt_int(o['tokens'])} tokens" if report.has_model
+              else "")
            + ".", "", "## Run", "", md_table(["", "value"], report.header()), "", "## Games", ""]
     head, rows = report.game_rows()
     out += [md_table(head, rows), ""]
@@ -142,7 +143,8 @@ def report_markdown(report: Report) -> str:
         s = v.score
         out += [f"## {v.game_id}", "",
                 f"Score {s.score:.2f}, levels {s.levels}/{s.levels_total}, {s.actions} actions, "
-                f"{v.seconds:.1f} s" + (f"; Duck mean {v.duck['mean_score']:.2f}" if v.duck else "") + ".", ""]
+                f"{v.seconds:.1f} s" + (f"; Duck mean {v.duck['mean_score']:.2f}" if v.duck else "") + ".",
+                ""]
         head, rows = report.level_rows(v)
         if rows:
             out += [md_table(head, rows), ""]
@@ -247,8 +249,8 @@ class Report:
 
     @staticmethod
     def level_rows(v: GameView) -> tuple[list[str], list[list[Any]]]:
-        head = ["level", "baseline", "actions", "actions / baseline", "level score (%)", "seconds", "game overs",
-                "resets", "status"]
+        head = ["level", "baseline", "actions", "actions / baseline", "level score (%)", "seconds",
+                "game overs", "resets", "status"]
         rows = []
         for lev in v.levels:
             ratio = lev.actions / lev.baseline if lev.baseline else None
