@@ -8,7 +8,7 @@
 * `runner`   executes a policy over real game workers: every game admitted, at most S holding
              a model-server slot, slots handed on at the games' yield points (a thread per
              game, one condition)
-* `clock`    the real clock and a virtual one for deterministic tests (each owns the condition)
+* `clock`    the real clock (it owns the condition; the tests' virtual one keeps its contract)
 
 Its thresholds are the config's `scheduler` section (duck/config/). The simulator that
 chose them (`duck simulate`) is part of the workbench; synthetic runs and a scripted worker

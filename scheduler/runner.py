@@ -8,7 +8,7 @@ the worker's progress reports (actions, levels, generated tokens), its yields an
 
 One concurrency model: `Runner.run` blocks (a notebook cell calls it) and decides in the calling
 thread; each game plays in a thread of its own; what they share is read and written under the
-clock's one condition, and every wait is `clock.wait` (so scheduler.clock's virtual clock sees
+clock's one condition, and every wait is `clock.wait` (so the tests' virtual clock sees
 when everyone waits). At a yield point (Session.yield_slot) a worker calls its `SlotGate`, which
 returns once the game holds a slot again, or must end. A worker that has not returned `grace_s`
 after the budget's end is left behind (a daemon thread) with an error: a hung game cannot hold
