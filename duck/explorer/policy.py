@@ -1,17 +1,11 @@
 """The explorer: a non-LLM policy, the embedded default and the model-driven agent's fallback.
 
-It explores a graph of states, one graph per level (duck.explorer.graph): a state is the board
-with its HUD masked (duck.explorer.vision.HudTracker), and every step goes to the cheapest
-untried (state, action), the shortest-path distance through the known graph plus the action's
-rank cost (duck.explorer.rank). In keyboard games whose keys move one object
-(duck.explorer.avatar), the navigator (duck.explorer.nav) walks it to goal-like objects and
-pushes boxes onto pads (duck.explorer.push); the graph search takes the turn back for a
-promising non-move action right here, or when the navigator walks in circles or spends its
-budget. Once transitions show a mark drawn around the last click (duck.explorer.feedback), it
-plays on a view of the board without it. RESET is sent after GAME_OVER or as the shortest route
-to an untried action, never as a level's first action nor twice in a row (both would restart
-the whole game outside competition mode). Deterministic for a seed. The rules in detail:
-docs/explorer.md, "Inside"; `duck bench explorer` measures it on a games folder over seeds.
+A graph of states per level (duck.explorer.graph), every step to the cheapest untried (state,
+action): the shortest-path distance plus the action's rank cost (duck.explorer.rank); the
+navigator (duck.explorer.nav) walks a key-moved avatar to goal-like objects; a mark drawn
+around the last click is painted out (duck.explorer.feedback). RESET never starts a level nor
+comes twice in a row (both would restart the whole game outside competition mode).
+Deterministic for a seed. The rules in detail: docs/explorer.md, "Inside".
 """
 
 from __future__ import annotations
