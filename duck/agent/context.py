@@ -1,17 +1,13 @@
 """The message history sent to the model: prefix-stable, trimmed with hysteresis under a budget.
 
-The server's prefix cache reuses the KV of any prompt prefix it has seen, so the cheapest
-history only ever grows at its end. The rule: the system prompt and every past message are
-never rewritten (past reasoning stays; only a cut reply's thinking is cut to its tail,
+The rule: the system prompt and every past message are never rewritten (the server's prefix
+cache reuses any prefix it has seen; only a cut reply's thinking is cut to its tail,
 duck.llm.client.Reply.message). A turn is one user message and the assistant/tool messages
-after it. The prompt's size is the server's (`usage`, then each new message's count:
-duck.llm.tokens). When the prompt plus the output cap would pass the budget, or its images
-`max_images` (asked by the loop before it builds a turn: `fit(images=N)`, and again before each
-request), whole old turns right after the system prompt go in one block, down to `evict_to`:
-never the current turn, never a history the template rejects, and no summary. One fact line
-(prompts/trimmed.j2) and `carry` (the per-level memory) make one user message placed right
-after the system prompt. The why of each rule: docs/agent.md, "The model's context"; what goes
-into the messages: duck.agent.turn.
+after it. When the prompt plus the output cap would pass the budget, or its images
+`max_images` (`fit(images=N)`), whole old turns right after the system prompt go in one block,
+down to `evict_to`: never the current turn, and no summary; one fact line (prompts/trimmed.j2)
+and `carry` (the per-level memory) take their place. Sizes are the server's counts
+(duck.llm.tokens). The why of each rule: docs/agent.md, "The model's context".
 """
 
 from __future__ import annotations

@@ -1,18 +1,12 @@
 """What the model is told: the prompt files (prompts/*.j2, rendered strictly), the one tool's
 schema and the reading of its calls, and the user message that opens a turn.
 
-A turn message holds facts only (prompts/turn.j2): what the last acting call played, the net
-change of the board over the WHOLE call (duck.game.change), its animations in one line, the
-outcome, the step, the level, the actions on it and the valid actions (ACTION7 named UNDO); on
-a new level the per-level memory (duck.agent.memory). Every object fact is true of the two
-boards it names (`duck bench facts` checks them). Its images come first, then the text, which
-lists them in order: the board now (`IMAGE_SCALE`), a diff, the board that completed a level,
-the fatal frame after a GAME_OVER, up to `ANIMATION_IMAGES` mid-animation frames
-(`ANIMATION_SCALE`); which, when, and the field's evidence for each: docs/agent.md, "What the
-model sees". Images are rendered from grids (duck.game.images), so the conversation file
-rebuilds them bit for bit; the prompt never holds more than `model.serve.images_per_prompt`
-(duck.agent.context trims so that a turn's images fit). The tool message of a call is the
-kernel's (`CallResult.text`, duck.sandbox.render).
+A turn message holds facts only (prompts/turn.j2): the net change of the board over the WHOLE
+last acting call (duck.game.change), its animations in one line, the outcome, the level and
+the valid actions; on a new level the per-level memory. Its images come first, rendered from
+grids (duck.game.images) so the conversation file rebuilds them bit for bit, then the text,
+which lists them. Which images, when, and the field's evidence for each: docs/agent.md, "What
+the model sees". The tool message of a call is the kernel's (`CallResult.text`).
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
-"""Reading a config: files, `DUCK_` environment variables and `a.b=value` overrides merged
-into one document of dotted fields, validated into a pydantic model, every problem said in
-one line (`ConfigError`); and the fields the serving profile's memory plan fills in
-(`PLANNED`, `plan_fields`).
-
-The model is duck.config.Config; this module does not import it (duck.config's load_config
-and with_values pass it in), so the sections and their defaults stay in one file and the
-machinery that reads them in another. Import these names from duck.config.
+"""Reading a config: files, `DUCK_` environment variables and `a.b=value` overrides merged into
+one document of dotted fields, validated into a pydantic model, every problem said in one line
+(`ConfigError`); and the fields the serving profile's memory plan fills in (`PLANNED`,
+`plan_fields`). The model (duck.config.Config) is passed in, never imported, so the sections
+stay in one file and the machinery that reads them in another. Import these names from
+duck.config.
 """
 
 from __future__ import annotations

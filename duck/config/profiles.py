@@ -2,18 +2,12 @@
 
 A profile names one way of serving one model on one card: the checkpoint, its quantisation,
 the KV-cache dtype, speculative decoding, the context window and output cap, and its restart
-ladder. From it and the model's architecture (its config.json, or the shape the profile carries
-when no checkpoint is at hand) `plan()` derives what everything else uses: the KV pool in
-tokens, the slots (games holding a context at once), the context budget per game, vLLM's
-`--max-num-seqs`, and the host RAM plan with the tmpfs quota per kernel. The rule: no second
-hand-set number exists anywhere. The one figure a profile carries that no config gives is its
-runtime overhead, fitted so that the plan gives the KV pool the field measured; where `duck
-doctor` reads another pool off a real server, that figure is the one to change. How each
-quantity is derived, with its figures: docs/serving.md, "The memory plan".
-
-Pure arithmetic over numbers and one optional file read (the checkpoint's config.json): it
-sits beside the config (duck.config resolves its unset fields from the plan) and imports
-nothing of the project.
+ladder. `plan()` derives from it and the model's architecture what everything else uses: the
+KV pool, the slots, the context budget per game, `--max-num-seqs`, the host RAM plan. The rule:
+no second hand-set number exists anywhere; the one figure a profile carries that no config
+gives is its runtime overhead, fitted to the KV pool the field measured. How each quantity is
+derived: docs/serving.md, "The memory plan". Pure arithmetic and one optional file read (the
+checkpoint's config.json); it imports nothing of the project.
 """
 
 from __future__ import annotations

@@ -2,14 +2,11 @@
 (`explorer`), and the Kaggle notebook's paths and time budget (`kaggle`). Part of the one
 config surface (duck.config, which re-exports them; its rules hold here).
 
-When games end (the only time knobs; everything else is derived from them):
-
-* `kaggle.budget_s` / `kaggle.interactive_budget_s`: the notebook's whole budget, from its
-  first cell, in a competition rerun / in any other run (a Save & Run All).
-* `kaggle.margin_s`: in both modes, the games' deadline is this long before the budget's
-  end; the scheduler's runner gets what is left until then as its budget, and the notebook
-  waits up to a third of the margin (`KaggleConfig.stop_grace_s`) for games to return.
-* In `duck simulate`, a scenario's budget and margin play those roles.
+The only time knobs are `kaggle.budget_s` / `kaggle.interactive_budget_s` (the notebook's whole
+budget, from its first cell, in a competition rerun / any other run) and `kaggle.margin_s`:
+the games' deadline is that long before the budget's end, and the notebook waits up to a third
+of it (`KaggleConfig.stop_grace_s`) for games to return. In `duck simulate`, a scenario's
+budget and margin play those roles.
 """
 
 from __future__ import annotations
