@@ -1,17 +1,11 @@
 """What one action's animation did, in a few hundred characters (the model's action result), and
 the object facts of any change from one board to another.
 
-`change_parts(before, after)`: the facts of a change, each true of the two boards (a checker
-proves it over the public games: `duck bench facts`). Objects are the 4-connected one-colour
-regions of each board; each region holding a changed cell is matched to the same-colour regions
-sharing cells with it on the other board until the group is closed, and a group is one fact
-(moved, resized, reshaped, split, merged, regrouped, vanished, appeared, recoloured; regions
-over SPRITE_MAX cells by colour only; the formats: docs/agent.md). The HUD border (the
-outer HUD_BORDER rows and columns) is one `HUD:` part, and the first part counts and bounds
-only the cells changed away from it. `summarize_animation(before, frames)` adds the frame count
-and what was visible only mid-way; it runs inside the kernel's worker after every action. An
-action that completed a level is described up to its last frame before the switch to the next
-level, the board that completed the level (DESIGN §1b).
+`change_parts(before, after)`: the facts of a change, each true of the two boards (`duck bench
+facts` proves it over the public games); the matching of regions and the formats:
+docs/agent.md, "The facts of a change". `summarize_animation(before, frames)` adds the frame
+count and what was visible only mid-way; it runs inside the kernel's worker after every action.
+A level-up is described up to the board that completed the level (DESIGN §1b).
 """
 
 from __future__ import annotations

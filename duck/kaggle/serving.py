@@ -1,17 +1,12 @@
 """The notebook's model server across its boots: start, wait, watch, restart on the ladder.
 
-`Supervisor` owns the `vllm serve` process of a notebook run (duck.kaggle.run delegates to it)
-and the health flag the games read (duck.llm.health). Each boot serves one rung of the profile's
-restart ladder (duck.config.profiles.LADDER), the first `kaggle.start_rung` (what `duck doctor
---soak` decided); a boot that fails, or crashes or wedges within `kaggle.climb_within_s` of
-being ready, sends the next one a rung up, and a later crash restarts the same rung. After a
-crash or a wedge the server restarts while the games' time left exceeds a boot plus
-`kaggle.restart_min_left_s` of play; meanwhile the flag says "coming back" and the model games
-park (duck.policies.Parking), and when no restart can come in time it says "gone" and the
-explorer takes them. On a rung with MTP, below `kaggle.min_mtp_tokens_per_step` tokens a step
-(its /metrics: duck.llm.metrics) the server restarts a rung up. Every boot is a `Boot` in
-summary.json's `model.boots` and run.log. The rules in full: docs/serving.md, "Restarts in
-the notebook".
+`Supervisor` owns the `vllm serve` process of a notebook run and the health flag the games
+read (duck.llm.health). Each boot serves one rung of the profile's restart ladder, the first
+`kaggle.start_rung`; a boot that fails early sends the next one a rung up, a later crash
+restarts the same rung, and so does MTP below its minimum (a rung up). Meanwhile the flag says
+"coming back" and the model games park; when no restart can come in time it says "gone" and
+the explorer takes them. Every boot is a `Boot` in summary.json's `model.boots` and run.log.
+The rules in full: docs/serving.md, "Restarts in the notebook".
 """
 
 from __future__ import annotations

@@ -3,15 +3,8 @@
 The context (duck.agent.context) decides a trim before it sends, so it needs each message's
 tokens as the served model counts them, template and images included (chars per token differ by
 kind: English 3.5-4.2, code 2.2-2.7, tool results 1.0-1.6 on Qwen3.8's tokenizer, FIELD.md §3).
-
-* `TokenCounter.count(message)`: vLLM's `/tokenize` (POST `{base}/tokenize` with `messages`). A
-  message alone is no valid chat (the template wants a user query), so it is counted as
-  `[probe, message]` minus `[probe]` for one short user probe (the system message as
-  `[message, probe]`, with the tools). Asked once per message content (a hash is the cache key);
-  each request's `usage` re-anchors the total (duck.agent.context).
-* `Estimator`: where the server cannot count (no `/tokenize`, an error), tokens from characters
-  per kind (`text`, `code`, `tool`, `image`) plus a per-message overhead, each rate fitted by ridge
-  least squares to every exact count seen (per-message counts, `usage` differences).
+`TokenCounter.count(message)` asks vLLM's `/tokenize`, once per message content; `Estimator`
+fits characters per kind to every exact count seen, for when the server cannot say.
 """
 
 from __future__ import annotations
@@ -86,8 +79,8 @@ def features(message: dict[str, Any]) -> np.ndarray:
 
 
 class Estimator:
-    """Tokens from `features`, its rates fitted to exact counts (ridge least squares toward
-    PRIOR; see the module docstring)."""
+    """Tokens from `features` (chars per kind, vision tokens, messages), its rates fitted to
+    every exact count seen (ridge least squares toward PRIOR)."""
 
     def __init__(self) -> None:
         scale = TYPICAL ** 2
@@ -160,7 +153,8 @@ class TokenCounter:
         return self.tokenize is not None and self.failures < MAX_FAILURES
 
     def count(self, message: dict[str, Any]) -> tuple[int, bool]:
-        """(tokens, exact) of one message."""
+        """(tokens, exact) of one message: [probe, message] - [probe], as a message alone is
+        no valid chat (the system message: [message, probe])."""
         key = message_key(message)
         if key in self.cache:
             return self.cache[key], True
