@@ -1,17 +1,13 @@
 """Playing every game of a folder and writing a run folder (`duck play`).
 
-A run folder holds `run.json` (what produced it: duck.run.info), `records/<game_id>.jsonl`
-(duck.play.record), `conversations/<game_id>.jsonl.gz` (duck.play.conversation) and
-`score.json` (duck.play.scoring); the games are played by duck.run.pool (shared with `duck ab`),
-in separate processes when `play.workers > 1`. The rule: bad input is a `RunError` (one line,
-before anything is touched), and old records are removed (`overwrite`) only once the new run
-has found its games and checked its folder.
-
-`interactive=True` (the `duck` command): the live progress (duck.run.progress) and Ctrl-C
-(duck.run.interrupt): the first stops every game at its next action and writes score.json marked
-partial, the second kills at once. `resume=True` plays, with the run's own config, only the
-games the folder lacks or whose record ended short. What the command says at the end is
-duck.run.summary. The folder, the bad inputs, the file-mode fallback and resuming: docs/runs.md.
+A run folder holds `run.json` (duck.run.info), `records/` (duck.play.record), `conversations/`
+(duck.play.conversation) and `score.json` (duck.play.scoring); the games are played by
+duck.run.pool (shared with `duck ab`). The rule: bad input is a `RunError` (one line, before
+anything is touched), and old records are removed (`overwrite`) only once the new run has found
+its games and checked its folder. `interactive=True` adds the live progress (duck.run.progress)
+and Ctrl-C (duck.run.interrupt); `resume=True` plays, with the run's own config, only the games
+the folder lacks or whose record ended short. The folder, the bad inputs and resuming:
+docs/runs.md.
 """
 
 from __future__ import annotations

@@ -4,12 +4,9 @@ tells the run while it plays.
 A game reports to a `sink` (a function of one dict): `start` (its policy and level count),
 `progress` (levels, actions, score so far: at most every `PROGRESS_EVERY_S` and at every
 level change), `fallback` (the model policy handed the game to its fallback, and why) and,
-as `play_one`'s result, `end` (the GameResult's fields, the policy in use at the end). In a
-worker process the sink is a multiprocessing queue and logging goes through it too
-(`init_worker`), so the parent prints everything and the live display stays whole.
-
-A full disk (ENOSPC, EDQUOT) ends the game like a stop: `play_one` sets the run's stop event
-so the other games end at their next action, and returns `disk_full` with the error.
+as `play_one`'s result, `end`. In a worker process the sink is a multiprocessing queue and
+logging goes through it too (`init_worker`). A full disk (ENOSPC, EDQUOT) ends the game like a
+stop: the run's stop event is set, and the game returns `disk_full`.
 """
 
 from __future__ import annotations

@@ -1,15 +1,8 @@
 """`run.json`: what produced a run folder, written when `duck play` starts and updated when it ends.
 
-Fields: `command` (argv), `out`, `games_dir`, `games` (the ids the run means to play: what
-`duck score` and `--resume` measure a folder against), `status` (running, complete,
-interrupted, disk_full, failed), `started` / `ended` (UTC, ISO 8601), `config` (the resolved
-config, `Config.model_dump()`), `derived` (the fields the serving profile's plan filled in),
-`plan` (that plan, duck.config.profiles.Plan.as_dict()), `profile` (the serving profile's name),
-`git` (`commit`, `dirty`: the checkout duck ran from; null outside a git checkout),
-`versions` (Python and the pinned packages), `machine` (host name, OS, CPUs, memory, GPU
-when nvidia-smi answers) and `resumes` (one entry per `duck play --resume`: command,
-started, ended, status, the games it played). Written whole to a temporary file and renamed,
-so a reader never sees half of it.
+Its fields (the command, the games it means to play, status, times, the resolved config and
+plan, the git commit, versions, the machine, the resumes): docs/runs.md, "The folder". Written
+whole to a temporary file and renamed, so a reader never sees half of it.
 """
 
 from __future__ import annotations

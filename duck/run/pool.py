@@ -1,14 +1,10 @@
 """Playing a list of jobs (one game run each) while the run shows progress and listens for
 Ctrl-C: what `duck play` and `duck ab` share.
 
-A job is a label (the display's row: a game id for `duck play`, `A p0 <game>` for `duck ab`)
-and the arguments of a top-level function that plays it and returns its `end` message
-(duck.run.games: the function reports `start`/`progress` through `games.sink()` and stops at
-its next action once `games.stop_event()` is set). With more than one worker the jobs run in
-a pool of worker processes kept for the `Runner`'s life (several rounds reuse it); with one,
-in the run's own process. `interactive`: the signal handlers of duck.run.interrupt (the first
-Ctrl-C or SIGTERM stops every game at its next action and the queued ones never start; the
-second kills the workers and leaves at once with `kill_line`).
+A job is a label (the display's row) and the arguments of a top-level function that plays it
+and returns its `end` message (duck.run.games). With more than one worker the jobs run in a
+pool of worker processes kept for the `Runner`'s life; with one, in the run's own process.
+`interactive`: the signal handlers of duck.run.interrupt.
 """
 
 from __future__ import annotations

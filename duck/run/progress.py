@@ -1,15 +1,11 @@
 """What `duck play` shows while it plays: one live line per game on a terminal, log lines
 otherwise, and a summary at the end.
 
-On a terminal (stderr is a tty that redraws, `redraws`; rich, imported only then) a live
-table redraws a few times a second: per game its state, level, actions, score so far and the
-policy in use, and "explorer: model unreachable" once the model's fallback took over; a header line with the
-games done, playing and queued and the mean score so far; the queued games are one line
-(a run of 110 games stays inside the screen). At the end the live table gives way to the
-summary table of every game. Anywhere else (a pipe, a file, CI) nothing redraws: one line per
-game as it ends, the run's notices (Ctrl-C, a full disk, the fallback) once each, and a
-closing line. Log records from the worker processes come through the same queue and are
-printed above the live table, never through it.
+On a terminal (rich, imported only then) a live table redraws a few times a second: per game
+its state, level, actions, score so far and policy, under a header of games done, playing and
+queued (the queued games are one line, so 110 games fit the screen). Anywhere else nothing
+redraws: one line per game as it ends, the run's notices once each, and a closing line. Log
+records from the worker processes are printed above the live table, never through it.
 """
 
 from __future__ import annotations

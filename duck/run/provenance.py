@@ -1,14 +1,9 @@
 """Your own code in the record: a user policy file (`--policy FILE.py:Class`) that plays.
 
-run.json's `policy_files` keeps, per file, its absolute path, sha256, size, where it stands
-in the checkout duck runs from (`tracked`, `modified`, `untracked`, `outside`: not in the
-checkout) and `copy`, the copy written into the run folder (`RUN/policy/<name>.py`), so the
-run can be reproduced after the file changed. A file that is not committed as it is
-(modified, untracked, outside) makes the run dirty: run.json's `git.dirty` is true and
-`git.dirty_because` says why, as it does for modified tracked files. `--resume` compares the
-file with its sha256 and refuses a changed one (`check_unchanged`), since the finished games
-were played by the old version; `--resume --policy-changed-ok` plays on with the new file and
-records its sha256 in the resume's entry.
+run.json's `policy_files` keeps, per file, its path, sha256, size, where it stands in the
+checkout and a copy in the run folder, so the run can be reproduced after the file changed; a
+file not committed as it is makes the run dirty. `--resume` refuses a changed file
+(`check_unchanged`) unless `--policy-changed-ok`. The fields: docs/runs.md, "The folder".
 """
 
 from __future__ import annotations

@@ -1,17 +1,11 @@
 """What `duck play` says when the run ends, and its exit status.
 
-On a terminal (stdout is a tty) the live table gives way to the summary table of every game
-(duck.run.progress), then a few lines: warnings, the first policy traceback, the commands
-to run next, and last the run's score over all its games (a pipe: on stderr; a run whose every
-game errored has none: the error is last). Elsewhere (a pipe, a file), or with `--json`, stdout holds
-the summary as JSON (what scripts and tests read) and the lines go to stderr. The "next"
-commands name duck as the user ran it (duck.run.info.duck_command: `.venv/bin/duck` as in the
-README, or `duck` on PATH).
-
-A game whose policy raised keeps its traceback in its record (an `error` event's data): the
-first one is printed on stderr, all of them with `duck -v play`. Exit status: 0; 130
-(Ctrl-C), 143 (SIGTERM); 1 when the disk filled, or when every game ended in an error (a
-policy that fails on every game is a failed run, not a result).
+On a terminal the summary table of every game, then warnings, the first policy traceback, the
+commands to run next, and last the run's score (a pipe: on stderr). Elsewhere, or with
+`--json`, stdout holds the summary as JSON and the lines go to stderr. A policy's traceback
+stays in its record (an `error` event); the first is printed, all of them with `duck -v play`.
+Exit status: 0; 130 (Ctrl-C), 143 (SIGTERM); 1 when the disk filled, or when every game ended
+in an error (a policy that fails on every game is a failed run, not a result).
 """
 
 from __future__ import annotations
