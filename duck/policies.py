@@ -1,17 +1,12 @@
 """The composition root: every policy by name, and the model-driven one wrapped in its fallback.
 
 Nothing below this module knows which policies exist. `make_policy("llm", ...)` gives the
-agent wrapped in `FallbackPolicy`, so that a game whose model fails for good (the server is
-gone and cannot come back in time, or the agent raises) goes on with the explorer from where
-it stands instead of sitting idle; the agent itself only raises. While the server is down
-but coming back (the health flag says so: the notebook restarts it, or `duck play` waits
-`agent.outage_wait_s` for it) a model game parks instead (`Parking`): its slot freed, its
-kernel, conversation and level memory kept, no action played; it resumes with the model.
-
-A user's own policy is a class in one file, `make_policy("path/to/file.py:MyPolicy")`
-(`duck play --policy path/to/file.py:MyPolicy`): a subclass of `UserPolicy` that answers
-`choose_action(obs)`, or any class with `name` and `play(session)` (duck.play.session.Policy).
-It runs in duck's own process (it is the user's code, not the model's: no sandbox).
+agent wrapped in `FallbackPolicy`: a game whose model fails for good goes on with the explorer
+from where it stands; the agent itself only raises. While the server is down but coming back,
+a model game parks instead (`Parking`): its slot freed, its kernel, conversation and level
+memory kept, no action played. A user's own policy is a class in one file
+(`make_policy("path/to/file.py:MyPolicy")`): a `UserPolicy` subclass or any class with `name`
+and `play(session)`. It runs in duck's own process (the user's code, not the model's).
 """
 
 from __future__ import annotations

@@ -1,18 +1,13 @@
 """Execute a scheduling policy over real game workers: every game admitted, at most `slots`
 holding a model-server slot.
 
-The slot book (scheduler.book) holds the slot rules; the worker (duck.play.play_game by
-default) plays one game and ends it cleanly between two actions when its `stop` event is set or
-its `deadline` (a time.monotonic() value) passes. The runner never looks inside a game: it sees
-the worker's progress reports (actions, levels, generated tokens), its yields and its end.
-
-One concurrency model: `Runner.run` blocks (a notebook cell calls it) and decides in the calling
-thread; each game plays in a thread of its own; what they share is read and written under the
-clock's one condition, and every wait is `clock.wait` (so the tests' virtual clock sees
-when everyone waits). At a yield point (Session.yield_slot) a worker calls its `SlotGate`, which
-returns once the game holds a slot again, or must end. A worker that has not returned `grace_s`
-after the budget's end is left behind (a daemon thread) with an error: a hung game cannot hold
-up what comes after the run.
+The slot book (scheduler.book) holds the slot rules; the worker (duck.play.play_game) ends its
+game between two actions when its `stop` event is set or its `deadline` passes. The runner sees
+only the worker's progress reports, its yields and its end. `Runner.run` blocks and decides in
+the calling thread; each game plays in a thread of its own; what they share is read and written
+under the clock's one condition, and every wait is `clock.wait`. At a yield point a worker calls
+its `SlotGate`, which returns once the game holds a slot again, or must end. A worker not
+returned `grace_s` after the budget's end is left behind (a daemon thread) with an error.
 """
 
 from __future__ import annotations

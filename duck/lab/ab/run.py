@@ -2,17 +2,10 @@
 
 `duck ab --a A.toml --b B.toml --games DIR --passes N --out OUT` plays every game of DIR N times
 with each config. The rule: the two runs of one (game, pass) share seed p and are queued next to
-each other (who goes first alternates), so they run at the same time, on the same endpoint,
-under the same load. The results are paired per game and pass and compared with duck.lab.stats
-(games are the unit). `--max-passes M` adds passes to games still within noise; a finished
-(game, pass, arm) is never replayed (the same command resumes); `--shard i/n` and `duck
-ab-merge` split an experiment over machines; `duck ab-stats` computes the same JSON from existing
-results. The folder, resuming, shards and ab-stats's inputs: docs/ab.md.
-
-The pieces: duck.lab.ab.config (the arms' configs and policy options), duck.lab.ab.play (playing
-the paired units), duck.lab.ab.scores (scores from folders and files) and duck.lab.ab.results
-(ab.json, report.html, merging shards, ab-stats); this module runs an experiment (`run_ab`),
-holds the commands and re-exports the pieces' public names.
+each other, so they run at the same time, on the same endpoint, under the same load; the
+results are compared with duck.lab.stats (games are the unit). The folder, resuming, shards and
+ab-stats's inputs: docs/ab.md. The pieces are duck.lab.ab.config, .play, .scores and .results;
+this module runs an experiment (`run_ab`), holds the commands and re-exports their names.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """`duck report A B`: two run folders compared game by game.
 
-Writes `compare.html` and `compare.md` (into `--out`, default A): both runs' headers (from
-run.json), the config fields they differ in, the overall score, levels and actions of each,
-and a row per game of either run: score, levels and actions in A and in B and the difference
-B − A (a game only one run has is marked, never dropped). Scores come from the records through
-duck.play.scoring, as `duck score` computes them. This is a side-by-side reading of two runs;
-whether a difference is more than luck is `duck ab`'s paired statistics (`duck ab-stats A B`).
+Writes `compare.html` and `compare.md` (into `--out`, default A): both runs' headers, the config
+fields they differ in, the overall numbers and a row per game of either run (a game only one
+run has is marked, never dropped). A side-by-side reading, not a test: that is `duck ab-stats`.
 """
 
 from __future__ import annotations

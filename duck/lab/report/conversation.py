@@ -1,12 +1,10 @@
 """The conversation view of `duck report`: a game's conversation file
 (duck.play.conversation) as turns a person can read, and where the actions went per level.
 
-A turn is the user message that opens it (the board at that step as an image, the text
-folded) and what followed: each reply (the visible text, the reasoning folded, each tool call's
-code highlighted, calls the client dropped and why), each tool result as the model saw it,
-corrections, failed requests, evictions, fresh starts, and the notes where they changed.
-Everything is HTML without script: `<details>` folds. Long texts are cut for the page at
-`max_chars` (the file keeps them whole)."""
+A turn is its user message (the board as an image, the text folded) and what followed:
+replies, tool results, corrections, failed requests, evictions and the notes where they
+changed; HTML without script (`<details>` folds), long texts cut at `max_chars`.
+"""
 
 from __future__ import annotations
 

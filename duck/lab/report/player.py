@@ -2,13 +2,9 @@
 game, with its animation frames, the action, why it was chosen, and for a model's game the
 turn's code and output.
 
-One static page (duck.lab.report.player_page: inline script and style, no server, no network,
-no file read at run time) that opens from the run folder and in the Kaggle output viewer. Its
-data are one JSON block (`player_data` here): per game every board as one base64 stream of
-differences (`encode_boards`: ~5-20 bytes a board), a column per step field (the action, levels,
-state, frames, time, why, the model turn), the level starts, GAME_OVERs and the win, the
-record's events and the model's turns. The format: docs/runs.md, "The player's data"; the page's
-script decodes the stream, and tests/test_report_player.py checks it against the records.
+One static page (duck.lab.report.player_page) whose data are one JSON block (`player_data`):
+per game every board as one base64 stream of differences (`encode_boards`: ~5-20 bytes a
+board) and a column per step field. The format: docs/runs.md, "The player's data".
 """
 
 from __future__ import annotations
