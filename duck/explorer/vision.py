@@ -1,7 +1,5 @@
-"""The explorer's own small perception: the HUD mask and click targets.
-
-Regions (4-connected, same colour) and the union-find that groups them into parts and
-objects are duck.game.regions' (`regions`, `merge_sets`): one implementation for the project.
+"""The explorer's own small perception: the HUD mask and click targets (regions and their
+union-find are duck.game.regions').
 
 * `HudTracker`: learns which edge lines (rows/columns at depth 0..4 from each edge) are a
   HUD: step counters, move budgets, timers, lives. A line at depth 0..2 is HUD once it has
@@ -11,9 +9,7 @@ objects are duck.game.regions' (`regions`, `merge_sets`): one implementation for
   row 63, r11l col 0...). Community games also draw counters at depth 3-4 (rows 59-60);
   there the play area often reaches too (vc33 clicks at column 61), so such a line must
   tick like a counter: changed in at least 4 and 60% of the transitions.
-* `click_targets(grid, hud)`: one click per object, in tiers (small salient objects first,
-  then the parts of large structures, then large areas, then the background), never the HUD;
-  one per cell of a large region when the board is a scaled-up grid (`lattice`).
+* `click_targets(grid, hud)`: one click per object, in tiers, never the HUD.
 """
 
 from __future__ import annotations

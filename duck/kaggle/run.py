@@ -11,9 +11,7 @@
         run.finish()                   # scorecard closed, vLLM stopped, outputs written
 
 The rule: nothing here may stop the notebook. Every step catches what goes wrong, logs it, keeps
-it in `summary.json` and degrades (no model server: the explorer plays; a game that raises is
-recorded, the others go on). Modes, policy, restarts, outputs: docs/kaggle.md. The steps rely on
-duck.kaggle.inputs, .play, .outputs and .serving, and duck.llm.health.
+it in `summary.json` and degrades. Modes, policy, restarts, outputs: docs/kaggle.md.
 """
 
 from __future__ import annotations
