@@ -68,8 +68,7 @@ def env_config(env: dict[str, str]) -> tuple[Any, list[str]]:
     return load_config(env=keep), errors
 
 
-# ---------------------------------------------------------------------------------------
-# Finding the attached inputs
+# -- Finding the attached inputs --------------------------------------------------------
 
 def _walk_dirs(root: Path, max_depth: int) -> Iterator[Path]:
     """Folders under `root`, breadth first, at most `max_depth` below it (symlinks kept)."""
@@ -127,8 +126,7 @@ def find_model_dir(input_dir: str | Path, name: str, explicit: str = "") -> Path
     return found[0] if len(found) == 1 else None
 
 
-# ---------------------------------------------------------------------------------------
-# The GPU driver against what vllm.lock needs
+# -- The GPU driver against what vllm.lock needs ----------------------------------------
 
 def lock_driver_requirement(lock: Path) -> tuple[str, str] | None:
     """(CUDA version, minimum driver) from vllm.lock's `# needs:` line (kaggle-dataset/build.py)."""
@@ -168,8 +166,7 @@ def check_driver(lock: Path, env: dict[str, str] | None = None, timeout_s: float
     return True, f"NVIDIA driver {driver} on {gpu} runs CUDA {cuda} (needs >= {minimum})"
 
 
-# ---------------------------------------------------------------------------------------
-# Offline installs
+# -- Offline installs -------------------------------------------------------------------
 
 def check_python(dataset_dir: Path, version: tuple[int, int] | None = None) -> tuple[bool, str]:
     """Whether this Python is the one the dataset's wheels were built for (duck-dataset.json's
@@ -205,8 +202,7 @@ def install_vllm(dataset_dir: Path, env_dir: Path, timeout_s: float = 1800.0) ->
     return exe if exe.exists() else None
 
 
-# ---------------------------------------------------------------------------------------
-# The user's policy, packed into the dataset
+# -- The user's policy, packed into the dataset -----------------------------------------
 
 POLICY_DIR = "policy"  # the dataset's folder for it
 

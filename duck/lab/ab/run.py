@@ -35,9 +35,7 @@ from duck.run.progress import RunView
 log = logging.getLogger(__name__)
 
 
-# ---------------------------------------------------------------------------------------
-# The experiment
-# ---------------------------------------------------------------------------------------
+# -- The experiment ---------------------------------------------------------------------
 
 def _overrides(args: argparse.Namespace, arm: str) -> list[str]:
     """An arm's `--set-a`/`--set-b` values, then `--max-actions` (both arms)."""
@@ -141,9 +139,7 @@ def _noisy(out: Path, games: list[str], max_passes: int) -> list[tuple[str, int]
     return extra
 
 
-# ---------------------------------------------------------------------------------------
-# Command line
-# ---------------------------------------------------------------------------------------
+# -- Command line -----------------------------------------------------------------------
 
 def resume_command(args: argparse.Namespace) -> str:
     """The command that resumes this experiment: the same one (finished runs are kept)."""

@@ -28,9 +28,7 @@ def _anchor(game_id: str) -> str:
     return "game-" + "".join(c if c.isalnum() else "-" for c in game_id)
 
 
-# ---------------------------------------------------------------------------------------
-# The run report
-# ---------------------------------------------------------------------------------------
+# -- The run report ---------------------------------------------------------------------
 
 def report_html(report: Report, frames: bool = True, conversations: bool = True) -> str:
     """The run report as one self-contained HTML page."""

@@ -216,9 +216,7 @@ def game_view(rec: Record, duck: dict[str, Any] | None = None) -> GameView:
     return view
 
 
-# ---------------------------------------------------------------------------------------
-# The Duck's reference numbers
-# ---------------------------------------------------------------------------------------
+# -- The Duck's reference numbers -------------------------------------------------------
 
 def load_duck_summary(path: str | Path | None) -> dict[str, Any] | None:
     """summary.json of the Duck's traces, or None when absent (the column is then left out)."""
