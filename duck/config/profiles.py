@@ -250,7 +250,6 @@ class Plan:
     host: dict[str, float] = field(default_factory=dict)
     kernel_disk_mb: int = 256
     problems: list[str] = field(default_factory=list)
-    # (Added with the vLLM 0.33 stack; the fields above keep their names.)
     architecture: str = ""
     prefix_checkpoints: int = 1  # DeltaNet state pages a game's cached prefix holds beside its running one
     state_gib: float = 0.0  # every slot's recurrent state (running + prefix checkpoints)

@@ -219,7 +219,6 @@ class Report:
         duck = [v.duck for v in self.views if v.duck]
         if duck and len(duck) == len(self.views):
             out["duck_mean"] = sum(d["mean_score"] for d in duck) / len(duck)
-            out["duck_levels"] = sum(d.get("mean_levels_completed", 0) for d in duck)
         return out
 
     def game_rows(self) -> tuple[list[str], list[list[Any]]]:
