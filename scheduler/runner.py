@@ -1,13 +1,12 @@
 """Execute a scheduling policy over real game workers: every game admitted, at most `slots`
-holding a model-server slot.
+holding a model-server slot; the slot rules are the book's (scheduler.book).
 
-The slot book (scheduler.book) holds the slot rules; the worker (duck.play.play_game) ends its
-game between two actions when its `stop` event is set or its `deadline` passes. The runner sees
-only the worker's progress reports, its yields and its end. `Runner.run` blocks and decides in
-the calling thread; each game plays in a thread of its own; what they share is read and written
-under the clock's one condition, and every wait is `clock.wait`. At a yield point a worker calls
-its `SlotGate`, which returns once the game holds a slot again, or must end. A worker not
-returned `grace_s` after the budget's end is left behind (a daemon thread) with an error.
+The worker (duck.play.play_game) ends its game between two actions when its `stop` event is set
+or its `deadline` passes; the runner sees only its progress reports, yields and end.
+`Runner.run` blocks and decides in the calling thread; each game plays in a thread of its own,
+sharing state under the clock's one condition (every wait is `clock.wait`). At a yield point a
+worker calls its `SlotGate`, which returns once the game holds a slot again, or must end. A
+worker not returned `grace_s` after the budget's end is left behind with an error.
 """
 
 from __future__ import annotations

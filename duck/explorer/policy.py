@@ -27,10 +27,8 @@ log = logging.getLogger(__name__)
 
 
 class Explorer(RankCosts):
-    """See the module docstring. Its options are the config's `explorer` section
-    (duck.config.ExplorerConfig, where each is described): `config`, or the section's fields
-    as keywords (`Explorer(seed, nav=False)`), or both (the keywords win); an unknown or bad
-    option is a ConfigError, said in one line."""
+    """Its options are the config's `explorer` section (duck.config.ExplorerConfig): `config`,
+    or its fields as keywords (`Explorer(seed, nav=False)`; they win), a bad one a ConfigError."""
 
     name = "explorer"
     yields_in_step = True  # acts from its own thread: its slot yield points are in Session.step

@@ -88,7 +88,6 @@ def plan_push(nav: Any, grid: np.ndarray, clean: np.ndarray, world: str, pos: Po
     planned again."""
     _, t = regions(grid)
     h, w = nav.av.size
-    # the top-left corners of the regions whose (colour, area) is a box kind
     boxes = [(int(t.top[k]), int(t.left[k])) for k in range(t.n)
              if (int(t.colour[k]), int(t.area[k])) in nav.box_kinds]
     pads = [x for x in tg if (x[1][0], int(x[2].sum())) not in nav.box_kinds]

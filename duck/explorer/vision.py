@@ -191,7 +191,6 @@ class _Board:
         self.in_hud = np.bincount(self.labels[hud].ravel(), minlength=n) if hud.any() else np.zeros(n, int)
         self.colour_area = np.bincount(g.ravel().astype(np.int64) & 15, minlength=16)
         colour_of = np.array([c.colour for c in self.comps])
-        # parts: same-colour components touching at a corner
         diag = _neighbour_pairs(self.labels, diagonal=True)
         if len(diag):
             diag = diag[colour_of[diag[:, 0]] == colour_of[diag[:, 1]]]
@@ -207,7 +206,6 @@ class _Board:
                           or c.right == g.shape[1] - 1 for c in cs)
             if area >= 0.12 * g.size or (touches and area >= 0.04 * g.size):
                 self.bg.add(p)
-        # objects: touching non-background parts
         touching = [(part_of[a], part_of[b])
                     for a, b in _neighbour_pairs(self.labels, diagonal=False).tolist()]
         object_of = merge_sets(n, [(a, b) for a, b in touching if a not in self.bg and b not in self.bg])

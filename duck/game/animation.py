@@ -231,13 +231,9 @@ def _fit(parts: list[str], limit: int) -> str:
 
 
 def summarize_animation(before: Any, frames: Sequence[Any], limit: int = 400) -> str:
-    """What one action did, in at most `limit` characters, for the model's action result.
-
-    `before` is the board before the action and `frames` every frame the action returned
-    (the last is the new board); each may be a `Frame` (its cached segmentation is reused)
-    or an array. The change's facts are `change_parts`; mid frames with cells in a colour
-    neither board has there are "seen only mid-animation". An action that completed a level
-    is described up to the board that completed it (`won_frame`)."""
+    """What one action did, in at most `limit` characters, for the model's action result:
+    `change_parts` from `before` to the last of `frames` (each a `Frame` or an array), what was
+    "seen only mid-animation", and a level-up up to the board that completed it (`won_frame`)."""
     if not len(frames):
         return "no frames"
     n = len(frames)

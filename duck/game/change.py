@@ -1,10 +1,10 @@
 """What a call's actions did to the board, as facts: the net change of the whole call, and
 which animation frames hold what the final board lost.
 
-A call may play a batch of 30 actions, so the turn reports its net change (`net_change`: from
-the board before its first action to the board after its last), never its last transition.
-`Step` is one executed action as the host saw it (duck.sandbox.actions.CallActions.steps). The
-HUD border is the `border` outermost rows and columns (4 in the field's harness, FIELD §3).
+A call may play a batch of 30 actions, so the turn reports its net change (`net_change`, from
+the board before its first action to the board after its last). `Step` is one executed action
+as the host saw it. The HUD border is the `border` outermost rows and columns (4 in the
+field's harness, FIELD §3).
 
 A mid frame f_i of an action from board `b` to `a` *holds what the final frame lost* when it has
 a transient cell (away from the border, in a colour neither `b` nor `a` has there) AND differs

@@ -1,12 +1,8 @@
-"""What Kaggle gives the notebook: the mode (competition rerun or interactive), the
-attached inputs found under `/kaggle/input` (the competition data, our wheel dataset, the
-model weights), vLLM installed offline from the wheel dataset, and the user's own policy
-packed into that dataset (`kaggle-dataset/build.py --policy FILE.py:Class`: the file, a
-folder of helpers, and each file's sha256, verified before anything plays).
-
-Kaggle mounts inputs at depths that have changed over time (a Kaggle Model sits 6 levels
-down), so each is found by what it holds rather than by a fixed path; an explicit path
-(`kaggle.competition_dir`, `kaggle.dataset_dir`, `kaggle.model_dir`) wins when set.
+"""What Kaggle gives the notebook: the mode (competition rerun or interactive), the inputs
+attached under `/kaggle/input` (the competition data, our wheel dataset, the model weights),
+vLLM installed offline from the wheel dataset, and the user's own policy packed into it (its
+files' sha256 verified before anything plays). Kaggle mounts inputs at depths that have changed
+over time, so each is found by what it holds; an explicit `kaggle.*_dir` wins when set.
 """
 
 from __future__ import annotations

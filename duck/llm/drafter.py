@@ -4,9 +4,8 @@ vLLM loads the MTP drafter from the checkpoint's own `mtp.*` tensors and, for qu
 checkpoints, skips its missing-weights check: a build without them drafts with an untrained
 head and says nothing (issue 35: one NVFP4 build's acceptance collapsed to ~1.5). So a profile
 with MTP is served with MTP only when the folder's `model.safetensors.index.json` maps tensors
-named `mtp.*` or `*.mtp.*`; otherwise without (the memory plan made anew), with a warning
-saying why. A model path that is not a local folder keeps MTP, unchecked. docs/serving.md
-tells where the line shows.
+named `mtp.*` or `*.mtp.*`; otherwise without (the memory plan made anew), with a warning. A
+model path that is not a local folder keeps MTP, unchecked.
 """
 
 from __future__ import annotations

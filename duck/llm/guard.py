@@ -1,12 +1,11 @@
 """The spend guard: what one `duck play` command's model requests may use, and the clean stop
 when they have used it (or when the provider refuses the key).
 
-Every model client of the command adds each reply's usage (tokens, and the provider's
-`usage.cost` where it reports one) to one ledger file, a JSON line per request appended in a
-single write, so that the games' worker processes share it without a lock. At a cap, or on
-401/403/402, the guard writes a `stop` line and sets the run's stop event, as on Ctrl-C
-(docs/hosted.md, "The spend guard"). `install(guard)` makes it the guard of the model clients
-made afterwards in this process; without one nothing is counted or capped (Kaggle, benches).
+Every model client of the command appends each reply's usage (tokens, and `usage.cost` where
+the provider reports one) to one ledger file in a single write, so that the games' processes
+share it without a lock. At a cap, or on 401/403/402, the guard writes a `stop` line and sets
+the run's stop event, as on Ctrl-C (docs/hosted.md, "The spend guard"). `install(guard)` makes
+it the guard of the clients made afterwards; without one nothing is counted (Kaggle, benches).
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
-"""The probe before a run on a hosted provider (`duck play --policy llm` with the `hosted`
-profile): one small request as the agent makes them (the python tool, an image, the
-profile's sampling fields) that must come back with a tool call. It turns what would
-otherwise fail every game into one line before anything plays (`ProviderError`): a missing
-key variable, a refused key (401/403), no credit (402), a field the provider refuses, a
-model without tool calls or without images, a cost cap on a provider that reports no cost.
+"""The probe before a run on a hosted provider: one small request as the agent makes them (the
+python tool, an image, the profile's sampling fields) that must come back with a tool call, so
+that what would fail every game is one line before anything plays (`ProviderError`): a missing
+or refused key, no credit, a refused field, no tool calls or images, a cost cap with no cost.
 """
 
 from __future__ import annotations

@@ -1,13 +1,10 @@
-"""Playing every game of a folder and writing a run folder (`duck play`).
-
-A run folder holds `run.json` (duck.run.info), `records/` (duck.play.record), `conversations/`
-(duck.play.conversation) and `score.json` (duck.play.scoring); the games are played by
+"""Playing every game of a folder and writing a run folder (`duck play`): `run.json`
+(duck.run.info), `records/`, `conversations/` and `score.json`, the games played by
 duck.run.pool (shared with `duck ab`). The rule: bad input is a `RunError` (one line, before
 anything is touched), and old records are removed (`overwrite`) only once the new run has found
-its games and checked its folder. `interactive=True` adds the live progress (duck.run.progress)
-and Ctrl-C (duck.run.interrupt); `resume=True` plays, with the run's own config, only the games
-the folder lacks or whose record ended short. The folder, the bad inputs and resuming:
-docs/runs.md.
+its games and checked its folder. `interactive=True` adds the live progress and Ctrl-C;
+`resume=True` plays, with the run's own config, only the games the folder lacks or whose record
+ended short. The folder, the bad inputs and resuming: docs/runs.md.
 """
 
 from __future__ import annotations
