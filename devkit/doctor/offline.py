@@ -171,7 +171,7 @@ def isolate(mode: str = "none") -> dict[str, Any]:
                      "pass --network host on a machine whose own network is cut"}
 
 
-if __name__ == "__main__":  # python -m devkit.doctor.offline LOG...: the scan of any vllm.log (boot-dummy's too)
+if __name__ == "__main__":  # python -m devkit.doctor.offline LOG...: scan any vllm.log
     import json
     import sys
     doc = scan_logs([Path(p) for p in sys.argv[1:]])

@@ -165,7 +165,7 @@ def _check_outputs(rep: Report, working: Path, summary_written: bool, records: i
     sub = working / "submission.parquet"
     outputs: dict[str, Any] = {"summary.json": summary_written,
                                "run.log": (working / "duck" / "run.log").exists(),
-                               "records": records,  # and the model's conversations (informative: a fault may have none)
+                               "records": records,  # and conversations (a fault may have none)
                                "conversations": len(list((working / "duck" / "conversations").glob("*.jsonl*")))}
     if rep.mode == "interactive":
         cols = None

@@ -117,7 +117,7 @@ def pack(dataset: Path, policy: str, helpers: str | None) -> str:
     the build does); returns the name its records will carry."""
     from duck.policies import load_policy_file
     file, _, cls_name = policy.rpartition(":")
-    cls = load_policy_file(f"{Path(file).resolve()}:{cls_name}")  # (PolicyError: one line, before anything runs)
+    cls = load_policy_file(f"{Path(file).resolve()}:{cls_name}")  # (PolicyError: one line)
     marker = dataset / DATASET_MARKER
     doc = json.loads(marker.read_text())
     doc["policy"] = pack_policy(policy, dataset, helpers)
