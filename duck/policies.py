@@ -115,8 +115,8 @@ def load_policy_file(spec: str) -> type:
         raise PolicyError(f"--policy {spec}: {path} has no {cls_name}"
                           + (f" (its policies: {', '.join(names)})" if names else ""))
     if not isinstance(cls, type) or not callable(getattr(cls, "play", None)):
-        raise PolicyError(f"--policy {spec}: {cls_name} is not a policy class (subclass duck.policies.UserPolicy, "
-                          "or give it play(session))")
+        raise PolicyError(f"--policy {spec}: {cls_name} is not a policy class (subclass "
+                          "duck.policies.UserPolicy, or give it play(session))")
     return cls
 
 

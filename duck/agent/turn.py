@@ -230,8 +230,9 @@ def turn_images(session: Session, last: CallFacts | None, room: int) -> list[Sho
                            "the board now with the cells your last call changed in colour, the rest dimmed"))
     if last.won_board is not None:
         extra.append(Shown("board", (last.won_board,), IMAGE_SCALE,
-                           f"the board that completed level {last.level} ({_action(last, last.won_step)}, frame "
-                           f"{last.won_of - 1} of {last.won_of}; frame {last.won_of} is level {last.level + 1}'s first board)"))
+                           f"the board that completed level {last.level} ({_action(last, last.won_step)}, "
+                           f"frame {last.won_of - 1} of {last.won_of}; frame {last.won_of} is level "
+                           f"{last.level + 1}'s first board)"))
     if last.game_over:
         what = f" by {last.fatal_action}" if last.fatal_action else ""
         extra.append(Shown("board", (last.final,), IMAGE_SCALE,
@@ -241,7 +242,8 @@ def turn_images(session: Session, last: CallFacts | None, room: int) -> list[Sho
                                f"the fatal frame with the cells changed{what} in colour, the rest dimmed"))
     for p in last.picks:
         extra.append(Shown("board", (p.grid,), ANIMATION_SCALE,
-                           f"mid-animation: level {last.level}, {_action(last, p.step)}, frame {p.frame + 1} of {p.of}"))
+                           f"mid-animation: level {last.level}, {_action(last, p.step)}, frame "
+                           f"{p.frame + 1} of {p.of}"))
     return out + extra[:max(0, room - 1)]
 
 

@@ -301,7 +301,8 @@ def plan(name: str = DEFAULT_PROFILE, *, model_path: str | None = None, gpu_mib:
     # The output cap: the profile's, but never more than a quarter of a smaller budget (an
     # A/B at 32K, a test at 8K), so that a prompt always has room.
     output = output_tokens or min(p.output_tokens, context // 4)
-    problems = [f"the output cap ({output}) leaves no room for a prompt in {context} tokens"] if output >= context else []
+    problems = [f"the output cap ({output}) leaves no room for a prompt in "
+                f"{context} tokens"] if output >= context else []
     if p.hosted:
         return _hosted_plan(p, window or context, context, output, problems, slots, low_water, kernel_disk_mb)
     mtp = p.mtp_tokens if mtp_tokens is None else mtp_tokens

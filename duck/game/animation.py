@@ -162,7 +162,8 @@ def change_parts(before: Any, after: Any, border: int = HUD_BORDER) -> list[str]
     parts = []
     if (inner := changed & ~band).any():
         rows, cols = np.nonzero(inner)
-        parts.append(f"{int(inner.sum())} cell{'s' if inner.sum() != 1 else ''} changed in {bbox_text(rows, cols)}")
+        parts.append(f"{int(inner.sum())} cell{'s' if inner.sum() != 1 else ''} changed in "
+                     f"{bbox_text(rows, cols)}")
     kinds: dict[str, list[str]] = {k: [] for k in ("moved", "recoloured", "resized", "reshaped", "split",
                                                    "merged", "regrouped")}
     gone, new, large = [], [], set()
@@ -243,8 +244,8 @@ def summarize_animation(before: Any, frames: Sequence[Any], limit: int = 400) ->
     won = won_frame(before, frames)
     if won is not None:
         level = getattr(before, "level")
-        parts.append(f"level {level} completed: facts up to frame {won + 1} of {n}, the board that completed it "
-                     f"(frame {n} is level {level + 1}'s first board)")
+        parts.append(f"level {level} completed: facts up to frame {won + 1} of {n}, the board that completed "
+                     f"it (frame {n} is level {level + 1}'s first board)")
         frames = frames[:won + 1]
     b_grid, last = grid_of(before), frames[-1]
     a_grid = grid_of(last)

@@ -190,8 +190,8 @@ def animation_line(steps: Sequence[Step], border: int = HUD_BORDER,
     won = completed_at(steps, level_before) if level_before is not None else None
     if won is not None and len(steps[won].frames) > 1:
         m, level = len(steps[won].frames), (steps[won - 1].levels if won else level_before) + 1
-        head += (f"; {f'action {won + 1}' if n > 1 else 'the action'} completed level {level} at frame {m - 1} "
-                 f"of {m} (frame {m} is level {level + 1}'s first board)")
+        head += (f"; {f'action {won + 1}' if n > 1 else 'the action'} completed level {level} at frame "
+                 f"{m - 1} of {m} (frame {m} is level {level + 1}'s first board)")
     played = as_played(steps, level_before)
     seen = []
     for s, _ in animated:
@@ -202,7 +202,8 @@ def animation_line(steps: Sequence[Step], border: int = HUD_BORDER,
         t = transient(st.before, st.frames, border)
         rows, cols = np.nonzero(t[idx].any(axis=0))
         where = f"action {s + 1}: " if n > 1 else ""
-        seen.append(f"{where}{bbox_text(rows, cols)}, frames {idx[0] + 1}-{idx[-1] + 1} of {len(steps[s].frames)}")
+        seen.append(f"{where}{bbox_text(rows, cols)}, frames {idx[0] + 1}-{idx[-1] + 1} of "
+                    f"{len(steps[s].frames)}")
     final = "the board that completed the level" if won is not None else "the final board"
     if not seen:
         return head + f"; no in-between frame shows anything {final} lost"

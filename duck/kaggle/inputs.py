@@ -157,8 +157,8 @@ def check_driver(lock: Path, env: dict[str, str] | None = None, timeout_s: float
         return True, f"driver {driver} on {gpu}; vllm.lock states no CUDA requirement"
     cuda, minimum = need
     if _version(driver) < _version(minimum):
-        return False, (f"NVIDIA driver {driver} on {gpu} is older than {minimum}, which the CUDA {cuda} build "
-                       f"in vllm.lock needs: vLLM cannot start")
+        return False, (f"NVIDIA driver {driver} on {gpu} is older than {minimum}, which the CUDA "
+                       f"{cuda} build in vllm.lock needs: vLLM cannot start")
     return True, f"NVIDIA driver {driver} on {gpu} runs CUDA {cuda} (needs >= {minimum})"
 
 
@@ -174,8 +174,8 @@ def check_python(dataset_dir: Path, version: tuple[int, int] | None = None) -> t
     except (OSError, ValueError):
         return True, f"Python {have}; the dataset states no Python"
     if want and want != have:
-        return False, (f"this image's Python is {have} but the wheel dataset is built for {want}: pin the GPU "
-                       "image by digest (kaggle-dataset/kernel-metadata.json docker_image)")
+        return False, (f"this image's Python is {have} but the wheel dataset is built for {want}: pin the "
+                       "GPU image by digest (kaggle-dataset/kernel-metadata.json docker_image)")
     return True, f"Python {have}, as the wheel dataset's"
 
 
@@ -245,8 +245,9 @@ def packed_policy(dataset_dir: Path) -> tuple[str | None, str | None]:
         if not f.is_file():
             return None, f"the packed policy file {rel} is missing from the dataset"
         if file_sha256(f) != digest:
-            return None, (f"the packed policy file {rel} changed since it was packed (sha256 {file_sha256(f)[:12]}, "
-                          f"packed {str(digest)[:12]}): rebuild the dataset with kaggle-dataset/build.py --policy")
+            return None, (f"the packed policy file {rel} changed since it was packed (sha256 "
+                          f"{file_sha256(f)[:12]}, packed {str(digest)[:12]}): rebuild the dataset with "
+                          f"kaggle-dataset/build.py --policy")
     file, _, cls = str(entry["spec"]).rpartition(":")
     return f"{dataset_dir / file}:{cls}", None
 

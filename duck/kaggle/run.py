@@ -129,13 +129,15 @@ class KaggleRun:
                 f"off (play.policy {self.policy} needs no model)"
             return False
         if self.model_dir is None:
-            return self._not_started(f"no weights for {self.cfg.model.name} under {self.cfg.kaggle.input_dir}")
+            return self._not_started(f"no weights for {self.cfg.model.name} under "
+                                     f"{self.cfg.kaggle.input_dir}")
         self.cfg.model.serve.model_path = m["model_path"] = str(self.model_dir)
         plan = self.cfg.plan
         m["plan"] = {"profile": plan.profile, "slots": plan.slots, "context_tokens": plan.context_tokens,
                      "kv_tokens": plan.kv_tokens, "problems": plan.problems}
         if plan.problems:  # a server that cannot hold its games: nothing starts
-            return self._not_started(f"not started (the {plan.profile} plan does not fit: {'; '.join(plan.problems)})")
+            return self._not_started(f"not started (the {plan.profile} plan does not fit: "
+                                     f"{'; '.join(plan.problems)})")
         lock = self.dataset_dir / "vllm.lock" if self.dataset_dir is not None else None
         if lock is not None and lock.is_file():
             with self.step("gpu_driver") as s:
@@ -204,7 +206,8 @@ class KaggleRun:
                 self.source = GameSource.competition(k.gateway_url, k.api_key)
             else:
                 if self.competition_dir is None:
-                    raise FileNotFoundError(f"no competition data with environment_files/ under {k.input_dir}")
+                    raise FileNotFoundError(f"no competition data with environment_files/ under "
+                                            f"{k.input_dir}")
                 # Where file modes are the sandbox's only wall, a root-only copy (duck.run).
                 games = self._exits.enter_context(games_for_play(self.competition_dir / "environment_files",
                                                                  self.out / "records", self.cfg.kernel.layers_off))

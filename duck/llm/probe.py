@@ -32,13 +32,14 @@ def preflight(url: str, cfg: ModelConfig) -> None:
     except ModelError as e:
         if e.status is None or e.status >= 500 or e.status in (408, 429):
             raise  # unreachable or busy: not a verdict on the provider
-        raise ProviderError(f"{where} refused the agent's request: {_why(e.status, str(e), cfg.api_key_env)}") from None
+        raise ProviderError(f"{where} refused the agent's request: "
+                            f"{_why(e.status, str(e), cfg.api_key_env)}") from None
     if cfg.max_cost and reply.cost is None:
         raise ProviderError(f"model.max_cost is set but {where} reports no cost in its usage: cap the tokens "
                             "with model.max_total_tokens instead")
     if not reply.tool_calls and reply.finish_reason != "length" and not reply.cut:
-        raise ProviderError(f"{where} answered {cfg.name} without a tool call (the probe asked for one): the agent "
-                            "needs a model served with tool-call support")
+        raise ProviderError(f"{where} answered {cfg.name} without a tool call (the probe asked for one): the "
+                            "agent needs a model served with tool-call support")
 
 
 def check(cfg: ModelConfig) -> str | None:

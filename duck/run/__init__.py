@@ -145,7 +145,8 @@ def _begin(out: Path, cfg: Config, info: dict | None, ids: list[str], games_dir:
         try:
             info["policy_files"] = provenance.record(cfg, out, ROOT)
         except OSError as e:
-            raise RunError(f"--out {out}: the policy file cannot be copied there: {e.strerror or e}") from None
+            raise RunError(f"--out {out}: the policy file cannot be copied there: "
+                           f"{e.strerror or e}") from None
         info["git"] = provenance.mark_dirty(info["git"], info["policy_files"])
         entry = info
     else:
@@ -197,8 +198,8 @@ def _finish(out: Path, info: dict, entry: dict, ends: list[dict], reason: str | 
 def _fresh_plan(games_dir: Path, out: Path, games: list[str] | None, overwrite: bool) -> list[str]:
     old = sorted((out / "records").glob("*.jsonl"))
     if old and not overwrite:
-        raise RunError(f"{out} already holds records; choose another --out, pass --overwrite to replace them, "
-                       "or --resume to finish the run")
+        raise RunError(f"{out} already holds records; choose another --out, pass --overwrite to replace "
+                       "them, or --resume to finish the run")
     if not games_dir.is_dir():
         raise RunError(f"--games {games_dir}: no such folder")
     try:

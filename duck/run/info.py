@@ -130,8 +130,8 @@ def _retire(doc: dict) -> dict:
         for name in path:
             section = section.get(name) or {}
         if key in section and section.pop(key) != now:
-            raise ValueError(f"run.json's config sets {dotted}, which this version no longer has (it plays as "
-                             f"{json.dumps(now)}): finish the run with the version that started it")
+            raise ValueError(f"run.json's config sets {dotted}, which this version no longer has (it plays "
+                             f"as {json.dumps(now)}): finish the run with the version that started it")
     return doc
 
 

@@ -66,8 +66,8 @@ class Runner:
 
     def _on_stop(self, why: str) -> None:
         if self.view is not None:
-            self.view.notice(f"{why}: stopping: every game ends at its next action, queued games do not start "
-                             "(Ctrl-C again kills at once)")
+            self.view.notice(f"{why}: stopping: every game ends at its next action, queued games do not "
+                             "start (Ctrl-C again kills at once)")
 
     def _kill(self) -> None:
         for p in list(getattr(self._pool, "_processes", {}).values()) if self._pool else []:

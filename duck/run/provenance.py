@@ -79,9 +79,9 @@ def check_unchanged(info: dict[str, Any], out: Path, allow: bool) -> list[dict[s
         if current != f["sha256"] and not allow:
             what = "is gone" if current is None else \
                 f"changed since the run started (sha256 {f['sha256'][:12]} → {current[:12]})"
-            raise ValueError(f"--resume: the policy file {path} {what}; the finished games were played by the "
-                             f"old one (a copy: {out / f['copy']}): put it back, or pass --policy-changed-ok to "
-                             f"play the rest with the file as it is now")
+            raise ValueError(f"--resume: the policy file {path} {what}; the finished games were played by "
+                             f"the old one (a copy: {out / f['copy']}): put it back, or pass "
+                             "--policy-changed-ok to play the rest with the file as it is now")
         if current != f["sha256"]:
             now.append({"path": str(path), "sha256": current, "was": f["sha256"]})
     return now

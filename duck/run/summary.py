@@ -19,9 +19,9 @@ from duck.play.record import read_record
 from duck.run.info import duck_command
 
 EXIT_FAILED = 1
-ABOUT = ("score: the mean over games of the official ARC-AGI-3 score in percent (a level scores (human baseline "
-         "actions / actions)^2, capped at 115%; levels weighted 1, 2, 3, ...); levels: levels completed; "
-         "actions: actions sent, RESETs included")
+ABOUT = ("score: the mean over games of the official ARC-AGI-3 score in percent (a level scores (human "
+         "baseline actions / actions)^2, capped at 115%; levels weighted 1, 2, 3, ...); levels: levels "
+         "completed; actions: actions sent, RESETs included")
 
 
 def say(text: str) -> None:

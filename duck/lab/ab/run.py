@@ -170,9 +170,9 @@ def summary_lines(doc: dict[str, Any], out: Path) -> list[str]:
 def _cmd_ab(args: argparse.Namespace) -> int:
     doc = run_ab(args, interactive=True)
     if "interrupted" in doc:
-        print(f"duck ab: interrupted ({doc['interrupted']}): {doc['finished']} runs finished now, {doc['stopped']} "
-              f"stopped mid-game, {doc['not_started']} not started; finished records are kept; "
-              f"resume with: {resume_command(args)}", file=sys.stderr)
+        print(f"duck ab: interrupted ({doc['interrupted']}): {doc['finished']} runs finished now, "
+              f"{doc['stopped']} stopped mid-game, {doc['not_started']} not started; finished records are "
+              f"kept; resume with: {resume_command(args)}", file=sys.stderr)
         return EXIT_INTERRUPTED if doc["interrupted"] != "SIGTERM" else 128 + 15
     terminal = sys.stdout.isatty() and not args.json
     if not terminal:

@@ -68,13 +68,13 @@ def _tests_section(doc: dict[str, Any]) -> str:
               nulls.get("ci95", "bootstrap over games") + "; read it as the likely size of the change.")]
     if doc.get("p_value_pairs") is not None:
         items.append(("p-value, pairs (secondary)", f"{doc['p_value_pairs']:.4g}",
-                      "Null: " + nulls.get("p_value_pairs", "–") + ". It asks whether B did anything on these very "
-                      "games; a game repeating one difference on every pass counts once per pass, so it is not the "
-                      "verdict."))
+                      "Null: " + nulls.get("p_value_pairs", "–") + ". It asks whether B did anything on "
+                      "these very games; a game repeating one difference on every pass counts once per pass, "
+                      "so it is not the verdict."))
     return ("<section id=tests><h2>What each number tests</h2><ul>"
             + "".join(f"<li><b>{esc(k)}</b> = {esc(v)}: {esc(t)}</li>" for k, v, t in items)
-            + "</ul><p class=muted>Fewer than 6 differing games can never reach p &lt; 0.05 (2/2<sup>5</sup> = "
-              "0.0625). Assumptions and the A/A calibration: the docstring of duck/lab/stats.py; "
+            + "</ul><p class=muted>Fewer than 6 differing games can never reach p &lt; 0.05 (2/2<sup>5</sup> "
+              "= 0.0625). Assumptions and the A/A calibration: the docstring of duck/lab/stats.py; "
               "<code>duck bench calibration</code>.</p></section>")
 
 
@@ -128,8 +128,9 @@ def ab_html(doc: dict[str, Any], title: str = "A/B") -> str:
     parts.append("<section id=per-game><h2>Per game</h2>"
                  + table(["game", "passes", "A mean", "B mean", "B − A", "95% t-interval", "B won/lost/tied",
                           "within noise", "A by pass", "B by pass"], grows)
-                 + "<p class=muted>within noise: whether the passes do not yet tell which arm is better on this "
-                   "game (adaptive passes go to these); tied: every pass gave both arms the same score.</p></section>")
+                 + "<p class=muted>within noise: whether the passes do not yet tell which arm is better on "
+                   "this game (adaptive passes go to these); tied: every pass gave both arms the same "
+                   "score.</p></section>")
     method = doc.get("method", {})
     parts.append("<section id=method><h2>Method</h2><ul>"
                  + "".join(f"<li><b>{esc(k)}</b>: {esc(v)}</li>" for k, v in method.items())

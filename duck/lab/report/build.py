@@ -95,7 +95,8 @@ def _summary_file(path: Path) -> None:
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise SystemExit(f"--duck-summary {path}: not the Duck's summary.json ({type(e).__name__}: {e})") from None
+        raise SystemExit(f"--duck-summary {path}: not the Duck's summary.json ({type(e).__name__}: "
+                         f"{e})") from None
     if not isinstance(doc, dict):
         raise SystemExit(f"--duck-summary {path}: not the Duck's summary.json (not an object)")
 

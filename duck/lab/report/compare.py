@@ -74,8 +74,8 @@ def _overall_rows(c: dict[str, Any]) -> list[list[Any]]:
 def compare_html(c: dict[str, Any]) -> str:
     a, b = c["a"], c["b"]
     parts = [f"<h1>Run comparison: {esc(a.name)} (A) vs {esc(b.name)} (B)</h1>",
-             "<p class=muted>from the records of both run folders (duck.play.scoring, percent); a side-by-side "
-             "reading, not a test: <code>duck ab-stats A B</code> has the paired statistics.</p>",
+             "<p class=muted>from the records of both run folders (duck.play.scoring, percent); a "
+             "side-by-side reading, not a test: <code>duck ab-stats A B</code> has the paired statistics.</p>",
              "<section id=overall><h2>Overall</h2>" + table(["", "A", "B", "B − A"], _overall_rows(c)) + "</section>"]
     diff = config_difference(c["info_a"], c["info_b"])
     parts.append("<section id=config><h2>What differs</h2>"

@@ -172,9 +172,9 @@ def conversation_html(conv: Conversation, grids: dict[int, np.ndarray] | None, *
     state = "torn last line (killed run)" if conv.torn else "no end line (unfinished)" if conv.end is None else \
         f"ended: {conv.end.get('reason')}"
     h = [f"<div class=conv id=\"{esc(anchor)}\" data-requests={n_req}>",
-         f"<h3>Conversation</h3><p class=muted>{esc(conv.path.name if conv.path else '')} · {len(turn_list)} turns · "
-         f"{n_req} model requests ({n_err} failed) · {tokens:,} tokens · {evictions} evictions · {esc(state)} · "
-         f"model {esc(conv.start.get('model'))}</p>"]
+         f"<h3>Conversation</h3><p class=muted>{esc(conv.path.name if conv.path else '')} · "
+         f"{len(turn_list)} turns · {n_req} model requests ({n_err} failed) · {tokens:,} tokens · "
+         f"{evictions} evictions · {esc(state)} · model {esc(conv.start.get('model'))}</p>"]
     lh, lrows = level_rows(conv, turn_list)
     if lrows:
         h.append("<h4>Where the actions went, per level</h4>" + table(lh, lrows))
@@ -245,8 +245,9 @@ def _item_html(kind: str, item: Any, max_chars: int) -> str:
         turns_ = item.get("turns") or []
         span = f"{turns_[0]}–{turns_[-1]}" if len(turns_) > 1 else str(turns_[0]) if turns_ else "?"
         what = "the prompt neared its budget" if item["kind"] == "evict" else "this turn alone outgrew the budget"
-        return (f"<div class=event>{esc(what)}: turns {span} dropped ({len(item.get('ids') or [])} messages), "
-                f"prompt ~{item.get('estimate_before', 0):,} → ~{item.get('estimate_after', 0):,} tokens of "
+        return (f"<div class=event>{esc(what)}: turns {span} dropped "
+                f"({len(item.get('ids') or [])} messages), prompt ~{item.get('estimate_before', 0):,} → "
+                f"~{item.get('estimate_after', 0):,} tokens of "
                 f"{item.get('budget', 0):,}" + ("; a summary replaces them:"
                                                 if item.get("summary") is not None
                                                  else "") + "</div>")

@@ -52,7 +52,8 @@ def report_html(report: Report, frames: bool = True, conversations: bool = True)
     for r, v in zip(rows, report.views):
         r[0] = Raw(f"<a href=\"#{_anchor(v.game_id)}\">{esc(v.game_id)}</a>")
     parts.append("<section id=games><h2>Games</h2>" + table(head, rows)
-                 + f"<img class=plot alt=\"score per game\" src=\"{png_data_uri(overview_plot(report.views))}\">"
+                 + f"<img class=plot alt=\"score per game\" "
+                   f"src=\"{png_data_uri(overview_plot(report.views))}\">"
                  + "</section>")
 
     for v in report.views:
@@ -90,11 +91,11 @@ def _game_html(report: Report, v: GameView, frames: bool, conversations: bool = 
             h.append(
                 f"<div class=lvl><div>level {lev.number} ({'completed' if lev.completed else 'unfinished'}, "
                 f"actions {lev.start_i}–{lev.end_i}){_play_link(report, v, lev.start_i)}</div>"
-                f"<img class=frame data-level={lev.number} data-kind=first alt=\"level {lev.number} first frame\" "
-                f"title=\"first frame (after action {lev.start_i})\" "
+                f"<img class=frame data-level={lev.number} data-kind=first alt=\"level {lev.number} first "
+                f"frame\" title=\"first frame (after action {lev.start_i})\" "
                 f"src=\"{png_data_uri(grid_png(lev.first_grid, 3))}\">"
-                f"<img class=frame data-level={lev.number} data-kind=last alt=\"level {lev.number} last frame\" "
-                f"title=\"last frame ({last})\" src=\"{png_data_uri(grid_png(lev.last_grid, 3))}\">"
+                f"<img class=frame data-level={lev.number} data-kind=last alt=\"level {lev.number} last "
+                f"frame\" title=\"last frame ({last})\" src=\"{png_data_uri(grid_png(lev.last_grid, 3))}\">"
                 f"<div class=muted>first · last ({last})</div></div>")
         h.append("</div>")
     h.append("<h3>Notes at each level's end</h3>")
