@@ -94,12 +94,9 @@ class ScheduleResult:
 
 class Runner:
     """Runs `game_ids` under `policy` within `budget_s` seconds, `slots` holding a slot at once.
-
-    `play_policy(game_id)` builds the per-game playing policy (random, explorer, llm) that
-    is handed to the worker; `worker` has the signature of duck.play.session.play_game
-    (the default), `gate` included. `grace_s`: how long past the budget's end to wait for
-    workers that have not returned (None: for ever).
-    """
+    `play_policy(game_id)` builds each game's playing policy; `worker` has play_game's signature
+    (the default), `gate` included; `grace_s`: how long past the budget's end to wait for
+    workers that have not returned (None: for ever)."""
 
     def __init__(
         self,
@@ -256,19 +253,12 @@ class SlotGate:
     """The worker's side of its game's slot; `gate(reason)` is called in the game's thread
     (Session.yield_slot). `reason` None: yield only if the policy preempted the game;
     "parked": the game's model server is down, so it frees its slot and returns at once (it
-    waits for the server itself, duck.policies.Parking); its next call waits for a slot.
-
-    It releases the slot in the book and waits on the one condition until the game holds a
-    slot again or must end (stopped, or its deadline `until` passed)."""
+    waits for the server itself, duck.policies.Parking); its next call waits for a slot, until
+    the game holds one again or must end (stopped, or its deadline `until` passed)."""
 
     def __init__(self, run: _Run, game_id: str, until: float):
         self.run, self.game_id, self.until = run, game_id, until
         self.state = run.games[game_id].state
-
-    @property
-    def preempted(self) -> bool:
-        """Will the next `gate(None)` yield? (read without the lock: a hint for logs)"""
-        return self.state.preempt_requested
 
     def __call__(self, reason: str | None) -> None:
         run, st = self.run, self.state

@@ -54,10 +54,6 @@ class NetChange:
     inside: int  # of those, cells away from the HUD border
     text: str  # one line: "45 cells changed in rows 10-30, cols 5-40; moved: ..."
 
-    @property
-    def hud_only(self) -> bool:
-        return self.cells > 0 and self.inside == 0
-
 
 def net_change(before: np.ndarray, after: np.ndarray, border: int = HUD_BORDER) -> NetChange:
     b, a = np.asarray(before), np.asarray(after)

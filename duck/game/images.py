@@ -14,7 +14,6 @@ import numpy as np
 
 from duck.game.frames import PALETTE, grid_png, rgb_png
 
-KINDS: tuple[str, ...] = ("board", "diff")
 DIM_TO = 128  # unchanged cells are blended towards this grey...
 DIM_SHARE = 0.75  # ...by this share
 

@@ -24,7 +24,6 @@ from duck.llm.vision import image_tokens as vision_tokens  # the image processor
 
 log = logging.getLogger(__name__)
 
-KINDS = ("text", "code", "tool", "image", "message")
 # Priors (tokens per unit of each feature) from the field's measurements on Qwen3.8's tokenizer
 # (FIELD §3): English ~3.8 chars/token, code ~2.4, tool results ~1.4; an image's vision
 # tokens as its size implies them; ~8 template tokens around each message (role marks, think
@@ -56,7 +55,7 @@ def image_tokens(part: dict[str, Any]) -> int:
 
 
 def features(message: dict[str, Any]) -> np.ndarray:
-    """Characters per kind, vision tokens and 1 (the message) of one chat message."""
+    """Chars of text, code and tool output, vision tokens and 1 (the message) of one message."""
     text = code = tool = 0.0
     images = 0.0
     content = message.get("content")

@@ -42,8 +42,3 @@ def image_tokens(width: int, height: int, *, min_pixels: int = MIN_PIXELS,
         return 0
     h, w = smart_resize(height, width, min_pixels=min_pixels, max_pixels=max_pixels)
     return (h // PATCH) * (w // PATCH) // (MERGE * MERGE) + MARKERS
-
-
-def board_tokens(scale: int, cells: int = 64) -> int:
-    """Prompt tokens of a `cells` x `cells` board at `scale` pixels per cell."""
-    return image_tokens(cells * scale, cells * scale)

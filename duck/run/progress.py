@@ -52,10 +52,9 @@ class Row:
 class RunView:
     """The run's display. `handle(message)` takes a game's messages (duck.run.games) and log
     records; `notice(text)` a run-wide line (said once); `close()` ends the live table and
-    prints the summary. `prog` starts every line (`duck play`, `duck ab`); `group(row name)`
-    names a row's group (`duck ab`: the arm), whose mean scores the header line shows apart;
-    `unit` what a row is (`duck ab`: a run); `add(names)` adds rows (the adaptive rounds of `duck ab`).
-    Each score shown says what it is the mean over (the run's own score is duck.run.summary's)."""
+    prints the summary. `prog` starts every line; `group(row name)` names a row's group (`duck
+    ab`: the arm), whose mean scores the header shows apart; `unit` what a row is; `add(names)`
+    adds rows. Each score shown says what it is the mean over."""
 
     def __init__(self, games: list[str], *, title: str, stream: TextIO | None = None,
                  live: bool | None = None, prog: str = "duck play",
