@@ -260,6 +260,11 @@ class SlotGate:
         self.run, self.game_id, self.until = run, game_id, until
         self.state = run.games[game_id].state
 
+    @property
+    def preempted(self) -> bool:
+        """Will the next `gate(None)` yield? (read without the lock: a hint for logs)"""
+        return self.state.preempt_requested
+
     def __call__(self, reason: str | None) -> None:
         run, st = self.run, self.state
         with run.clock.cond:
