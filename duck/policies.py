@@ -1,17 +1,12 @@
 """The composition root: every policy by name, and the model-driven one wrapped in its fallback.
 
 Nothing below this module knows which policies exist. `make_policy("llm", ...)` gives the
-agent wrapped in `FallbackPolicy`, so that a game whose model fails for good (the server is
-gone and cannot come back in time, or the agent raises) goes on with the explorer from where
-it stands instead of sitting idle; the agent itself only raises. While the server is down
-but coming back (the health flag says so: the notebook restarts it, or `duck play` waits
-`agent.outage_wait_s` for it) a model game parks instead (`Parking`): its slot freed, its
-kernel, conversation and level memory kept, no action played; it resumes with the model.
-
-A user's own policy is a class in one file, `make_policy("path/to/file.py:MyPolicy")`
-(`duck play --policy path/to/file.py:MyPolicy`): a subclass of `UserPolicy` that answers
-`choose_action(obs)`, or any class with `name` and `play(session)` (duck.play.session.Policy).
-It runs in duck's own process (it is the user's code, not the model's: no sandbox).
+agent wrapped in `FallbackPolicy`: a game whose model fails for good goes on with the explorer
+from where it stands; the agent itself only raises. While the server is down but coming back,
+a model game parks instead (`Parking`): its slot freed, its kernel, conversation and level
+memory kept, no action played. A user's own policy is a class in one file
+(`make_policy("path/to/file.py:MyPolicy")`): a `UserPolicy` subclass or any class with `name`
+and `play(session)`. It runs in duck's own process (the user's code, not the model's).
 """
 
 from __future__ import annotations
@@ -120,8 +115,8 @@ def load_policy_file(spec: str) -> type:
         raise PolicyError(f"--policy {spec}: {path} has no {cls_name}"
                           + (f" (its policies: {', '.join(names)})" if names else ""))
     if not isinstance(cls, type) or not callable(getattr(cls, "play", None)):
-        raise PolicyError(f"--policy {spec}: {cls_name} is not a policy class (subclass duck.policies.UserPolicy, "
-                          "or give it play(session))")
+        raise PolicyError(f"--policy {spec}: {cls_name} is not a policy class (subclass "
+                          "duck.policies.UserPolicy, or give it play(session))")
     return cls
 
 
@@ -136,10 +131,11 @@ def _user_policy(spec: str, seed: int) -> Policy:
     return policy
 
 
-def make_policy(name: str, seed: int = 0, *, config: Config | None = None, model_url: str | list[str] | None = None,
-                url_index: int | None = None, pass_: int = 0, health: "ModelHealth | None" = None,
-                kernel_factory: Callable[[Session, KernelConfig], Kernel] | None = None, on_fallback: Callable[[str], None] | None = None,
-                probe_on_failure: bool = False) -> Policy:
+def make_policy(name: str, seed: int = 0, *, config: Config | None = None,
+                model_url: str | list[str] | None = None, url_index: int | None = None, pass_: int = 0,
+                health: "ModelHealth | None" = None,
+                kernel_factory: Callable[[Session, KernelConfig], Kernel] | None = None,
+                on_fallback: Callable[[str], None] | None = None, probe_on_failure: bool = False) -> Policy:
     """The policy `name` for one game (a name, or `FILE.py:ClassName`: load_policy_file).
     `config` (default: `load_config()`) configures the agent and names its fallback
     (`agent.fallback`, None for none); `model_url` overrides `model.urls`; `url_index` picks
@@ -186,7 +182,8 @@ class FallbackPolicy:
     name = "llm"
 
     def __init__(self, llm: Callable[[], Policy], fallback: Callable[[], Policy],
-                 health: "ModelHealth | None" = None, *, on_fallback: Callable[[str], None] | None = None) -> None:
+                 health: "ModelHealth | None" = None, *,
+                 on_fallback: Callable[[str], None] | None = None) -> None:
         self.llm, self.fallback, self.health = llm, fallback, health
         self.on_fallback = on_fallback
 
@@ -198,7 +195,8 @@ class FallbackPolicy:
             except (GameError, PlayStopped):
                 raise
             except Exception as e:  # a failing model or a bug must not idle the game
-                self._say(session, f"the model policy failed ({type(e).__name__}: {e}): the explorer takes over",
+                self._say(session,
+                          f"the model policy failed ({type(e).__name__}: {e}): the explorer takes over",
                           traceback.format_exc(limit=6))
         else:
             self._say(session, "no model server: the explorer plays")
@@ -240,12 +238,14 @@ class Parking:
             h.mark_down(f"no answer to a probe after: {why}"[:500], quiet=True, coming_back=self.wait_s != 0)
         if not h.coming_back():
             return False
-        session.event("parked", f"the model server is down ({why[:200]}): the game waits for it, no action played")
+        session.event("parked",
+                      f"the model server is down ({why[:200]}): the game waits for it, no action played")
         t0 = time.monotonic()
         session.yield_slot("parked")
         while h.down():
             if not h.coming_back():
-                session.event("parked", "the model server cannot come back in time: the explorer takes the game")
+                session.event("parked",
+                              "the model server cannot come back in time: the explorer takes the game")
                 session.yield_slot("back")  # (unparked: the explorer plays holding a slot, as any game)
                 return False
             if reason := session.stop_reason():

@@ -1,10 +1,9 @@
 """Stable numbers from names: seeds and spreads that are the same in every process and Python.
 
-Python's own `hash()` of a string changes from one process to the next (PYTHONHASHSEED), so a
-seed or a choice derived from it would differ between a run and its rerun, or between the
-workers of one run. Everything that derives a number from (seed, game, pass, ...) goes
-through `stable_hash` instead: the per-game seed of a policy, the per-request seed of the
-model, the model endpoint a game starts on, the arm of an A/B pair that is queued first.
+Python's own `hash()` of a string changes from one process to the next (PYTHONHASHSEED), so
+everything that derives a number from (seed, game, pass, ...) goes through `stable_hash`: the
+per-game seed of a policy, the per-request seed of the model, a game's first endpoint, the arm
+of an A/B pair queued first.
 """
 
 from __future__ import annotations

@@ -4,14 +4,9 @@ A waiting game's priority is what its next tokens are expected to earn:
 
     value(level, actions on it) * chance(tokens, actions on it) / expected tokens still to spend on it
 
-value is the level's share of the game's score times what the level can still make (past
-`par_actions` actions it falls as (par_actions / actions)^2); the cost is what is left of the
-level's median tokens (`level_tokens`), at least a quarter of it; the chance falls from 1 at the
-median to `stalled_chance` at `stall_factor` times it (or at `stall_actions`), and is cut when the
-run's time left cannot pay the cost. Sunk tokens never count, only what is left.
-
-A running game keeps its slot; stalled past `min_level_tokens`, it is preempted when a waiting game
-ranks `preempt_ratio` times above it. Each term and its source: docs/scheduler.md, "The adaptive policy".
+Sunk tokens never count, only what is left. A running game keeps its slot; stalled past
+`min_level_tokens`, it is preempted when a waiting game ranks `preempt_ratio` times above it.
+Each term and its source: docs/scheduler.md, "The adaptive policy".
 """
 
 from __future__ import annotations

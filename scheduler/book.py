@@ -1,16 +1,12 @@
 """The slot book: the slot rules, written once, for the runner and the simulator.
 
-`decide(now)` asks the policy and applies its `Decision` (stops, preemptions, grants best first:
-never more than `slots` held, none at or after the budget's end, a game's deadline set at its
-first grant); `release` is a yield point, `end` a game over, `overdue` stops every game whose
-deadline has come. A `parked` game (its model server is down: GameState.parked) is granted
-nothing until it unparks, and while one is parked no game starts.
-
-Stopping is where the two callers differ, so it is the caller's `on_stop(game_id, now)`: the
-runner sets the worker's stop event (the slot stays held until the worker returns); the
-simulator ends the game on the spot. The book has no clock and never blocks: the caller passes
-`now` (seconds since the start) and serialises the calls. `timeline` records every grant and
-release, `(t, game_id, "grant" | "release", why)`.
+`decide(now)` asks the policy and applies its `Decision` (never more than `slots` held, none at
+or after the budget's end, a game's deadline set at its first grant); `release` is a yield
+point, `end` a game over, `overdue` stops every game whose deadline has come. A `parked` game
+is granted nothing until it unparks, and while one is parked no game starts. Stopping is the
+caller's `on_stop(game_id, now)` (the runner sets the worker's stop event; the simulator ends
+the game on the spot). The book has no clock and never blocks: the caller passes `now` and
+serialises the calls. `timeline` records every grant and release.
 """
 
 from __future__ import annotations

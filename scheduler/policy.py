@@ -1,17 +1,12 @@
 """Pure scheduling policies: which games hold the model server's slots.
 
-A policy has no clock and does no I/O: `decide(now, budget_end, slots, games)` looks only at
-its arguments (seconds since the run started, the time everything must be over, the server's
-slot count, and one `GameState` per game) and returns a `Decision`. The same code runs in the
-simulator (`duck simulate`) and in the runner (scheduler.runner), and is tested on hand-built
-states. The slot model, the yield points and the four policies (`fixed`, `field`, `ucb`,
-`adaptive`): docs/scheduler.md. Progress is counted in generated tokens and actions, never in
-seconds: a game's seconds depend on how many others share the server.
-
-The last three share `GatePolicy` (scheduler.state): slots go to the waiting games of highest
-`priority`, every game gets a first turn early (`first_turns`), and everything ends `margin_s`
-before `budget_end`. The margin belongs to whoever knows the hard end: the notebook's runner
-gets a budget that already ends `kaggle.margin_s` before its own, so it passes none.
+A policy has no clock and does no I/O: `decide(now, budget_end, slots, games)` looks only at its
+arguments and returns a `Decision`; the same code runs in the simulator (`duck simulate`) and
+in the runner. The slot model, the yield points and the four policies (`fixed`, `field`,
+`ucb`, `adaptive`): docs/scheduler.md. Progress is counted in generated tokens and actions,
+never in seconds: a game's seconds depend on how many others share the server. The margin
+belongs to whoever knows the hard end: the notebook's runner gets a budget that already ends
+`kaggle.margin_s` before its own, so it passes none.
 """
 
 from __future__ import annotations

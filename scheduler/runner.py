@@ -1,18 +1,12 @@
 """Execute a scheduling policy over real game workers: every game admitted, at most `slots`
-holding a model-server slot.
+holding a model-server slot; the slot rules are the book's (scheduler.book).
 
-The slot book (scheduler.book) holds the slot rules; the worker (duck.play.play_game by
-default) plays one game and ends it cleanly between two actions when its `stop` event is set or
-its `deadline` (a time.monotonic() value) passes. The runner never looks inside a game: it sees
-the worker's progress reports (actions, levels, generated tokens), its yields and its end.
-
-One concurrency model: `Runner.run` blocks (a notebook cell calls it) and decides in the calling
-thread; each game plays in a thread of its own; what they share is read and written under the
-clock's one condition, and every wait is `clock.wait` (so scheduler.clock's virtual clock sees
-when everyone waits). At a yield point (Session.yield_slot) a worker calls its `SlotGate`, which
-returns once the game holds a slot again, or must end. A worker that has not returned `grace_s`
-after the budget's end is left behind (a daemon thread) with an error: a hung game cannot hold
-up what comes after the run.
+The worker (duck.play.play_game) ends its game between two actions when its `stop` event is set
+or its `deadline` passes; the runner sees only its progress reports, yields and end.
+`Runner.run` blocks and decides in the calling thread; each game plays in a thread of its own,
+sharing state under the clock's one condition (every wait is `clock.wait`). At a yield point a
+worker calls its `SlotGate`, which returns once the game holds a slot again, or must end. A
+worker not returned `grace_s` after the budget's end is left behind with an error.
 """
 
 from __future__ import annotations
@@ -100,12 +94,9 @@ class ScheduleResult:
 
 class Runner:
     """Runs `game_ids` under `policy` within `budget_s` seconds, `slots` holding a slot at once.
-
-    `play_policy(game_id)` builds the per-game playing policy (random, explorer, llm) that
-    is handed to the worker; `worker` has the signature of duck.play.session.play_game
-    (the default), `gate` included. `grace_s`: how long past the budget's end to wait for
-    workers that have not returned (None: for ever).
-    """
+    `play_policy(game_id)` builds each game's playing policy; `worker` has play_game's signature
+    (the default), `gate` included; `grace_s`: how long past the budget's end to wait for
+    workers that have not returned (None: for ever)."""
 
     def __init__(
         self,
@@ -220,7 +211,8 @@ class _Run:
         pol = r.play_policy(gid) if r.play_policy else None
         call = functools.partial(r.worker, r.source, gid, pol, max_actions=r.max_actions,
                                  record_path=r.records_dir / f"{gid}.jsonl", stop=g.stop, deadline=until,
-                                 on_progress=functools.partial(self.progress, gid), gate=SlotGate(self, gid, until))
+                                 on_progress=functools.partial(self.progress, gid),
+                                 gate=SlotGate(self, gid, until))
         self.clock.attach()
         threading.Thread(target=self.play, args=(gid, call), name=f"game-{gid}", daemon=True).start()
 
@@ -261,10 +253,8 @@ class SlotGate:
     """The worker's side of its game's slot; `gate(reason)` is called in the game's thread
     (Session.yield_slot). `reason` None: yield only if the policy preempted the game;
     "parked": the game's model server is down, so it frees its slot and returns at once (it
-    waits for the server itself, duck.policies.Parking); its next call waits for a slot.
-
-    It releases the slot in the book and waits on the one condition until the game holds a
-    slot again or must end (stopped, or its deadline `until` passed)."""
+    waits for the server itself, duck.policies.Parking); its next call waits for a slot, until
+    the game holds one again or must end (stopped, or its deadline `until` passed)."""
 
     def __init__(self, run: _Run, game_id: str, until: float):
         self.run, self.game_id, self.until = run, game_id, until

@@ -1,9 +1,7 @@
-"""What a policy sees and says, and the slot gate the token policies share.
-
-`GameState` (one per game), `Decision` (what to do now), the `Policy` protocol, and
-`GatePolicy`: slots go to the waiting games of highest `priority`, every game gets a first
-turn early (`first_turns`), and everything ends `margin_s` before `budget_end`. The policies
-themselves, and the slot model, are described in scheduler.policy.
+"""What a policy sees and says, and the slot gate the token policies share: `GameState` (one per
+game), `Decision` (what to do now), the `Policy` protocol, and `GatePolicy` (slots go to the
+waiting games of highest `priority`, every game gets a first turn early, and everything ends
+`margin_s` before `budget_end`).
 """
 
 from __future__ import annotations

@@ -2,14 +2,11 @@
 
 Siriki's scheduler (FIELD.md §3: 16 slots, 2,400 s slices, UCB on weighted levels per
 generated token), rebuilt on tokens: a game's reward is the score share of the levels it
-completed (level l of N weighs l / (N (N + 1) / 2), the official weights, at par), counted
-per `unit_tokens` of generated tokens (a "pull"); its index is
-
-    mean + exploration * sqrt(ln(all pulls) / its pulls)
-
-(UCB1). A game holds its slot for a slice of `slice_tokens` (then it is preempted if a waiting
-game's index is higher), and also gives it up at its trims and level changes, where the free
-slot goes to the highest index. An unplayed game's index is infinite.
+completed (level l of N weighs l / (N (N + 1) / 2)), counted per `unit_tokens` of generated
+tokens (a "pull"); its index is mean + exploration * sqrt(ln(all pulls) / its pulls) (UCB1). A
+game holds its slot for a slice of `slice_tokens` (then it is preempted if a waiting game's
+index is higher), and gives it up at its trims and level changes too; an unplayed game's
+index is infinite.
 """
 
 from __future__ import annotations

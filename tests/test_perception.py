@@ -13,7 +13,7 @@ import pytest
 from duck.game.change import Step, animation_line, informative_frames, net_change, pick_frames, transient
 from duck.game.frames import PALETTE, grid_png
 from duck.game.images import DIM_SHARE, DIM_TO, diff_png, png_size, render
-from duck.llm.vision import board_tokens, image_tokens, smart_resize
+from duck.llm.vision import image_tokens, smart_resize
 from duck.play.conversation import DATA_PNG, ConversationWriter, read_conversation
 
 
@@ -47,7 +47,7 @@ def test_net_change_is_of_the_whole_call_not_its_last_action():
     whole = net_change(start, steps[-1].after)
     assert whole.inside > 0 and "moved: O9px (20,10)->(20,39)" in whole.text
     only_last = net_change(steps[-1].before, steps[-1].after)
-    assert only_last.hud_only and "only the HUD border changed" in only_last.text
+    assert only_last.cells > 0 and only_last.inside == 0 and "only the HUD border changed" in only_last.text
     assert net_change(start, start).text == "no cell changed"
 
 
@@ -96,8 +96,8 @@ def test_the_diff_image_keeps_changed_cells_and_dims_the_rest():
 
 
 def test_image_tokens_follow_the_qwen3_vl_processor_geometry():
-    assert board_tokens(10) == 402  # FIELD §3: 640 px ≈ 402 tokens
-    assert board_tokens(4) == 66  # 256 px: 8x8 merged patches + 2 markers
+    assert image_tokens(640, 640) == 402  # FIELD §3: a 64x64 board at 10x, 640 px ≈ 402 tokens
+    assert image_tokens(256, 256) == 66  # at 4x: 8x8 merged patches + 2 markers
     assert smart_resize(100, 100) == (256, 256)  # below min_pixels: scaled up
     assert smart_resize(8192, 8192) == (4096, 4096)  # above max_pixels: scaled down
     assert image_tokens(640, 320) == 20 * 10 + 2 and image_tokens(0, 10) == 0

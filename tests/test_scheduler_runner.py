@@ -11,11 +11,10 @@ from pathlib import Path
 import pytest
 
 from duck.config import AdaptiveConfig, SchedulerConfig
-from scheduler.clock import VirtualClock
 from scheduler.policy import FixedPolicy, make_policy
 from scheduler.runner import run_schedule
 
-from scheduler_fakes import ScriptedWorker
+from scheduler_fakes import ScriptedWorker, VirtualClock
 
 BUNDLED = Path(__file__).resolve().parent / "games"
 GATES = ["field", "ucb", "adaptive"]

@@ -38,6 +38,7 @@ def register(sub: Any) -> None:
     p = sub.add_parser("bench", help="run a benchmark of the workbench; it prints JSON",
                        description="Run devkit.bench.NAME with the arguments after NAME (`duck bench NAME --help`: "
                                    "its own flags). Each prints JSON on stdout.")
-    p.add_argument("name", metavar="NAME", nargs="?", help="the benchmark (a module of devkit/bench/ with a main)")
+    p.add_argument("name", metavar="NAME", nargs="?",
+                   help="the benchmark (a module of devkit/bench/ with a main)")
     p.add_argument("args", nargs=argparse.REMAINDER, help="its arguments")
     p.set_defaults(func=run)

@@ -134,7 +134,8 @@ def main(argv: list[str] | None = None) -> int:
         plot({n: r for n, r in results.items() if n.startswith("A/A")}, args.plot, args.alpha)
     doc = {"runs": str(args.runs), "games": len(scores), "passes_per_game": n_pass,
            "alpha": args.alpha, "decision": "p_value: sign-flip over games (rejection_rate); "
-           "p_value_pairs: over pairs, the sharp null (rejection_rate_pairs)", "seconds": round(time.time() - t0, 1),
+           "p_value_pairs: over pairs, the sharp null (rejection_rate_pairs)",
+           "seconds": round(time.time() - t0, 1),
            "designs": {n: {k: v for k, v in r.items() if k != "_p"} for n, r in results.items()}}
     print(json.dumps(doc, indent=1))
     return 0

@@ -151,12 +151,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--game", default=None, help="only this game (id or prefix)")
     p.add_argument("--runs", type=int, default=None,
                    help="the N games with the longest runs (default: all 25; 0: none, the synthetic game only)")
-    p.add_argument("--turns", type=int, default=None, help="replay only the first N recorded turns of each run")
-    p.add_argument("--budget", type=int, default=None, help="the new arm's budget (default: the plan's, 131072)")
+    p.add_argument("--turns", type=int, default=None,
+                   help="replay only the first N recorded turns of each run")
+    p.add_argument("--budget", type=int, default=None,
+                   help="the new arm's budget (default: the plan's, 131072)")
     p.add_argument("--old-budget", type=int, default=32768, help="the old arm's budget")
-    p.add_argument("--synthetic-hours", type=float, default=3.0, help="hours of the long synthetic game (0: none)")
+    p.add_argument("--synthetic-hours", type=float, default=3.0,
+                   help="hours of the long synthetic game (0: none)")
     p.add_argument("--out", default=None, help="run folder for the records (default: a temp folder)")
-    p.add_argument("--set", nargs="*", default=[], help="config overrides for both arms, e.g. kernel.call_timeout_s=20")
+    p.add_argument("--set", nargs="*", default=[],
+                   help="config overrides for both arms, e.g. kernel.call_timeout_s=20")
     args = p.parse_args(argv)
     if (args.runs is not None and args.runs < 0) or (args.turns is not None and args.turns < 1):
         p.error("--runs must be at least 0 and --turns at least 1")
@@ -179,13 +183,15 @@ def main(argv: list[str] | None = None) -> int:
     per_game: dict[str, list[dict[str, Any]]] = {}
     for name, overrides in arms.items():
         cfg = load_config(overrides=overrides)
-        per_game[name] = [replay(traces, Path(args.games), g, p_, cfg, out / name, args.turns) for g, p_ in runs]
+        per_game[name] = [replay(traces, Path(args.games), g, p_, cfg, out / name, args.turns)
+                          for g, p_ in runs]
         if runs:
             result["traces"][name] = arm(per_game[name], cfg)
     for k, (g, p_) in enumerate(runs):
         result["per_game"].append({"game": g, "pass": p_, **{
-            name: {key: per_game[name][k][key] for key in ("requests", "trims", "prompt_tokens_max", "prefix_share_mean",
-                                                            "cache_share_mean", "reprefill_tokens", "actions_identical")}
+            name: {key: per_game[name][k][key] for key in ("requests", "trims", "prompt_tokens_max",
+                                                           "prefix_share_mean", "cache_share_mean",
+                                                           "reprefill_tokens", "actions_identical")}
             for name in arms}})
     if args.synthetic_hours > 0:
         result["synthetic"] = {name: synthetic_game(load_config(overrides=overrides), args.synthetic_hours)

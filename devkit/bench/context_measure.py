@@ -66,7 +66,8 @@ class MeasuringServer(StubServer):
             # (a probe user message keeps the template's "user query" check happy; its text is cut off)
             start, _ = self.prompt(dict(body, messages=messages[:old[-1] + 1] + [_PROBE]), generation=False)
             images = image_token_list(messages)
-            before_new = tokens - suffix_tokens(text, len(start) - len(_PROBE_TEXT), images)  # up to the new messages
+            before_new = tokens - suffix_tokens(text, len(start) - len(_PROBE_TEXT),
+                                                images)  # up to the new messages
             reprefill = max(0, before_new - cached)
         prev = self._prev_keys.get(conversation)
         changed = prev is not None and keys[:len(prev)] != prev
@@ -171,7 +172,8 @@ def synthetic_game(cfg: Any, hours: float, seed: int = 0) -> dict[str, Any]:
             board[npr.integers(0, 64), :] = npr.integers(0, 4)  # the move changed a row
             diff = np.where(npr.random((64, 64)) < 0.02, board, 0).astype(np.int8)
             ctx.begin_turn({"role": "user", "content": [
-                {"type": "text", "text": f"Turn {turn}. Level 2, 37 actions on it. The last call played LEFT: "
+                {"type": "text",
+                 "text": f"Turn {turn}. Level 2, 37 actions on it. The last call played LEFT: "
                                          f"the board changed. " + _english(rng, 400)},
                 image_part(grid_png(board, 10)), image_part(grid_png(diff, 10))]},
                 index=turn, level=2, actions_before=turn)

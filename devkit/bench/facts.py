@@ -86,8 +86,8 @@ def check_record(rec: Record) -> list[tuple[int, str, Claim]]:
     for call in _calls(rec):
         steps, level_before = [s for _, s, _ in call], call[0][2]
         obs = SimpleNamespace(grid=steps[-1].after, state=steps[-1].state, levels_completed=steps[-1].levels)
-        f = call_facts(CallResult("ok", actions=[s.action for s in steps], steps=steps), SimpleNamespace(obs=obs),
-                       level_before, steps[0].before)
+        f = call_facts(CallResult("ok", actions=[s.action for s in steps], steps=steps),
+                       SimpleNamespace(obs=obs), level_before, steps[0].before)
         i = call[-1][0]["i"]
         if f.change is not None:
             board = f.final if f.won_board is None else f.won_board
@@ -97,7 +97,8 @@ def check_record(rec: Record) -> list[tuple[int, str, Claim]]:
     return out
 
 
-def play(games: str, policy: str, max_actions: int, seed: int, only: list[str] | None, out: Path) -> list[Path]:
+def play(games: str, policy: str, max_actions: int, seed: int, only: list[str] | None,
+         out: Path) -> list[Path]:
     """Play each game with `policy` into out/records; the record paths."""
     from duck.config import load_config
     from duck.game.source import GameSource
@@ -106,8 +107,8 @@ def play(games: str, policy: str, max_actions: int, seed: int, only: list[str] |
     source, cfg, paths = GameSource.offline(games), load_config(), []
     for gid in source.game_ids(only):
         path = out / "records" / f"{gid}.jsonl"
-        play_game(source, gid, make_policy(policy, seed, config=cfg), max_actions=max_actions, record_path=path,
-                  seed=seed, conversation=False)
+        play_game(source, gid, make_policy(policy, seed, config=cfg), max_actions=max_actions,
+                  record_path=path, seed=seed, conversation=False)
         paths.append(path)
     return paths
 
@@ -144,18 +145,20 @@ def report(paths: list[Path], examples: int = 20) -> dict[str, Any]:
         per_game[rec.game_id] = {"actions": len(rec.actions), "claims": len(found), "false": len(wrong)}
         shown += [{"game": rec.game_id, "action": i, "text": where, "claim": c.text, "why": c.why}
                   for i, where, c in wrong][:max(0, examples - len(shown))]
-    return {"records": len(paths) - len(unreadable), "unreadable": unreadable, "actions": sum(g["actions"] for g in per_game.values()), "changed_actions": changed,
+    return {"records": len(paths) - len(unreadable), "unreadable": unreadable,
+            "actions": sum(g["actions"] for g in per_game.values()), "changed_actions": changed,
             "claims": dict(sorted(claims.items())), "false": dict(sorted(false.items())),
             "false_total": sum(false.values()), "actions_with_false": bad_actions,
             "games_with_false": sum(1 for g in per_game.values() if g["false"]),
-            "level_ups": {"animated": ups[0], "frame_before_last_of_the_old_level": ups[1]}, "per_game": per_game,
-            "examples": shown}
+            "level_ups": {"animated": ups[0], "frame_before_last_of_the_old_level": ups[1]},
+            "per_game": per_game, "examples": shown}
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="duck bench facts", description=__doc__.splitlines()[0])
     ap.add_argument("--games", default="environment_files")
-    ap.add_argument("--records", default="", help="check this run's records (RUN or RUN/records) instead of playing")
+    ap.add_argument("--records", default="",
+                    help="check this run's records (RUN or RUN/records) instead of playing")
     ap.add_argument("--policy", default="explorer")
     ap.add_argument("--max-actions", type=int, default=150)
     ap.add_argument("--seed", type=int, default=0)

@@ -110,7 +110,8 @@ def _whole(b: Boards, kind: str, item: str) -> Claim:
         m = b.cells(side, k)
         if not (b.grid[1 - side][m] == LETTERS.index(letter)).any():
             return Claim(kind, item, True)
-    return Claim(kind, item, False, f"no such region, or its colour is still in some of its cells {'before' if side else 'after'}")
+    return Claim(kind, item, False,
+                 f"no such region, or its colour is still in some of its cells {'before' if side else 'after'}")
 
 
 def _recoloured(b: Boards, item: str) -> Claim:
@@ -164,7 +165,8 @@ def _group(b: Boards, kind: str, item: str) -> Claim:
     old = {k for s, k in group if s == 0}
     new = {k for s, k in group if s == 1}
     if not (_side_ok(b, 0, left, old) and _side_ok(b, 1, right, new)):
-        return Claim(kind, item, False, f"the group of regions sharing cells is {len(old)} -> {len(new)}, not as named")
+        return Claim(kind, item, False,
+                     f"the group of regions sharing cells is {len(old)} -> {len(new)}, not as named")
     sizes = ({int(b.cells(0, k).sum()) for k in old}, {int(b.cells(1, k).sum()) for k in new})
     shaped = len(old) == len(new) == 1 and b.shape(0, min(old)) != b.shape(1, min(new))
     fits = {"resized": len(old) == len(new) == 1 and sizes[0] != sizes[1],
@@ -217,12 +219,14 @@ def check_parts(b: Boards, parts: Sequence[str]) -> list[Claim]:
     out: list[Claim] = []
     inner = b.changed & ~b.band
     for part in parts:
-        if part == "..." or re.fullmatch(r"\+\d+ more", part):  # (the text was cut there, or an old listing's tail)
+        if part == "..." or re.fullmatch(r"\+\d+ more",
+                                         part):  # (the text was cut there, or an old listing's tail)
             continue
         name, _, body = part.partition(": ")
         if m := re.fullmatch(r"(\d+) cells? changed in " + _BOX, part):
             ok = int(m[1]) == int(inner.sum()) and _box(part, inner)
-            out.append(Claim("cells", part, ok, "" if ok else "not the count or box of the cells changed away from the border"))
+            out.append(Claim("cells", part, ok,
+                             "" if ok else "not the count or box of the cells changed away from the border"))
         elif name == "moved":
             out += [_moved(b, x) for x in _items(body)]
         elif name == "recoloured":
@@ -296,12 +300,15 @@ def _mid(before: np.ndarray, after: np.ndarray, frames: Sequence[np.ndarray], en
     t = (mids != before) & (mids != after)
     hit = np.nonzero(t.any(axis=(1, 2)))[0]
     letters = "".join(sorted({LETTERS[int(v) % 16] for v in np.unique(mids[t])}))
-    ok = (len(hit) > 0 and letters == m[1] and _box(text, t.any(axis=0)) and (i, j) == (hit[0] + 1, hit[-1] + 1)
+    ok = (len(hit) > 0 and letters == m[1] and _box(text, t.any(axis=0))
+          and (i, j) == (hit[0] + 1, hit[-1] + 1)
           and int(m[8]) == len(frames))
-    return Claim("mid_animation", text, bool(ok), "" if ok else "not the colours, box or frames seen only mid-way")
+    return Claim("mid_animation", text, bool(ok),
+                 "" if ok else "not the colours, box or frames seen only mid-way")
 
 
-def check_animation_line(line: str, steps: Sequence[Any], level_before: int, border: int = HUD_BORDER) -> list[Claim]:
+def check_animation_line(line: str, steps: Sequence[Any], level_before: int,
+                         border: int = HUD_BORDER) -> list[Claim]:
     """The turn's animation line: frame counts, the level-up, the in-between frames."""
     out: list[Claim] = []
     n = len(steps)
@@ -327,7 +334,8 @@ def check_animation_line(line: str, steps: Sequence[Any], level_before: int, bor
         out.append(Claim("level_up", line, False, "a level-up the line does not name"))
     cut = [st if s != won else type(st)(st.action, st.before, tuple(st.frames[:-1]), st.state, st.levels)
            for s, st in enumerate(steps)]
-    for m in re.finditer(r"(?:action (\d+): )?" + _BOX + r", frames (\d+)-(\d+) of (\d+)", line.split("seen only in between: ", 1)[-1]
+    for m in re.finditer(r"(?:action (\d+): )?" + _BOX + r", frames (\d+)-(\d+) of (\d+)",
+                         line.split("seen only in between: ", 1)[-1]
                          if "seen only in between: " in line else ""):
         s = int(m[1]) - 1 if m[1] else 0
         st = cut[s] if 0 <= s < n else None
@@ -335,8 +343,10 @@ def check_animation_line(line: str, steps: Sequence[Any], level_before: int, bor
         t = transient(st.before, st.frames, border) if idx else None
         ok = bool(idx) and (idx[0] + 1, idx[-1] + 1, lens[s]) == (int(m[6]), int(m[7]), int(m[8])) \
             and _box(m[0], t[idx].any(axis=0))
-        out.append(Claim("animation", m[0], ok, "" if ok else "those frames do not hold what the board lost there"))
+        out.append(Claim("animation", m[0], ok,
+                         "" if ok else "those frames do not hold what the board lost there"))
     if re.search(r"no in-between frame shows anything", line):
         ok = not any(informative_frames(st.before, st.frames, border) for st in cut if len(st.frames) > 1)
-        out.append(Claim("animation", "no in-between frame", ok, "" if ok else "a mid frame holds what the board lost"))
+        out.append(Claim("animation", "no in-between frame", ok,
+                         "" if ok else "a mid frame holds what the board lost"))
     return out

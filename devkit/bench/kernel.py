@@ -123,8 +123,9 @@ def measure(games_dir: str, game_id: str | None = None, samples: int = 60, round
                 kernel.session.writer.close()
     medians = {str(n): round(statistics.median(t), 3) for n, t in times.items()}
     longest, shortest = str(max(lengths)), str(min(lengths))
-    return {"median_ms": medians, f"ratio_{longest}_{shortest}": round(medians[longest] / medians[shortest], 3),
-            "game": gid, "samples": samples, "startup_ms": startup}
+    return {"median_ms": medians,
+            f"ratio_{longest}_{shortest}": round(medians[longest] / medians[shortest], 3), "game": gid,
+            "samples": samples, "startup_ms": startup}
 
 
 def _startup(kernel: Kernel, n: int = 10) -> float:

@@ -131,7 +131,8 @@ def start_server(latency: str, log_path: Path) -> tuple[subprocess.Popen, str, d
     """The stub server in a process of its own; returns it, its URL and its banner."""
     log = open(log_path, "ab")
     proc = subprocess.Popen([sys.executable, "-m", "duck.cli", "stub-server", "--port", "0", "--player",
-                             "--latency", latency], stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL)
+                             "--latency", latency], stdout=subprocess.PIPE, stderr=log,
+                            stdin=subprocess.DEVNULL)
     log.close()
     line = proc.stdout.readline()
     if not line:
@@ -199,7 +200,8 @@ def run(games: int, minutes: float, folder: str | Path, out: str | Path, latency
         "harness_share_max_game": s["harness_share_max_game"], "ready_wait_s": s["ready_wait_s"],
         "start_s": s["start_s"],
         "model_latency_s": s["model_latency_s"],
-        "cpu_s": {"harness_process": round(own, 1), "kernels": round(kern, 1), "server": round(server_cpu, 1)},
+        "cpu_s": {"harness_process": round(own, 1), "kernels": round(kern, 1),
+                  "server": round(server_cpu, 1)},
         "cpu_cores_used": round((own + kern) / wall, 3) if wall else None,
         "kernels_at_once": sampler.most_kernels,
         "decode_tokens_per_s": round(s["completion_tokens"] / wall, 1) if wall else None,
@@ -207,8 +209,8 @@ def run(games: int, minutes: float, folder: str | Path, out: str | Path, latency
         "tool_call_failure_rate": s["tool_call_failure_rate"],
         "error_messages": (runner_errors + s["error_messages"])[:10],
         "latency_model": banner.get("latency"),
-        "plan": {k: getattr(cfg.plan, k) for k in ("profile", "slots", "slots_fit", "context_tokens", "kv_tokens",
-                                                    "max_num_seqs", "problems")},
+        "plan": {k: getattr(cfg.plan, k) for k in ("profile", "slots", "slots_fit", "context_tokens",
+                                                   "kv_tokens", "max_num_seqs", "problems")},
         "stream_interval": cfg.model.serve.stream_interval,
         "machine": {"cpus": os.cpu_count(), "load_avg_1m_at_end": round(os.getloadavg()[0], 2)},
         "games_dir": str(folder),
@@ -234,7 +236,8 @@ def main(argv: list[str]) -> int:
         args.games = load_config(overrides=args.set).plan.slots
     if args.games < 1 or args.minutes <= 0:
         p.error("--games must be at least 1 and --minutes positive")
-    folder = args.folder or (PUBLIC_GAMES if any(Path(PUBLIC_GAMES).rglob("metadata.json")) else BUNDLED_GAMES)
+    folder = args.folder or (PUBLIC_GAMES if any(Path(PUBLIC_GAMES).rglob("metadata.json"))
+                             else BUNDLED_GAMES)
     doc = run(args.games, args.minutes, folder, args.out, args.latency, args.set)
     if not args.per_game:
         doc.pop("per_game")

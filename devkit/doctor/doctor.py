@@ -140,10 +140,12 @@ def doctor(cfg: Any, out: Path, games: Path, only: list[str] | None, seconds: fl
     server = VLLMServer(cfg.model, port=free_port(), log_path=out / "vllm.log")
     try:
         if planned["ok"]:
-            served = step(steps, "serve", lambda: {"url": server.start().url, "boot_s": round(server.wait_ready(), 2),
+            served = step(steps, "serve", lambda: {"url": server.start().url,
+                                                   "boot_s": round(server.wait_ready(), 2),
                                                   "chat_template": getattr(server, "chat_template_choice", None)})
         else:
-            served = steps["serve"] = {"ok": False, "error": "not started: the plan does not fit", "seconds": 0.0}
+            served = steps["serve"] = {"ok": False, "error": "not started: the plan does not fit",
+                                       "seconds": 0.0}
         if served["ok"]:
             def smoke() -> dict[str, Any]:
                 r = smoke_chat(server.url, cfg.model, timeout_s=SMOKE_TIMEOUT_S)
@@ -153,7 +155,8 @@ def doctor(cfg: Any, out: Path, games: Path, only: list[str] | None, seconds: fl
             if soak_minutes is None:
                 step(steps, "play", lambda: play(cfg, server.url, games, only, seconds, out, n=streams))
             else:
-                step(steps, "soak", lambda: soak(cfg, server.url, soak_minutes, out, streams, alive=server.alive))
+                step(steps, "soak",
+                     lambda: soak(cfg, server.url, soak_minutes, out, streams, alive=server.alive))
     finally:
         server.stop()
     if "serve" in steps and steps["serve"].get("error") != "not started: the plan does not fit":
@@ -190,30 +193,36 @@ def _main(args: argparse.Namespace) -> int:
               "min_mtp_tokens_per_step": args.min_mtp_tokens_per_step}
     if args.sweep:
         from devkit.doctor.sweep import sweep  # (its own module: the doctor's steps, once per point)
-        doc = sweep(cfg, Path(args.out), Path(args.games), args.only, args.sweep_minutes, limits, network=network)
+        doc = sweep(cfg, Path(args.out), Path(args.games), args.only, args.sweep_minutes, limits,
+                    network=network)
         print(json.dumps(doc, indent=1, default=str))
         print(f"duck doctor --sweep: best {doc.get('best')}, graphs {doc.get('graphs')}; "
               f"written to {Path(args.out) / 'sweep.json'}")
         return 0 if doc.get("best") and network["ok"] else 1
     doc = doctor(cfg, Path(args.out), Path(args.games), args.only, args.game_seconds, Path(args.lock),
-                 args.vllm_python, streams=args.streams, limits=limits, network=network, soak_minutes=args.soak)
+                 args.vllm_python, streams=args.streams, limits=limits, network=network,
+                 soak_minutes=args.soak)
     print(json.dumps(doc, indent=1, default=str))
     failed = [k + (f" ({', '.join(s['failing'])})" if s.get("failing") else "")
               for k, s in doc["steps"].items() if not s.get("ok")] + \
         [f"{k} {c['value']} not {c['limit']}" for k, c in doc["checks"].items() if not c["ok"]]
     rung = doc.get("start_rung")
     print(f"duck doctor: {'OK' if doc['ok'] else 'PROBLEMS'} ({', '.join(failed) or 'every step and check held'}); "
-          + (f"start on rung {rung['rung']}: {rung['why']} (notebook.py: {rung['notebook']}); " if rung else "")
+          + (f"start on rung {rung['rung']}: {rung['why']} (notebook.py: {rung['notebook']}); " if rung
+             else "")
           + f"written to {Path(args.out) / 'doctor.json'}")
     return 0 if doc["ok"] else 1
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("doctor", help="check a GPU machine: driver, vLLM, the plan, duck serve, a smoke chat, "
+    p = sub.add_parser("doctor",
+                       help="check a GPU machine: driver, vLLM, the plan, duck serve, a smoke chat, "
                        "the plan's slots of games at once, against the field's operating points")
-    p.add_argument("--games", default=str(BUNDLED_GAMES), help="games folder (default: the bundled games, repeated)")
+    p.add_argument("--games", default=str(BUNDLED_GAMES),
+                   help="games folder (default: the bundled games, repeated)")
     p.add_argument("--only", nargs="*", default=None, help="game ids or prefixes to play")
-    p.add_argument("--streams", type=int, default=None, help="games played at once (default: the plan's slots)")
+    p.add_argument("--streams", type=int, default=None,
+                   help="games played at once (default: the plan's slots)")
     p.add_argument("--game-seconds", type=float, default=240.0, help="how long the games play (at once)")
     p.add_argument("--min-decode-tps", type=float, default=LIMITS["min_decode_tps"],
                    help="decode tokens/s in total at 10 streams (scaled as 169 · n^0.6 at another count)")

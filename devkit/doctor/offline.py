@@ -36,20 +36,24 @@ class Sign:
 
 
 SIGNS = (
-    Sign("download", r"Fetching \S+ from https?://", "flashinfer/jit/cubin_loader.py", "Fetching {file_name} from {uri}"),
-    Sign("download", r"Downloading \S+: attempt \d+ failed", "flashinfer/jit/cubin_loader.py", ": attempt {attempt + 1} failed"),
+    Sign("download", r"Fetching \S+ from https?://", "flashinfer/jit/cubin_loader.py",
+         "Fetching {file_name} from {uri}"),
+    Sign("download", r"Downloading \S+: attempt \d+ failed", "flashinfer/jit/cubin_loader.py",
+         ": attempt {attempt + 1} failed"),
     Sign("download", r"Max retries reached\. Download failed", "flashinfer/jit/cubin_loader.py",
          "Max retries reached. Download failed."),
-    Sign("download", r"File downloaded successfully", "flashinfer/jit/cubin_loader.py", "File downloaded successfully"),
+    Sign("download", r"File downloaded successfully", "flashinfer/jit/cubin_loader.py",
+         "File downloaded successfully"),
     Sign("download", r"refusing to download", "flashinfer/jit/cubin_loader.py", "refusing to download"),
     Sign("compile", r"Building JIT module \S+", "flashinfer/jit/core.py", "Building JIT module %s"),
     Sign("compile", r"Ninja build failed", "flashinfer/jit/cpp_ext.py", "Ninja build failed."),
     Sign("compile", r"JIT compilation is disabled via FLASHINFER_DISABLE_JIT", "flashinfer/jit/core.py",
          "JIT compilation is disabled via FLASHINFER_DISABLE_JIT"),
     Sign("compile", r"JIT compiling \S+", "vllm/third_party/fmha_sm100/jit.py", "JIT compiling %s"),
-    Sign("kernels", r"FlashInfer's precompiled kernels are missing or do not match", "vllm/utils/flashinfer.py",
-         "FlashInfer's precompiled kernels are missing or do not match"),
-    Sign("note", r"FlashInfer kernels are disabled", "vllm/utils/flashinfer.py", "FlashInfer kernels are disabled"),
+    Sign("kernels", r"FlashInfer's precompiled kernels are missing or do not match",
+         "vllm/utils/flashinfer.py", "FlashInfer's precompiled kernels are missing or do not match"),
+    Sign("note", r"FlashInfer kernels are disabled", "vllm/utils/flashinfer.py",
+         "FlashInfer kernels are disabled"),
     # What any library's HTTP client says when it tried to go out (urllib3, requests, huggingface_hub).
     Sign("network", r"Network is unreachable|Temporary failure in name resolution|Name or service not known"
          r"|Max retries exceeded with url|Failed to establish a new connection|couldn't connect to 'https?://",
@@ -167,7 +171,7 @@ def isolate(mode: str = "none") -> dict[str, Any]:
                      "pass --network host on a machine whose own network is cut"}
 
 
-if __name__ == "__main__":  # python -m devkit.doctor.offline LOG...: the scan of any vllm.log (boot-dummy's too)
+if __name__ == "__main__":  # python -m devkit.doctor.offline LOG...: scan any vllm.log
     import json
     import sys
     doc = scan_logs([Path(p) for p in sys.argv[1:]])

@@ -50,7 +50,8 @@ def play(cfg: Any, url: str, games: Path, only: list[str] | None, seconds: float
     d = vllm_metrics.delta(before, after)
     rows = [c for r in recs for c in calls(r)]
     return {"ok": s["calls"] > 0 and all(x["actions"] > 0 for x in s["per_game"].values()),
-            "games": {k: {kk: v[kk] for kk in ("actions", "turns", "calls")} for k, v in s["per_game"].items()},
+            "games": {k: {kk: v[kk] for kk in ("actions", "turns", "calls")}
+                      for k, v in s["per_game"].items()},
             "wall_s": round(wall, 1), "calls": s["calls"], "errors": s["errors"],
             "error_messages": s["error_messages"], "metrics_delta": d, "metrics_after": after,
             **rates(d, wall, rows),
@@ -74,14 +75,15 @@ def rates(d: dict[str, Any], wall: float, calls: list[dict[str, Any]]) -> dict[s
             "mtp": vllm_metrics.mtp(d)}
 
 
-FIGURES = ("decode_tokens_per_s", "decode_tokens_per_s_per_stream", "prefix_cache_hit_rate", "tool_call_failure_rate",
-           "empty_tool_calls", "mtp", "median_model_latency_s")
+FIGURES = ("decode_tokens_per_s", "decode_tokens_per_s_per_stream", "prefix_cache_hit_rate",
+           "tool_call_failure_rate", "empty_tool_calls", "mtp", "median_model_latency_s")
 
 
 def figures(p: dict[str, Any], boot_s: float | None, mtp_drafted: int) -> dict[str, Any]:
     """The figures `checks` reads, from a play's (or a soak's) result `p`."""
     return {"boot_s": boot_s, **{k: p.get(k) for k in FIGURES},
-            "kv_cache_tokens": (p.get("metrics_after") or {}).get("kv_cache_tokens"), "mtp_drafted": mtp_drafted}
+            "kv_cache_tokens": (p.get("metrics_after") or {}).get("kv_cache_tokens"),
+            "mtp_drafted": mtp_drafted}
 
 
 # The field's operating points (FIELD §4): what a ready GPU machine reaches.
@@ -106,8 +108,10 @@ def checks(figures: dict[str, Any], streams: int, limits: dict[str, float]) -> d
                                             decode_limit(limits["min_decode_tps"], streams)),
             "prefix_cache_hit_rate": at_least(figures.get("prefix_cache_hit_rate"), limits["min_prefix_hit"]),
             "boot_s": at_most(figures.get("boot_s"), limits["max_boot_s"]),
-            "tool_call_failure_rate": at_most(figures.get("tool_call_failure_rate"), limits["max_tool_failures"]),
+            "tool_call_failure_rate": at_most(figures.get("tool_call_failure_rate"),
+                                              limits["max_tool_failures"]),
             **({"mtp_tokens_per_step": at_least((figures.get("mtp") or {}).get("tokens_per_step"),
-                                                limits["min_mtp_tokens_per_step"])} if figures.get("mtp_drafted") else {})}
+                                                limits["min_mtp_tokens_per_step"])}
+               if figures.get("mtp_drafted") else {})}
 
 

@@ -72,7 +72,8 @@ def stub_games(n: int, turns: int = 40) -> list[list[tuple[str, int]]]:
         rng = np.random.default_rng(g)
         out.append([("Current state: step {}.\n".format(k) + "\n".join(
             "".join("0123456789abcdef"[v] for v in row) for row in rng.integers(0, 16, (64, 64))),
-                     int(min(8000, max(64, 800 * np.exp(0.6 * rng.standard_normal()))))) for k in range(turns)])
+                     int(min(8000, max(64, 800 * np.exp(0.6 * rng.standard_normal())))))
+                    for k in range(turns)])
     return out
 
 
@@ -139,8 +140,8 @@ def soak(cfg: Any, url: str, minutes: float, out: Path, streams: int = 10,
     before = vllm_metrics.fetch(url)
     t0 = time.monotonic()
     threads = [threading.Thread(target=_stream, daemon=True, name=f"soak-{k}", args=(
-        k, ModelClient(url, cfg.model, session=f"soak-{k}"), system, games[k % len(games)], budget, images_cap,
-        stop, tally, cap)) for k in range(streams)]
+        k, ModelClient(url, cfg.model, session=f"soak-{k}"), system, games[k % len(games)], budget,
+        images_cap, stop, tally, cap)) for k in range(streams)]
     for t in threads:
         t.start()
     crashed = False
@@ -170,7 +171,8 @@ def summarize(tally: Tally, d: dict[str, Any], wall: float, minutes: float, stre
            "minutes": minutes, "wall_s": round(wall, 1), "streams": streams, "shapes": source,
            "requests": len(calls), "conversations": tally.conversations, "crashed": crashed,
            "errors": len(tally.errors), "error_messages": tally.errors[:5], "metrics_delta": d,
-           **rates(d, wall, calls), "tool_call_failure_rate": round(failed_tools / len(calls), 4) if calls else None,
+           **rates(d, wall, calls),
+           "tool_call_failure_rate": round(failed_tools / len(calls), 4) if calls else None,
            "empty_tool_calls": sum(c["empty_calls"] for c in calls),
            "median_prompt_tokens": statistics.median([c["prompt_tokens"] or 0 for c in calls]) if calls else None,
            "max_prompt_tokens": max((c["prompt_tokens"] or 0 for c in calls), default=None),

@@ -69,7 +69,8 @@ def sweep(cfg: Any, out: Path, games: Path, only: list[str] | None, minutes: flo
         points = [planned] if points == PLANNED else list(points)
         scfg = with_values(cfg, {**{f"model.serve.{f}": v for f, v in serve.items()},
                                  "model.serve.max_num_seqs": most + 1, "model.serve.max_model_len": longest,
-                                 "scheduler.slots": most, "agent.context_tokens": min(longest, cfg.agent.context_tokens)})
+                                 "scheduler.slots": most,
+                                 "agent.context_tokens": min(longest, cfg.agent.context_tokens)})
         key = {"boot": name, "mtp_tokens": scfg.model.serve.mtp_tokens, "graphs": graphs_of(serve)}
         if time.monotonic() - t0 > BUDGET_S:
             rows += [key | {"slots": n, "context_tokens": c, "error": "skipped: past the sweep's budget"}
@@ -119,14 +120,15 @@ def _decide(cfg: Any, out: Path, rows: list[dict[str, Any]], minutes: float, wal
     d, pw = figures.get("default", {}), figures.get("PIECEWISE", {})
     piecewise = bool(pw.get("ok")) and (not d.get("ok") or (pw["decode_tokens_per_s"] or 0) >=
                                         (1 + GRAPHS_MARGIN) * (d.get("decode_tokens_per_s") or 0))
-    sets = [] if best is None else [f"scheduler.slots={best['slots']}", f"agent.context_tokens={best['context_tokens']}",
+    sets = [] if best is None else [f"scheduler.slots={best['slots']}",
+                                    f"agent.context_tokens={best['context_tokens']}",
                                     f"model.serve.max_model_len={best['context_tokens']}",
                                     f"model.serve.mtp_tokens={best['mtp_tokens']}"]
     doc = {"points": rows, "minutes_per_point": minutes, "wall_s": round(wall, 1),
            "plan_kv_tokens": cfg.plan.kv_tokens, "profile": cfg.plan.profile, "network": network,
            "best": None if best is None else {k: best[k] for k in ("slots", "context_tokens", "mtp_tokens")},
-           "graphs": {"at": list(planned), "figures": figures, "choice": "PIECEWISE" if piecewise else "default",
-                      "margin": GRAPHS_MARGIN},
+           "graphs": {"at": list(planned), "figures": figures,
+                      "choice": "PIECEWISE" if piecewise else "default", "margin": GRAPHS_MARGIN},
            "set": sets + (["model.serve.cudagraph_mode=PIECEWISE"] if piecewise else [])}
     (out / "sweep.json").write_text(json.dumps(doc, indent=1, default=str))
     return doc

@@ -49,8 +49,8 @@ def game_timing(record: Record) -> dict[str, Any]:
     if record.end and record.end.get("reason") == "error":
         errors.append(f"end: {record.end.get('reason')}")
     if not rows:
-        return {"calls": 0, "turns": 0, "actions": len(record.actions), "model_s": 0.0, "harness_s": 0.0, "start_s": None,
-                "harness_share": None, "ready_waits": [], "latencies": [], "errors": errors,
+        return {"calls": 0, "turns": 0, "actions": len(record.actions), "model_s": 0.0, "harness_s": 0.0,
+                "start_s": None, "harness_share": None, "ready_waits": [], "latencies": [], "errors": errors,
                 "completion_tokens": 0, "prompt_tokens": 0, "cached_tokens": 0, "tool_call_failures": 0}
     window = rows[-1]["arrived"] - rows[0]["sent"]
     model = sum(r["latency_s"] for r in rows)
@@ -114,7 +114,8 @@ def summarize(records: Iterable[Record]) -> dict[str, Any]:
         "error_messages": [f"{k}: {e}" for k, x in games.items() for e in x["errors"]][:10],
         "per_game": {k: {"actions": x["actions"], "turns": x["turns"], "calls": x["calls"],
                          "harness_share": _r(x["harness_share"], 4),
-                         "max_ready_wait_s": _r(max(x["ready_waits"], default=None))} for k, x in games.items()},
+                         "max_ready_wait_s": _r(max(x["ready_waits"], default=None))}
+                     for k, x in games.items()},
     }
 
 

@@ -97,8 +97,8 @@ def check_run(rep: Report, paths: dict[str, Path], run: dict[str, Any], listed: 
                   {"expected": policy, "records": names, "errors": summary.get("errors")})
 
 
-def _check_games(rep: Report, working: Path, listed: list[str], records: dict[str, Any], summary: dict[str, Any],
-                 expected_broken: set[str]) -> list[str]:
+def _check_games(rep: Report, working: Path, listed: list[str], records: dict[str, Any],
+                 summary: dict[str, Any], expected_broken: set[str]) -> list[str]:
     """Every listed game played: a record with actions, or its failure recorded. Returns the missing."""
     played, missing, errored = [], [], {}
     for g in listed:
@@ -146,7 +146,8 @@ def _check_card(rep: Report, gateway: "Gateway | None", summary: dict[str, Any],
     envs = {}
     for e in doc.get("environments") or []:
         for r in e.get("runs") or [e]:
-            envs[r.get("id") or e.get("id")] = {"actions": r.get("actions"), "levels": r.get("levels_completed")}
+            envs[r.get("id") or e.get("id")] = {"actions": r.get("actions"),
+                                                "levels": r.get("levels_completed")}
     rep.facts["gateway_scorecard"] = {"closed": bool(doc), "card_id": doc.get("card_id"),
                                       "after_close_status": status, "environments": envs}
     # Open, the gateway answers 403 for the card; closed, it has dropped it (404) and
@@ -155,14 +156,16 @@ def _check_card(rep: Report, gateway: "Gateway | None", summary: dict[str, Any],
               {"notebook": closed, "gateway_close_hook": doc.get("card_id"), "card": card,
                "gateway_status_after": status})
     on_card = [g for g in listed if g not in expected_broken and (envs.get(g) or {}).get("actions")]
-    rep.check("gateway_saw_every_game", set(on_card) == set(listed) - expected_broken, {"with_actions": on_card})
+    rep.check("gateway_saw_every_game", set(on_card) == set(listed) - expected_broken,
+              {"with_actions": on_card})
 
 
 def _check_outputs(rep: Report, working: Path, summary_written: bool, records: int, listed: int) -> None:
     """Outputs where Kaggle expects them."""
     sub = working / "submission.parquet"
-    outputs: dict[str, Any] = {"summary.json": summary_written, "run.log": (working / "duck" / "run.log").exists(),
-                               "records": records,  # and the model's conversations (informative: a fault may have none)
+    outputs: dict[str, Any] = {"summary.json": summary_written,
+                               "run.log": (working / "duck" / "run.log").exists(),
+                               "records": records,  # and conversations (a fault may have none)
                                "conversations": len(list((working / "duck" / "conversations").glob("*.jsonl*")))}
     if rep.mode == "interactive":
         cols = None
@@ -175,14 +178,17 @@ def _check_outputs(rep: Report, working: Path, summary_written: bool, records: i
     else:
         outputs["submission.parquet (the gateway writes it; we must not)"] = sub.exists()
         ok = not sub.exists()
-    rep.check("outputs_in_place", ok and summary_written and outputs["run.log"] and records >= listed, outputs)
+    rep.check("outputs_in_place", ok and summary_written and outputs["run.log"] and records >= listed,
+              outputs)
 
 
-def _check_model(rep: Report, model: dict[str, Any], model_url: str, missing: list[str], policy: str | None) -> None:
+def _check_model(rep: Report, model: dict[str, Any], model_url: str, missing: list[str],
+                 policy: str | None) -> None:
     """vLLM torn down, and each fault's own effect (a user's policy starts none)."""
     rep.check("model_server_stopped", not port_open(model_url), model.get("status"))
     if policy is not None:
-        rep.check("no_model_started", str(model.get("status", "")).startswith("off (play.policy"), model.get("status"))
+        rep.check("no_model_started", str(model.get("status", "")).startswith("off (play.policy"),
+                  model.get("status"))
     elif rep.fault in ("model-dies", "model-hangs", "crash-loop"):
         down, boots = model.get("down") or [], model.get("boots") or []
         rep.check("model_marked_down", bool(down), down)
@@ -195,7 +201,8 @@ def _check_model(rep: Report, model: dict[str, Any], model_url: str, missing: li
                                                          for b in boots[:-1]),
                       [(b["rung"], b["settings"]["mtp_tokens"], b["end"]) for b in boots])
     elif rep.fault == "no-model":
-        rep.check("model_never_up", model.get("status", "").startswith("did not come up"), model.get("status"))
+        rep.check("model_never_up", model.get("status", "").startswith("did not come up"),
+                  model.get("status"))
     elif rep.fault == "none":
         rep.check("model_was_ready", model.get("status") == "ready", model.get("status"))
 
@@ -215,7 +222,8 @@ def _check_parked(rep: Report, summary: dict[str, Any], records: dict[str, Any])
         if start is None or start + float((r.end or {}).get("t", 1e9)) < t0 + down - 1:
             continue  # over before the outage
         after = sum(1 for a in r.actions if back is not None and start + a.get("t", 0) > t0 + back)
-        waited[g] = {"handovers": sum(1 for e in r.events if _handover(e)), "model_actions_after_restart": after,
+        waited[g] = {"handovers": sum(1 for e in r.events if _handover(e)),
+                     "model_actions_after_restart": after,
                      "parked": sum(1 for e in r.events if e.get("kind") == "parked")}
     rep.check("games_waited_for_the_server", bool(waited) and back is not None
               and all(v["handovers"] == 0 and v["model_actions_after_restart"] > 0 for v in waited.values()),

@@ -25,6 +25,12 @@ class Gateway(LocalGateway):
         super().__init__(games_dir, log_path=work / "gateway.log",
                          closed_path=work / "gateway_closed_scorecard.json")
 
+    def closed_card(self) -> dict | None:
+        """The scorecard as the gateway wrote it at close."""
+        if self.closed_path and self.closed_path.exists():
+            return json.loads(self.closed_path.read_text())
+        return None
+
 
 def http_get(url: str, timeout: float = 10.0) -> tuple[int, Any]:
     """(HTTP status, JSON body or text); status 0 when nothing answered."""

@@ -136,7 +136,8 @@ def layout(work: Path, games: Path, mode: str, fault: str) -> dict[str, Path]:
     (model / "model.safetensors").write_bytes(b"")
     # the index names a drafter's tensor, so that a profile with MTP is served with it (duck.llm.drafter)
     (model / "model.safetensors.index.json").write_text(json.dumps(
-        {"weight_map": {"model.embed_tokens.weight": "model.safetensors", "mtp.fc.weight": "model.safetensors"}}))
+        {"weight_map": {"model.embed_tokens.weight": "model.safetensors",
+                        "mtp.fc.weight": "model.safetensors"}}))
     exe = write_standin(bin_dir / "vllm")
     return {"input": inp, "working": working, "competition": comp, "served": served, "vllm": exe,
             "dataset": ds, "model": model}

@@ -103,7 +103,8 @@ def rehearse(games: str | Path, budget_s: float, *, mode: str = "rerun", fault: 
                     proxy.__exit__(None, None, None)
     else:
         listed = GameSource.offline(paths["competition"] / "environment_files").game_ids()
-        env = notebook_env(paths, budget_s, mode, fault, "http://127.0.0.1:9", model_port, len(listed), max_actions)
+        env = notebook_env(paths, budget_s, mode, fault, "http://127.0.0.1:9", model_port, len(listed),
+                           max_actions)
         run = execute_notebook(notebook, env, work, budget_s + 60)
         check_run(rep, paths, run, listed, None, model_url, name)
     rep.facts["wall_s"] = round(time.monotonic() - t0, 1)
@@ -116,7 +117,7 @@ def pack(dataset: Path, policy: str, helpers: str | None) -> str:
     the build does); returns the name its records will carry."""
     from duck.policies import load_policy_file
     file, _, cls_name = policy.rpartition(":")
-    cls = load_policy_file(f"{Path(file).resolve()}:{cls_name}")  # (PolicyError: one line, before anything runs)
+    cls = load_policy_file(f"{Path(file).resolve()}:{cls_name}")  # (PolicyError: one line)
     marker = dataset / DATASET_MARKER
     doc = json.loads(marker.read_text())
     doc["policy"] = pack_policy(policy, dataset, helpers)
@@ -163,7 +164,8 @@ def _main(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("rehearse", help="rehearse a Kaggle run: the real notebook, a local gateway, a stand-in vLLM")
+    p = sub.add_parser("rehearse",
+                       help="rehearse a Kaggle run: the real notebook, a local gateway, a stand-in vLLM")
     p.add_argument("--games", default=str(BUNDLED_GAMES), help="environments folder the gateway serves")
     p.add_argument("--budget-seconds", type=float, default=60.0, help="the notebook's whole budget")
     p.add_argument("--mode", choices=["rerun", "interactive"], default="rerun",
@@ -172,9 +174,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="a fault to inject (all: each in turn, and an interactive run)")
     p.add_argument("--out", default=None, help="keep the rehearsal folders here (default: a temp folder)")
     p.add_argument("--max-actions", type=int, default=MAX_ACTIONS, help="per game (play.max_actions)")
-    p.add_argument("--verbose-report", dest="verbose", action="store_true", help="print every fact, not just the checks")
+    p.add_argument("--verbose-report", dest="verbose", action="store_true",
+                   help="print every fact, not just the checks")
     p.add_argument("--policy", default=None, metavar="FILE.py:CLASS",
                    help="your own policy, packed into the wheel dataset as kaggle-dataset/build.py --policy packs it: "
                         "the notebook must play every game with it")
-    p.add_argument("--policy-helpers", default=None, metavar="DIR", help="a folder the policy imports, packed beside it")
+    p.add_argument("--policy-helpers", default=None, metavar="DIR",
+                   help="a folder the policy imports, packed beside it")
     p.set_defaults(func=_main)

@@ -236,7 +236,8 @@ def _main(args: argparse.Namespace) -> int:
         from devkit.replay.loop import replay_check  # (it starts the agent stack: only when asked)
         res = replay_check(args.traces_dir, args.games, args.out, args.only)
         print(json.dumps({k: v for k, v in res.items() if k != "games"} |
-                         {"games": {g: {k: v[k] for k in ("pass", "recorded", "played", "known_share", "identical")}
+                         {"games": {g: {k: v[k]
+                                        for k in ("pass", "recorded", "played", "known_share", "identical")}
                                     for g, v in res["games"].items()}}, indent=1))
         return 0 if res["identical"] == res["runs"] else 1
     doc = run_replay(args.traces_dir, args.games, args.out, workers=args.workers, only=args.only,

@@ -129,12 +129,14 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--baselines", default=None,
                    help="public-games.json or a games folder (default: environment_files/, "
                         "else ../shared/public-games.json)")
-    p.add_argument("--policy", choices=SCHEDULERS, default=SchedulerConfig().policy, help="the scheduling policy")
+    p.add_argument("--policy", choices=SCHEDULERS, default=SchedulerConfig().policy,
+                   help="the scheduling policy")
     p.add_argument("--scenario", choices=sorted(SCENARIOS), default="30min",
                    help="the budget, margin and games of the simulated run")
     p.add_argument("--curves", choices=("duck", "synthetic", "both"), default=None,
                    help="curve set (default: duck; with --compare: both)")
-    p.add_argument("--seeds", type=int, default=None, help="number of drawn sets (default 100; 20 with --compare)")
+    p.add_argument("--seeds", type=int, default=None,
+                   help="number of drawn sets (default 100; 20 with --compare)")
     p.add_argument("--seed0", type=int, default=0, help="first seed")
     p.add_argument("--compare", action="store_true",
                    help="field, ucb, adaptive and fixed on the same draws, over --slots and both curve sets")

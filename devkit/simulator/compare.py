@@ -30,7 +30,8 @@ CURVE_SETS_ASSUME = {
 }
 
 
-def context_for_slots(slots: int, profile: str = profiles.DEFAULT_PROFILE, step: int = 1024) -> tuple[int, int]:
+def context_for_slots(slots: int, profile: str = profiles.DEFAULT_PROFILE,
+                      step: int = 1024) -> tuple[int, int]:
     """(context tokens, output cap) per game for `slots` games: the profile's own when it fits,
     else the largest multiple of `step` whose memory plan has no problem."""
     p = profiles.plan(profile, slots=slots)
@@ -86,7 +87,8 @@ def report(results: dict, baseline: str = "field") -> dict:
                     by_slots.setdefault(s, {}).setdefault(name, []).append(d["score"]["ci95"][0] > 0)
             doc[cs][f"S={s}"] = row
     doc[f"beats_{baseline}_on_every_curve_set"] = {
-        f"S={s}": sorted(n for n, b in per.items() if len(b) == len(results) and all(b)) for s, per in by_slots.items()}
+        f"S={s}": sorted(n for n, b in per.items() if len(b) == len(results) and all(b))
+        for s, per in by_slots.items()}
     doc[f"beats_{baseline}_everywhere"] = sorted(n for n, b in beats.items() if b and all(b))
     return doc
 

@@ -178,7 +178,8 @@ class _Sim:
             self.consult = True
         g.phase = "tool"
         g.epoch += 1
-        self.push(self.busy_heap, self.now + self.server.tool_s + self.server.prefill_s(g.turn[1] - g.turn[0]), g)
+        self.push(self.busy_heap,
+                  self.now + self.server.tool_s + self.server.prefill_s(g.turn[1] - g.turn[0]), g)
 
     def busy_over(self, g: _Game) -> None:
         g.epoch += 1
@@ -274,7 +275,8 @@ def mean_ci(xs: Sequence[float], digits: int = 4) -> dict:
     a = np.asarray(xs, dtype=float)
     half = 1.96 * a.std(ddof=1) / math.sqrt(len(a)) if len(a) > 1 else 0.0
     m = float(a.mean())
-    return {"mean": round(m, digits), "ci95": [round(float(m - half), digits), round(float(m + half), digits)]}
+    return {"mean": round(m, digits),
+            "ci95": [round(float(m - half), digits), round(float(m + half), digits)]}
 
 
 def summarize(outcomes: Sequence[Outcome], scenario: Scenario) -> dict:
@@ -285,7 +287,8 @@ def summarize(outcomes: Sequence[Outcome], scenario: Scenario) -> dict:
         "unplayed_games": mean_ci([o.unplayed for o in outcomes], 2),
         "tokens_per_game": round(float(np.mean([o.tokens for o in outcomes])) / scenario.n_games),
         "yields_per_game": round(float(np.mean([o.yields for o in outcomes])) / scenario.n_games, 2),
-        "preemptions_per_game": round(float(np.mean([o.preemptions for o in outcomes])) / scenario.n_games, 2),
+        "preemptions_per_game": round(float(np.mean([o.preemptions for o in outcomes]))
+                                      / scenario.n_games, 2),
         "all_started_seconds_max": round(float(np.max([o.all_started_s for o in outcomes])), 1),
         "last_end_seconds_max": round(float(np.max([o.last_end for o in outcomes])), 1),
         "deadline_seconds": scenario.budget_s,

@@ -34,7 +34,8 @@ def _logit(p: float) -> float:
 
 
 class SyntheticGame:
-    def __init__(self, slot: int, name: str, baselines: Sequence[int], turns: Sequence[tuple[int, int]], seed: int):
+    def __init__(self, slot: int, name: str, baselines: Sequence[int], turns: Sequence[tuple[int, int]],
+                 seed: int):
         self.game_id = f"{slot:03d}:{name}"
         self.baselines = tuple(baselines)
         self.turns = turns
@@ -49,7 +50,8 @@ class SyntheticGame:
         rng, lv = self.rng, self.levels
         m = LEVEL_TOKENS[min(lv, len(LEVEL_TOKENS) - 1)]
         self.t_need = m * math.exp(TOKEN_SIGMA * float(rng.normal()))
-        self.a_need = max(1.0, ACTION_RATIO * self.baselines[lv] * math.exp(ACTION_SIGMA * float(rng.normal())))
+        self.a_need = max(1.0,
+                          ACTION_RATIO * self.baselines[lv] * math.exp(ACTION_SIGMA * float(rng.normal())))
         self.completes = bool(rng.random() < self.q)
         self.t_level, self.a0 = 0.0, self.actions
 

@@ -1,17 +1,13 @@
 """The message history sent to the model: prefix-stable, trimmed with hysteresis under a budget.
 
-The server's prefix cache reuses the KV of any prompt prefix it has seen, so the cheapest
-history only ever grows at its end. The rule: the system prompt and every past message are
-never rewritten (past reasoning stays; only a cut reply's thinking is cut to its tail,
+The rule: the system prompt and every past message are never rewritten (the server's prefix
+cache reuses any prefix it has seen; only a cut reply's thinking is cut to its tail,
 duck.llm.client.Reply.message). A turn is one user message and the assistant/tool messages
-after it. The prompt's size is the server's (`usage`, then each new message's count:
-duck.llm.tokens). When the prompt plus the output cap would pass the budget, or its images
-`max_images` (asked by the loop before it builds a turn: `fit(images=N)`, and again before each
-request), whole old turns right after the system prompt go in one block, down to `evict_to`:
-never the current turn, never a history the template rejects, and no summary. One fact line
-(prompts/trimmed.j2) and `carry` (the per-level memory) make one user message placed right
-after the system prompt. The why of each rule: docs/agent.md, "The model's context"; what goes
-into the messages: duck.agent.turn.
+after it. When the prompt plus the output cap would pass the budget, or its images
+`max_images` (`fit(images=N)`), whole old turns right after the system prompt go in one block,
+down to `evict_to`: never the current turn, and no summary; one fact line (prompts/trimmed.j2)
+and `carry` (the per-level memory) take their place. Sizes are the server's counts
+(duck.llm.tokens). The why of each rule: docs/agent.md, "The model's context".
 """
 
 from __future__ import annotations
@@ -66,8 +62,9 @@ class Context:
     `max_images`: images a prompt may hold (None: no limit)."""
 
     def __init__(self, system: str, budget: int, reserve: int, *, evict_to: float = 0.45,
-                 carry: Callable[[], dict[str, Any] | None] | None = None, counter: TokenCounter | None = None,
-                 log: ConversationWriter = NULL, max_images: int | None = None) -> None:
+                 carry: Callable[[], dict[str, Any] | None] | None = None,
+                 counter: TokenCounter | None = None, log: ConversationWriter = NULL,
+                 max_images: int | None = None) -> None:
         self.max_images = max_images
         self.log = log
         self.counter = counter or TokenCounter(None)
@@ -196,7 +193,8 @@ class Context:
         after = fixed + extra + sum(sizes[drop:])
         if not images and (len(self.turns) < 2 or after > limit or sum(pics[drop:]) > cap):
             alone = int(fixed + extra + sizes[-1]) if sizes else before
-            why = (f"holds {pics[-1]} images (limit {cap}: model.serve.images_per_prompt)" if pics and pics[-1] > cap
+            why = (f"holds {pics[-1]} images (limit {cap}: model.serve.images_per_prompt)"
+                   if pics and pics[-1] > cap
                    else f"needs ~{alone} prompt tokens (limit {limit}: budget {self.budget} - output cap "
                         f"{self.reserve}{'' if self.exact else ' - 3%'})")
             raise ContextFull(f"the current turn alone {why}", tokens=alone, limit=limit,
@@ -228,7 +226,8 @@ class Context:
         """The message right after the system prompt once `dropping` goes and `first` heads the
         history: the trim line (prompts/trimmed.j2), then the carried text."""
         gone = self.removed + dropping
-        line = render("trimmed.j2", turns=len(gone), start=gone[0].steps if gone else first.steps, end=first.steps)
+        line = render("trimmed.j2", turns=len(gone), start=gone[0].steps if gone else first.steps,
+                      end=first.steps)
         return {"role": "user", "content": line + ("\n\n" + carried if carried else "")}
 
     def _trimmed(self, dropped: list[Turn], carry: tuple[dict[str, Any], int, Count] | None, kind: str,
@@ -240,7 +239,8 @@ class Context:
         self.evictions += 1
         after = self.estimate()
         if kind == "evict":
-            self.trims.append({"turns": [t.index for t in dropped], "tokens_before": before, "tokens_after": after,
+            self.trims.append({"turns": [t.index for t in dropped], "tokens_before": before,
+                               "tokens_after": after,
                                "dropped_tokens": int(sum(self.turn_tokens(t) for t in dropped))})
         self.log.event(kind, turns=[t.index for t in dropped], ids=[i for t in dropped for i in t.ids],
                        replaced=old, summary=None, carry=carry[1] if carry else None,  # (no summary any more)

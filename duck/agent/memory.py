@@ -1,17 +1,12 @@
 """Memory across levels and GAME_OVER, and the level bookkeeping: per solved level what it took,
 carried to later levels.
 
-Per solved level: the actions it took (every attempt, RESETs included), its GAME_OVERs, the
-last `tail` actions of the winning attempt and the rule the model is asked to state once, as a
-`Rule:` block in its reply (prompts/memory.j2). It goes at the end of the first turn message of
-every later level and, after a trim, under the trim line right after the system prompt
-(duck.agent.context), so it never breaks the cached prefix. Why these, and where:
-docs/agent.md, "The memory of solved levels".
-
+Per solved level: its actions, GAME_OVERs, the winning attempt's last `tail` actions and the
+rule the model is asked once to state (a `Rule:` block, prompts/memory.j2). It goes at the end
+of the first turn message of every later level and, after a trim, right after the system
+prompt, so it never breaks the cached prefix: docs/agent.md, "The memory of solved levels".
 `LevelMemory` is also the one owner of the level bookkeeping: where the current level began
-(`start`, the game's action count then), its attempts and GAME_OVERs. The kernel is the other
-memory: its namespace (the model's functions) and the model's `notes` dict, kept for the whole
-game by the worker (the notes across restarts too), as the system prompt says.
+(`start`, the game's action count then), its attempts and GAME_OVERs.
 """
 
 from __future__ import annotations
@@ -81,7 +76,8 @@ class LevelMemory:
     def level_done(self, level: int, game_actions: int) -> Solved:
         """Level `level` was solved, the game being at `game_actions` actions; the next level
         begins there, and the next turn asks for the rule of this one."""
-        s = Solved(level, game_actions - self.start, self.game_overs, len(self.attempt), self.attempt[-self.tail:])
+        s = Solved(level, game_actions - self.start, self.game_overs, len(self.attempt),
+                   self.attempt[-self.tail:])
         self.solved.append(s)
         self.attempt, self.game_overs, self.asking, self.start = [], 0, level, game_actions
         return s

@@ -1,18 +1,12 @@
 """What the model is told: the prompt files (prompts/*.j2, rendered strictly), the one tool's
 schema and the reading of its calls, and the user message that opens a turn.
 
-A turn message holds facts only (prompts/turn.j2): what the last acting call played, the net
-change of the board over the WHOLE call (duck.game.change), its animations in one line, the
-outcome, the step, the level, the actions on it and the valid actions (ACTION7 named UNDO); on
-a new level the per-level memory (duck.agent.memory). Every object fact is true of the two
-boards it names (`duck bench facts` checks them). Its images come first, then the text, which
-lists them in order: the board now (`IMAGE_SCALE`), a diff, the board that completed a level,
-the fatal frame after a GAME_OVER, up to `ANIMATION_IMAGES` mid-animation frames
-(`ANIMATION_SCALE`); which, when, and the field's evidence for each: docs/agent.md, "What the
-model sees". Images are rendered from grids (duck.game.images), so the conversation file
-rebuilds them bit for bit; the prompt never holds more than `model.serve.images_per_prompt`
-(duck.agent.context trims so that a turn's images fit). The tool message of a call is the
-kernel's (`CallResult.text`, duck.sandbox.render).
+A turn message holds facts only (prompts/turn.j2): the net change of the board over the WHOLE
+last acting call (duck.game.change), its animations in one line, the outcome, the level and
+the valid actions; on a new level the per-level memory. Its images come first, rendered from
+grids (duck.game.images) so the conversation file rebuilds them bit for bit, then the text,
+which lists them. Which images, when, and the field's evidence for each: docs/agent.md, "What
+the model sees". The tool message of a call is the kernel's (`CallResult.text`).
 """
 
 from __future__ import annotations
@@ -170,7 +164,8 @@ class CallFacts:
     @property
     def text(self) -> str:
         """A few words (the conversation's turn_end)."""
-        return ("won" if self.won else "level completed" if self.level_completed else "GAME_OVER" if self.game_over
+        return ("won" if self.won else "level completed" if self.level_completed
+                else "GAME_OVER" if self.game_over
                 else "board changed" if self.change and self.change != "no cell changed" else "no visible change")
 
 
@@ -235,17 +230,20 @@ def turn_images(session: Session, last: CallFacts | None, room: int) -> list[Sho
                            "the board now with the cells your last call changed in colour, the rest dimmed"))
     if last.won_board is not None:
         extra.append(Shown("board", (last.won_board,), IMAGE_SCALE,
-                           f"the board that completed level {last.level} ({_action(last, last.won_step)}, frame "
-                           f"{last.won_of - 1} of {last.won_of}; frame {last.won_of} is level {last.level + 1}'s first board)"))
+                           f"the board that completed level {last.level} ({_action(last, last.won_step)}, "
+                           f"frame {last.won_of - 1} of {last.won_of}; frame {last.won_of} is level "
+                           f"{last.level + 1}'s first board)"))
     if last.game_over:
         what = f" by {last.fatal_action}" if last.fatal_action else ""
-        extra.append(Shown("board", (last.final,), IMAGE_SCALE, f"the board at GAME_OVER (the fatal frame{what})"))
+        extra.append(Shown("board", (last.final,), IMAGE_SCALE,
+                           f"the board at GAME_OVER (the fatal frame{what})"))
         if last.fatal_before is not None and changed_inside(last.fatal_before, last.final):
             extra.append(Shown("diff", (last.fatal_before, last.final), IMAGE_SCALE,
                                f"the fatal frame with the cells changed{what} in colour, the rest dimmed"))
     for p in last.picks:
         extra.append(Shown("board", (p.grid,), ANIMATION_SCALE,
-                           f"mid-animation: level {last.level}, {_action(last, p.step)}, frame {p.frame + 1} of {p.of}"))
+                           f"mid-animation: level {last.level}, {_action(last, p.step)}, frame "
+                           f"{p.frame + 1} of {p.of}"))
     return out + extra[:max(0, room - 1)]
 
 
@@ -257,9 +255,9 @@ def turn_message(session: Session, last: CallFacts | None, stalled: int, first: 
     obs, game = session.obs, session.game
     shown = turn_images(session, last, room)
     text = render("turn.j2", first=first, last=last, stalled=stalled, level=obs.levels_completed + 1,
-                  win_levels=game.win_levels, level_actions=game.actions - level_start, total_actions=game.actions,
-                  valid_actions=MODEL_NAMES.valid(obs.available_actions), memory=memory, ask_rule=ask_rule,
-                  images=[s.caption for s in shown])
+                  win_levels=game.win_levels, level_actions=game.actions - level_start,
+                  total_actions=game.actions, valid_actions=MODEL_NAMES.valid(obs.available_actions),
+                  memory=memory, ask_rule=ask_rule, images=[s.caption for s in shown])
     parts = []
     for s in shown:
         part = image_part(s.png())

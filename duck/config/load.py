@@ -1,11 +1,9 @@
-"""Reading a config: files, `DUCK_` environment variables and `a.b=value` overrides merged
-into one document of dotted fields, validated into a pydantic model, every problem said in
-one line (`ConfigError`); and the fields the serving profile's memory plan fills in
-(`PLANNED`, `plan_fields`).
-
-The model is duck.config.Config; this module does not import it (duck.config's load_config
-and with_values pass it in), so the sections and their defaults stay in one file and the
-machinery that reads them in another. Import these names from duck.config.
+"""Reading a config: files, `DUCK_` environment variables and `a.b=value` overrides merged into
+one document of dotted fields, validated into a pydantic model, every problem said in one line
+(`ConfigError`); and the fields the serving profile's memory plan fills in (`PLANNED`,
+`plan_fields`). The model (duck.config.Config) is passed in, never imported, so the sections
+stay in one file and the machinery that reads them in another. Import these names from
+duck.config.
 """
 
 from __future__ import annotations
@@ -181,7 +179,8 @@ def plan_fields(cfg: Any) -> tuple[tuple[str, ...], profiles.Plan]:
              if (arg := PLANNED[dotted][0]) and key in section.model_fields_set}
     serve = cfg.model.serve
     try:
-        plan = profiles.plan(cfg.model.profile, gpu_mib=serve.gpu_memory_mib, low_water=cfg.agent.evict_to, **given)
+        plan = profiles.plan(cfg.model.profile, gpu_mib=serve.gpu_memory_mib, low_water=cfg.agent.evict_to,
+                             **given)
     except profiles.ProfileError as e:
         raise ValueError(str(e)) from None
     profile = profiles.get(cfg.model.profile)

@@ -2,18 +2,12 @@
 
 A profile names one way of serving one model on one card: the checkpoint, its quantisation,
 the KV-cache dtype, speculative decoding, the context window and output cap, and its restart
-ladder. From it and the model's architecture (its config.json, or the shape the profile carries
-when no checkpoint is at hand) `plan()` derives what everything else uses: the KV pool in
-tokens, the slots (games holding a context at once), the context budget per game, vLLM's
-`--max-num-seqs`, and the host RAM plan with the tmpfs quota per kernel. The rule: no second
-hand-set number exists anywhere. The one figure a profile carries that no config gives is its
-runtime overhead, fitted so that the plan gives the KV pool the field measured; where `duck
-doctor` reads another pool off a real server, that figure is the one to change. How each
-quantity is derived, with its figures: docs/serving.md, "The memory plan".
-
-Pure arithmetic over numbers and one optional file read (the checkpoint's config.json): it
-sits beside the config (duck.config resolves its unset fields from the plan) and imports
-nothing of the project.
+ladder. `plan()` derives from it and the model's architecture what everything else uses: the
+KV pool, the slots, the context budget per game, `--max-num-seqs`, the host RAM plan. The rule:
+no second hand-set number exists anywhere; the one figure a profile carries that no config
+gives is its runtime overhead, fitted to the KV pool the field measured. How each quantity is
+derived: docs/serving.md, "The memory plan". Pure arithmetic and one optional file read (the
+checkpoint's config.json); it imports nothing of the project.
 """
 
 from __future__ import annotations
@@ -86,7 +80,8 @@ class Arch:
                    int(t.get("linear_conv_kernel_dim", 0)),
                    hidden_size=int(t.get("hidden_size", 0)) if t.get("ple_layer_ids") else 0,
                    hc_count=int(t.get("hc_count", 0) or 0), ple_layers=len(set(t.get("ple_layer_ids") or ())),
-                   ple_conv_kernel_size=int(t.get("ple_conv_kernel_size", 4)), ngram_size=int(t.get("ngram_size", 3)))
+                   ple_conv_kernel_size=int(t.get("ple_conv_kernel_size", 4)),
+                   ngram_size=int(t.get("ngram_size", 3)))
 
     def kv_bytes_per_token(self, dtype: str) -> int:
         """K and V of every attention layer, for one token."""
@@ -213,13 +208,14 @@ PROFILES: dict[str, Profile] = {p.name: p for p in (
         architecture="Qwen3_5ForConditionalGeneration", chat_template="qwen3.6", linear_backend="cutlass"),
     Profile(
         name="hosted", served_name="qwen/qwen3.8-flash", checkpoint="", kaggle_model="", arch=FLASH_NEXT,
-        weights_gib=0.0, overhead_gib=0.0, kv_cache_dtype="auto", state_dtype="bfloat16", gpu_memory_utilization=0.9,
-        window=131072, output_tokens=12288, max_slots=4, quantization="the provider's",
+        weights_gib=0.0, overhead_gib=0.0, kv_cache_dtype="auto", state_dtype="bfloat16",
+        gpu_memory_utilization=0.9, window=131072, output_tokens=12288, max_slots=4,
+        quantization="the provider's",
         notes=("a hosted OpenAI-compatible provider: standard fields only, no /tokenize, the key from "
                "model.api_key_env; development without a GPU (FIELD §5: qwen3.8-flash, 66.9 on 5 games for $1.86)",
                "slots: the provider's concurrency (scheduler.slots); context: agent.context_tokens"),
-        reasoning_efforts=("minimal", "low", "medium", "high", "xhigh"), hosted=True, api_key_env="OPENAI_API_KEY",
-        ladder=()),
+        reasoning_efforts=("minimal", "low", "medium", "high", "xhigh"), hosted=True,
+        api_key_env="OPENAI_API_KEY", ladder=()),
 )}
 DEFAULT_PROFILE = "flash-next"
 
@@ -254,7 +250,6 @@ class Plan:
     host: dict[str, float] = field(default_factory=dict)
     kernel_disk_mb: int = 256
     problems: list[str] = field(default_factory=list)
-    # (Added with the vLLM 0.33 stack; the fields above keep their names.)
     architecture: str = ""
     prefix_checkpoints: int = 1  # DeltaNet state pages a game's cached prefix holds beside its running one
     state_gib: float = 0.0  # every slot's recurrent state (running + prefix checkpoints)
@@ -306,7 +301,8 @@ def plan(name: str = DEFAULT_PROFILE, *, model_path: str | None = None, gpu_mib:
     # The output cap: the profile's, but never more than a quarter of a smaller budget (an
     # A/B at 32K, a test at 8K), so that a prompt always has room.
     output = output_tokens or min(p.output_tokens, context // 4)
-    problems = [f"the output cap ({output}) leaves no room for a prompt in {context} tokens"] if output >= context else []
+    problems = [f"the output cap ({output}) leaves no room for a prompt in "
+                f"{context} tokens"] if output >= context else []
     if p.hosted:
         return _hosted_plan(p, window or context, context, output, problems, slots, low_water, kernel_disk_mb)
     mtp = p.mtp_tokens if mtp_tokens is None else mtp_tokens
@@ -351,14 +347,14 @@ def plan(name: str = DEFAULT_PROFILE, *, model_path: str | None = None, gpu_mib:
         problems.append(f"host RAM: {kernels} kernels x {disk} MB of tmpfs do not fit beside the "
                         f"{p.table_host_gb:g} GB n-gram table in {host_gb:g} GB")
     return Plan(profile=p.name, served_name=p.served_name, checkpoint=p.checkpoint, arch_from=arch_from,
-                gpu_gib=round(gpu_gib, 2), utilization=util, usable_gib=round(usable, 2), weights_gib=p.weights_gib,
-                overhead_gib=p.overhead_gib, kv_cache_dtype=dtype, kv_bytes_per_token=per_token,
-                state_mib_per_slot=round(one / MiB, 1), kv_pool_gib=round(pool_gib, 2), kv_tokens=kv_tokens,
-                window=window, context_tokens=context, output_tokens=output, low_water=low_water,
-                mean_tokens_per_slot=mean, slots=n, slots_fit=fit, max_num_seqs=max_num_seqs or n + 1,
-                mtp_tokens=mtp, host=host, kernel_disk_mb=disk, problems=problems, architecture=p.architecture,
-                prefix_checkpoints=prefix_checkpoints, state_gib=round(n * state / GiB, 2),
-                engram_offload=p.engram_offload)
+                gpu_gib=round(gpu_gib, 2), utilization=util, usable_gib=round(usable, 2),
+                weights_gib=p.weights_gib, overhead_gib=p.overhead_gib, kv_cache_dtype=dtype,
+                kv_bytes_per_token=per_token, state_mib_per_slot=round(one / MiB, 1),
+                kv_pool_gib=round(pool_gib, 2), kv_tokens=kv_tokens, window=window, context_tokens=context,
+                output_tokens=output, low_water=low_water, mean_tokens_per_slot=mean, slots=n, slots_fit=fit,
+                max_num_seqs=max_num_seqs or n + 1, mtp_tokens=mtp, host=host, kernel_disk_mb=disk,
+                problems=problems, architecture=p.architecture, prefix_checkpoints=prefix_checkpoints,
+                state_gib=round(n * state / GiB, 2), engram_offload=p.engram_offload)
 
 
 def _hosted_plan(p: Profile, window: int, context: int, output: int, problems: list[str], slots: int | None,
@@ -368,7 +364,8 @@ def _hosted_plan(p: Profile, window: int, context: int, output: int, problems: l
     n = slots or p.max_slots
     return Plan(profile=p.name, served_name=p.served_name, checkpoint="", arch_from="hosted", gpu_gib=0.0,
                 utilization=p.gpu_memory_utilization, usable_gib=0.0, weights_gib=0.0, overhead_gib=0.0,
-                kv_cache_dtype=p.kv_cache_dtype, kv_bytes_per_token=0, state_mib_per_slot=0.0, kv_pool_gib=0.0,
-                kv_tokens=0, window=window, context_tokens=context, output_tokens=output,
-                low_water=low_water, mean_tokens_per_slot=int(context * (1 + low_water) / 2), slots=n, slots_fit=n,
-                max_num_seqs=n + 1, mtp_tokens=0, host={}, kernel_disk_mb=kernel_disk_mb or 256, problems=problems)
+                kv_cache_dtype=p.kv_cache_dtype, kv_bytes_per_token=0, state_mib_per_slot=0.0,
+                kv_pool_gib=0.0, kv_tokens=0, window=window, context_tokens=context, output_tokens=output,
+                low_water=low_water, mean_tokens_per_slot=int(context * (1 + low_water) / 2), slots=n,
+                slots_fit=n, max_num_seqs=n + 1, mtp_tokens=0, host={}, kernel_disk_mb=kernel_disk_mb or 256,
+                problems=problems)

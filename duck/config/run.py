@@ -1,15 +1,7 @@
 """The sections of a run: what `duck play` plays (`play`), the explorer policy's options
-(`explorer`), and the Kaggle notebook's paths and time budget (`kaggle`). Part of the one
+(`explorer`), and the Kaggle notebook's paths and time budget (`kaggle`: its budgets and
+`margin_s` are the only time knobs; everything else is derived from them). Part of the one
 config surface (duck.config, which re-exports them; its rules hold here).
-
-When games end (the only time knobs; everything else is derived from them):
-
-* `kaggle.budget_s` / `kaggle.interactive_budget_s`: the notebook's whole budget, from its
-  first cell, in a competition rerun / in any other run (a Save & Run All).
-* `kaggle.margin_s`: in both modes, the games' deadline is this long before the budget's
-  end; the scheduler's runner gets what is left until then as its budget, and the notebook
-  waits up to a third of the margin (`KaggleConfig.stop_grace_s`) for games to return.
-* In `duck simulate`, a scenario's budget and margin play those roles.
 """
 
 from __future__ import annotations
@@ -95,21 +87,19 @@ class KaggleConfig(Section):
     gateway_wait_s: NonNegativeFloat = 600.0  # the official starter waits this long for /api/games
     budget_s: PositiveFloat = 9 * 3600.0  # the rerun: Kaggle's limit for the whole notebook, from its first cell
     interactive_budget_s: PositiveFloat = 2700.0  # any other run: install, vLLM, ~20 min of public games
-    # Both modes: the games' deadline is this long before the budget's end. A game stopped
-    # there returns after at most one model request (model.timeout_s) plus one kernel call;
-    # then records, the scorecard and vLLM's teardown. About three times that worst case, for
-    # a day's submission.
+    # Both modes: the games' deadline is this long before the budget's end (the notebook waits
+    # a third of it for them: stop_grace_s). A game stopped there returns after at most one model
+    # request (model.timeout_s) plus one kernel call; then records, the scorecard and vLLM's
+    # teardown. About three times that worst case, for a day's submission.
     margin_s: NonNegativeFloat = 900.0
     interactive_games: NonNegativeInt = 0  # 0: every public game; N: the first N (a quicker check)
     use_model: bool = True  # False: the explorer only (no GPU, or a safe submission)
     health_interval_s: PositiveFloat = 30.0  # a 1-token chat this often tells a wedged server
     health_timeout_s: PositiveFloat = 120.0  # under 28 streams a 1-token request still lands in time
     health_failures: PositiveInt = 2  # consecutive failed probes before the server counts as down
-    # The server's restarts (duck.kaggle.serving): after a crash or a wedge it restarts while
-    # the games' time left exceeds a boot plus `restart_min_left_s` of play (false: never).
-    # Each boot is one rung of the profile's restart ladder, from `start_rung` (`duck doctor
-    # --soak` says 0 or 1); a boot that fails, or crashes or wedges within `climb_within_s` of
-    # being ready, sends the next one a rung up (the field saw MTP crash within ~20 min).
+    # The server's restarts on the profile's ladder (duck.kaggle.serving; docs/serving.md,
+    # "Restarts in the notebook"); `duck doctor --soak` says the start rung (0 or 1), and the
+    # field saw MTP crash within ~20 min of ready (climb_within_s).
     restart: bool = True
     restart_min_left_s: NonNegativeFloat = 3600.0
     start_rung: NonNegativeInt = 0

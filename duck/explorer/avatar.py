@@ -1,15 +1,12 @@
 """What the keys move: finding the controlled object (the avatar) from transitions.
 
-`find_motions(before, after, mask)` explains one transition as translations: regions (4-connected,
-same colour, duck.game.regions.regions) of the board before that reappear with the same colour and
-shape elsewhere after, each group by one offset, the offset moving the most pixels first; moved
-regions larger than `MAX_AREA` are ignored (a scrolling background is not an avatar).
-
-`Avatar` keeps what the keys did: the avatar's parts (colour, area, offset in its box), its
-size, the offset each key moved it by, and where it is. It re-finds the avatar on a new
-board by its parts (`locate`), so it survives level changes and RESETs. Keys it has not
-seen move yet are assumed to follow the toolkit's convention (ACTION1-4 = up, down, left,
-right) with the step seen on the other keys, until they show otherwise.
+`find_motions(before, after, mask)` explains one transition as translations: regions of the
+board before that reappear with the same colour and shape elsewhere after, grouped by offset,
+the offset moving the most pixels first (regions over `MAX_AREA` are ignored: a scrolling
+background is not an avatar). `Avatar` keeps the avatar's parts, size, each key's offset and
+where it is, and re-finds it on a new board by its parts (`locate`), across level changes and
+RESETs. Keys not yet seen to move it follow the toolkit's convention (ACTION1-4 = up, down,
+left, right) with the step seen on the other keys.
 """
 
 from __future__ import annotations

@@ -1,17 +1,11 @@
 """Click feedback: marks some games draw around the last click for many actions.
 
 About 50 of the 246 community games draw a ring and a cross around the last click and animate
-them for 8-20 actions: to a state graph every click then leads to a new state and keys that do
-nothing look effective. `ClickFeedback` finds out whether a game does this (it is never
-assumed) and then gives the explorer a view of the board with the mark painted out. Evidence
-of a mark: a key right after a click changes pixels only near it, point-symmetrically, or a far
-click puts the pixels near the last one back as they were; either way in a colour no board had
-before the first click. A game draws click feedback after 3 pieces of evidence outnumbering the
-contrary ones 3 to 1 (on the public games' records, none does). The mark is learned per phase
-(actions since the click); until a phase is learned, the pixels near the click in the mark's
-colours stand for it. The view paints each mark pixel with the most common colour of the
-nearest pixels outside it, so a click's own change to a cell stays visible. The evidence and
-the games that shaped it: docs/explorer.md, "Inside", and experiments/LOG.md (2026-12-01).
+them for 8-20 actions: to a state graph every click then leads to a new state. `ClickFeedback`
+finds out whether a game does this (it is never assumed: 3 pieces of evidence outnumbering the
+contrary ones 3 to 1; on the public games' records, none does) and then gives the explorer a
+view of the board with the mark painted out. The evidence and the games that shaped it:
+docs/explorer.md, "Inside", and experiments/LOG.md (2026-12-01).
 """
 
 from __future__ import annotations

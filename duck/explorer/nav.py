@@ -1,16 +1,12 @@
 """Object-centric play for keyboard games: walk the avatar to things that look like goals.
 
 Once the keys are seen to move one object (duck.explorer.avatar), a state for walking is the
-avatar's position on a lattice (its step) plus a key of the rest of the board (`world`: without
-the avatar and the HUD, the same wherever the avatar stands). The navigator picks targets among
-the board's objects (rare colours first, colours that completed a level first of all), plans a
-path on the lattice (Dijkstra; a blocked move is a wall, not a new state), pushes boxes onto
-pads (duck.explorer.push), with no target left walks to the nearest place never stood on, and
-learns from every transition, whoever chose it. Colours, keys, boxes and the avatar carry over
-to the next level. It hands the turn back to the graph search (duck.explorer) when nothing is
-left to walk to, when it walks in circles (also where a timer changes the board at every step:
-`loop`, told by `progress()`), or when the level's walking budget is spent. The targets, the
-path costs and the circles in detail: docs/explorer.md, "Inside".
+avatar's position on a lattice plus a key of the rest of the board (`world`). The navigator
+picks targets among the board's objects, plans paths (Dijkstra; a blocked move is a wall),
+pushes boxes onto pads (duck.explorer.push) and learns from every transition, whoever chose it.
+It hands the turn back to the graph search when nothing is left to walk to, when it walks in
+circles (`loop`, told by `progress()`) or when the level's walking budget is spent. The
+targets, the path costs and the circles in detail: docs/explorer.md, "Inside".
 """
 from __future__ import annotations
 

@@ -1,17 +1,11 @@
 """The explorer: a non-LLM policy, the embedded default and the model-driven agent's fallback.
 
-It explores a graph of states, one graph per level (duck.explorer.graph): a state is the board
-with its HUD masked (duck.explorer.vision.HudTracker), and every step goes to the cheapest
-untried (state, action), the shortest-path distance through the known graph plus the action's
-rank cost (duck.explorer.rank). In keyboard games whose keys move one object
-(duck.explorer.avatar), the navigator (duck.explorer.nav) walks it to goal-like objects and
-pushes boxes onto pads (duck.explorer.push); the graph search takes the turn back for a
-promising non-move action right here, or when the navigator walks in circles or spends its
-budget. Once transitions show a mark drawn around the last click (duck.explorer.feedback), it
-plays on a view of the board without it. RESET is sent after GAME_OVER or as the shortest route
-to an untried action, never as a level's first action nor twice in a row (both would restart
-the whole game outside competition mode). Deterministic for a seed. The rules in detail:
-docs/explorer.md, "Inside"; `duck bench explorer` measures it on a games folder over seeds.
+A graph of states per level (duck.explorer.graph), every step to the cheapest untried (state,
+action): the shortest-path distance plus the action's rank cost (duck.explorer.rank); the
+navigator (duck.explorer.nav) walks a key-moved avatar to goal-like objects; a mark drawn
+around the last click is painted out (duck.explorer.feedback). RESET never starts a level nor
+comes twice in a row (both would restart the whole game outside competition mode).
+Deterministic for a seed. The rules in detail: docs/explorer.md, "Inside".
 """
 
 from __future__ import annotations
@@ -33,17 +27,16 @@ log = logging.getLogger(__name__)
 
 
 class Explorer(RankCosts):
-    """See the module docstring. Its options are the config's `explorer` section
-    (duck.config.ExplorerConfig, where each is described): `config`, or the section's fields
-    as keywords (`Explorer(seed, nav=False)`), or both (the keywords win); an unknown or bad
-    option is a ConfigError, said in one line."""
+    """Its options are the config's `explorer` section (duck.config.ExplorerConfig): `config`,
+    or its fields as keywords (`Explorer(seed, nav=False)`; they win), a bad one a ConfigError."""
 
     name = "explorer"
     yields_in_step = True  # acts from its own thread: its slot yield points are in Session.step
 
     def __init__(self, seed: int = 0, config: ExplorerConfig | None = None, **options: Any) -> None:
         self.seed = seed
-        self.options = validate(ExplorerConfig, {**(config.model_dump() if config is not None else {}), **options})
+        self.options = validate(ExplorerConfig,
+                                {**(config.model_dump() if config is not None else {}), **options})
 
     # ------------------------------------------------------------------ setup per game
     def _init(self, session: Session) -> None:

@@ -1,14 +1,10 @@
 """Pushing boxes onto pads, for keyboard games where walking into an object moves it.
 
-A box is an object that moved together with the avatar, by the same offset, when the
-avatar walked into it (`pushed_parts`). A pad is a goal-like object of the board (the
-navigator's targets) that is not a box. `push_step` plans, for each box not yet on a pad,
-a box path on the lattice by breadth-first search: a push in direction d needs the cell
-behind the box (where the avatar stands to push) and the cell ahead of it to be free
-(floor or pad colours, no wall, no other box, nothing deadly). It returns the first push:
-the key, and the cell the avatar must stand on; the navigator walks there with the box as
-an obstacle, then pushes. This is the classic "one box at a time" strategy: it solves the
-one- and two-box rooms of the community games, not real Sokoban.
+A box is an object that moved with the avatar when the avatar walked into it (`pushed_parts`);
+a pad is one of the navigator's targets that is not a box. `push_step` plans a box path on the
+lattice by breadth-first search (a push needs the cell behind the box and the cell ahead free)
+and returns its first push: the key and the cell the avatar must stand on. One box at a time:
+it solves the one- and two-box rooms of the community games, not real Sokoban.
 """
 
 from __future__ import annotations
@@ -92,8 +88,8 @@ def plan_push(nav: Any, grid: np.ndarray, clean: np.ndarray, world: str, pos: Po
     planned again."""
     _, t = regions(grid)
     h, w = nav.av.size
-    # the top-left corners of the regions whose (colour, area) is a box kind
-    boxes = [(int(t.top[k]), int(t.left[k])) for k in range(t.n) if (int(t.colour[k]), int(t.area[k])) in nav.box_kinds]
+    boxes = [(int(t.top[k]), int(t.left[k])) for k in range(t.n)
+             if (int(t.colour[k]), int(t.area[k])) in nav.box_kinds]
     pads = [x for x in tg if (x[1][0], int(x[2].sum())) not in nav.box_kinds]
     if not boxes or not pads:
         return None

@@ -1,14 +1,8 @@
 """The explorer's rank costs: which untried action of a state comes first.
 
-Every step of the explorer (duck.explorer.policy) goes to the cheapest untried (state, action):
-cost = shortest-path distance through the known graph + the action's rank cost, computed here
-from what this game showed: a class of action (a key, or the colours and shape of a clicked
-object) that never changed anything is pushed back and one that did pulled forward (an
-animation that came back to the same state most); an action predicted to lead to a known
-state, or a click tried often on this level, is pushed back; the winning path's click colours
-are pulled forward on later levels; a click that changed nothing in `spot_dud` states of a
-level, or whose twin was tried in this state (`twin_cost`), goes back. Each rule and the game
-that asked for it: docs/explorer.md, "Inside".
+Every step of the explorer goes to the cheapest untried (state, action): shortest-path distance
+through the known graph + the action's rank cost, learned here from what this game showed. Each
+rule and the game that asked for it: docs/explorer.md, "Inside".
 
 RankCosts is mixed into Explorer: it reads the explorer's options and memory (graph, hud,
 rng, keys_order, carried, win_cls, reversal, last_akey, death_lengths), set by Explorer.

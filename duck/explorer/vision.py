@@ -1,7 +1,5 @@
-"""The explorer's own small perception: the HUD mask and click targets.
-
-Regions (4-connected, same colour) and the union-find that groups them into parts and
-objects are duck.game.regions' (`regions`, `merge_sets`): one implementation for the project.
+"""The explorer's own small perception: the HUD mask and click targets (regions and their
+union-find are duck.game.regions').
 
 * `HudTracker`: learns which edge lines (rows/columns at depth 0..4 from each edge) are a
   HUD: step counters, move budgets, timers, lives. A line at depth 0..2 is HUD once it has
@@ -11,9 +9,7 @@ objects are duck.game.regions' (`regions`, `merge_sets`): one implementation for
   row 63, r11l col 0...). Community games also draw counters at depth 3-4 (rows 59-60);
   there the play area often reaches too (vc33 clicks at column 61), so such a line must
   tick like a counter: changed in at least 4 and 60% of the transitions.
-* `click_targets(grid, hud)`: one click per object, in tiers (small salient objects first,
-  then the parts of large structures, then large areas, then the background), never the HUD;
-  one per cell of a large region when the board is a scaled-up grid (`lattice`).
+* `click_targets(grid, hud)`: one click per object, in tiers, never the HUD.
 """
 
 from __future__ import annotations
@@ -195,7 +191,6 @@ class _Board:
         self.in_hud = np.bincount(self.labels[hud].ravel(), minlength=n) if hud.any() else np.zeros(n, int)
         self.colour_area = np.bincount(g.ravel().astype(np.int64) & 15, minlength=16)
         colour_of = np.array([c.colour for c in self.comps])
-        # parts: same-colour components touching at a corner
         diag = _neighbour_pairs(self.labels, diagonal=True)
         if len(diag):
             diag = diag[colour_of[diag[:, 0]] == colour_of[diag[:, 1]]]
@@ -211,8 +206,8 @@ class _Board:
                           or c.right == g.shape[1] - 1 for c in cs)
             if area >= 0.12 * g.size or (touches and area >= 0.04 * g.size):
                 self.bg.add(p)
-        # objects: touching non-background parts
-        touching = [(part_of[a], part_of[b]) for a, b in _neighbour_pairs(self.labels, diagonal=False).tolist()]
+        touching = [(part_of[a], part_of[b])
+                    for a, b in _neighbour_pairs(self.labels, diagonal=False).tolist()]
         object_of = merge_sets(n, [(a, b) for a, b in touching if a not in self.bg and b not in self.bg])
         self.objects: dict[int, list[int]] = {}
         for p in self.parts:
@@ -240,7 +235,8 @@ class _Board:
         cx = sum(c.cx * c.area for c in cs) / area
         box = _object_box(self.labels, labs, top, left, bottom, right)
         main = max(part_ids, key=lambda p: (self.part_area(p), -p))
-        pick = box if len(part_ids) == 1 else _object_box(self.labels, self.parts[main], top, left, bottom, right)
+        pick = box if len(part_ids) == 1 else _object_box(self.labels, self.parts[main], top, left, bottom,
+                                                          right)
         yx = _pick_pixel(pick, ~hud[top:bottom + 1, left:right + 1], cy, cx, top, left)
         if yx is None:
             yx = _pick_pixel(box, ~hud[top:bottom + 1, left:right + 1], cy, cx, top, left)
@@ -264,7 +260,8 @@ class _Board:
                     if (cy_ < top or cx_ < left or not box[cy_ - top, cx_ - left] or hud[cy_, cx_]
                             or ((cy_ - oy) // k, (cx_ - ox) // k) == own):
                         continue
-                    self.cells_out.append(((3, rarity, k * k, cy_, cx_), Target(cx_, cy_, 3, cls + "#cell", k * k)))
+                    self.cells_out.append(((3, rarity, k * k, cy_, cx_),
+                                           Target(cx_, cy_, 3, cls + "#cell", k * k)))
         self.out.append(((tier, rarity, area, y, x), Target(x, y, tier, cls, area)))
 
 

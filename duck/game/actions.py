@@ -1,19 +1,13 @@
 """The action vocabulary: ids, names, click coordinates, display strings and their parsing.
 
 The engine's actions are RESET and ACTION1..ACTION7; ACTION6 is a click. Every spelling of an
-action in the project is defined here and nowhere else:
-
-* `Action(id, x, y)`: x is the column and y the row of a click, both in 0..63. The record
-  stores `to_json()`, `[id]` or `[6, x, y]`; `str(Action)` is our short name (`UP`,
-  `CLICK 12 40`: x then y), read back by `Action.parse`.
-* `MODEL_NAMES`: the names model code uses in the sandbox: what `valid_actions` lists and
-  what `action()` accepts (the Duck's, so its recorded code runs, plus UNDO for ACTION7, CLICK
-  for MOUSE and clicks written as the results display them). A click there is
-  `{"action": "MOUSE", "row": r, "col": c}`, row first (`Action.at(row, col)`).
-* `display(action)`: what the sandbox reports an executed action as (`UP`, `UNDO`, `RESET`,
-  `MOUSE(row=46, col=46)`), byte for byte the Duck's, because recorded Duck code and its
-  traces compare these strings; `parse_display` reads them back, `compress` writes a list of
-  them in a few words.
+action in the project is defined here and nowhere else: `Action(id, x, y)` (x the column, y the
+row of a click; the record stores `to_json()`, `str(Action)` is our short name, read back by
+`Action.parse`), `MODEL_NAMES` (the names model code uses in the sandbox: the Duck's, plus UNDO
+and CLICK; a click there is `{"action": "MOUSE", "row": r, "col": c}`, row first) and
+`display(action)` (what the sandbox reports an executed action as, byte for byte the Duck's,
+because recorded Duck code and its traces compare these strings; `parse_display` reads them
+back).
 """
 
 from __future__ import annotations
@@ -148,7 +142,8 @@ _SIMPLE = {1: "UP", 2: "DOWN", 3: "LEFT", 4: "RIGHT", 5: "SPACE", CLICK_ID: "MOU
 # The Duck's names (ACTION1-7, RESET, MOUSE and the key names), UNDO for ACTION7 and CLICK for MOUSE.
 MODEL_NAMES = ModelNames(
     listed=_SIMPLE | {UNDO_ID: "UNDO"},
-    accepted={name: i for i, name in _SIMPLE.items()} | {"RESET": RESET_ID, "UNDO": UNDO_ID, "CLICK": CLICK_ID}
+    accepted={name: i for i, name in _SIMPLE.items()} | {"RESET": RESET_ID, "UNDO": UNDO_ID,
+                                                         "CLICK": CLICK_ID}
     | {f"ACTION{i}": i for i in range(1, 8)})
 
 

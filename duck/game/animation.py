@@ -1,17 +1,11 @@
 """What one action's animation did, in a few hundred characters (the model's action result), and
 the object facts of any change from one board to another.
 
-`change_parts(before, after)`: the facts of a change, each true of the two boards (a checker
-proves it over the public games: `duck bench facts`). Objects are the 4-connected one-colour
-regions of each board; each region holding a changed cell is matched to the same-colour regions
-sharing cells with it on the other board until the group is closed, and a group is one fact
-(moved, resized, reshaped, split, merged, regrouped, vanished, appeared, recoloured; regions
-over SPRITE_MAX cells by colour only; the formats: docs/agent.md). The HUD border (the
-outer HUD_BORDER rows and columns) is one `HUD:` part, and the first part counts and bounds
-only the cells changed away from it. `summarize_animation(before, frames)` adds the frame count
-and what was visible only mid-way; it runs inside the kernel's worker after every action. An
-action that completed a level is described up to its last frame before the switch to the next
-level, the board that completed the level (DESIGN §1b).
+`change_parts(before, after)`: the facts of a change, each true of the two boards (`duck bench
+facts` proves it over the public games); the matching of regions and the formats:
+docs/agent.md, "The facts of a change". `summarize_animation(before, frames)` adds the frame
+count and what was visible only mid-way; it runs inside the kernel's worker after every action.
+A level-up is described up to the board that completed the level (DESIGN §1b).
 """
 
 from __future__ import annotations
@@ -98,7 +92,8 @@ class _Board:
         return self.cache[k]
 
 
-def _groups(before: Any, after: Any, changed: np.ndarray, band: np.ndarray) -> list[tuple[list[Region], list[Region]]]:
+def _groups(before: Any, after: Any, changed: np.ndarray,
+            band: np.ndarray) -> list[tuple[list[Region], list[Region]]]:
     """The regions holding a changed cell, each joined to the same-colour regions it shares
     cells with on the other board, closed: (regions before, regions after) per group."""
     boards = (_Board(before, 0, band.ravel()), _Board(after, 1, band.ravel()))
@@ -167,9 +162,10 @@ def change_parts(before: Any, after: Any, border: int = HUD_BORDER) -> list[str]
     parts = []
     if (inner := changed & ~band).any():
         rows, cols = np.nonzero(inner)
-        parts.append(f"{int(inner.sum())} cell{'s' if inner.sum() != 1 else ''} changed in {bbox_text(rows, cols)}")
-    kinds: dict[str, list[str]] = {k: [] for k in ("moved", "recoloured", "resized", "reshaped", "split", "merged",
-                                                   "regrouped")}
+        parts.append(f"{int(inner.sum())} cell{'s' if inner.sum() != 1 else ''} changed in "
+                     f"{bbox_text(rows, cols)}")
+    kinds: dict[str, list[str]] = {k: [] for k in ("moved", "recoloured", "resized", "reshaped", "split",
+                                                   "merged", "regrouped")}
     gone, new, large = [], [], set()
     for old, now in _groups(before, after, changed, band):
         if any(r.px > SPRITE_MAX for r in old + now):
@@ -236,13 +232,9 @@ def _fit(parts: list[str], limit: int) -> str:
 
 
 def summarize_animation(before: Any, frames: Sequence[Any], limit: int = 400) -> str:
-    """What one action did, in at most `limit` characters, for the model's action result.
-
-    `before` is the board before the action and `frames` every frame the action returned
-    (the last is the new board); each may be a `Frame` (its cached segmentation is reused)
-    or an array. The change's facts are `change_parts`; mid frames with cells in a colour
-    neither board has there are "seen only mid-animation". An action that completed a level
-    is described up to the board that completed it (`won_frame`)."""
+    """What one action did, in at most `limit` characters, for the model's action result:
+    `change_parts` from `before` to the last of `frames` (each a `Frame` or an array), what was
+    "seen only mid-animation", and a level-up up to the board that completed it (`won_frame`)."""
     if not len(frames):
         return "no frames"
     n = len(frames)
@@ -252,8 +244,8 @@ def summarize_animation(before: Any, frames: Sequence[Any], limit: int = 400) ->
     won = won_frame(before, frames)
     if won is not None:
         level = getattr(before, "level")
-        parts.append(f"level {level} completed: facts up to frame {won + 1} of {n}, the board that completed it "
-                     f"(frame {n} is level {level + 1}'s first board)")
+        parts.append(f"level {level} completed: facts up to frame {won + 1} of {n}, the board that completed "
+                     f"it (frame {n} is level {level + 1}'s first board)")
         frames = frames[:won + 1]
     b_grid, last = grid_of(before), frames[-1]
     a_grid = grid_of(last)

@@ -1,12 +1,10 @@
 """What a call's actions did to the board, as facts: the net change of the whole call, and
 which animation frames hold what the final board lost.
 
-The model sees one turn per acting call, and a call may play a batch of 30 actions, so the turn
-reports the call's net change (`net_change`: from the board before its first action to the board
-after its last), never its last transition alone. `Step` is one executed action as the host saw
-it (duck.sandbox.actions.CallActions.steps). The HUD border is the `border` outermost rows and
-columns (4 in the field's harness, FIELD §3): move counters, timers and life bars change there
-on every action, so a change only there is not a change of the puzzle.
+A call may play a batch of 30 actions, so the turn reports its net change (`net_change`, from
+the board before its first action to the board after its last). `Step` is one executed action
+as the host saw it. The HUD border is the `border` outermost rows and columns (4 in the
+field's harness, FIELD §3).
 
 A mid frame f_i of an action from board `b` to `a` *holds what the final frame lost* when it has
 a transient cell (away from the border, in a colour neither `b` nor `a` has there) AND differs
@@ -56,10 +54,6 @@ class NetChange:
     inside: int  # of those, cells away from the HUD border
     text: str  # one line: "45 cells changed in rows 10-30, cols 5-40; moved: ..."
 
-    @property
-    def hud_only(self) -> bool:
-        return self.cells > 0 and self.inside == 0
-
 
 def net_change(before: np.ndarray, after: np.ndarray, border: int = HUD_BORDER) -> NetChange:
     b, a = np.asarray(before), np.asarray(after)
@@ -107,7 +101,8 @@ def transient(before: np.ndarray, frames: Sequence[np.ndarray], border: int = HU
     return (mids != b) & (mids != a) & inside(a.shape, border)
 
 
-def informative_frames(before: np.ndarray, frames: Sequence[np.ndarray], border: int = HUD_BORDER) -> list[int]:
+def informative_frames(before: np.ndarray, frames: Sequence[np.ndarray],
+                       border: int = HUD_BORDER) -> list[int]:
     """Indexes (0-based, into `frames`) of the mid frames that hold information the final
     frame lost (the module docstring's definition)."""
     t = transient(before, frames, border)
@@ -116,7 +111,8 @@ def informative_frames(before: np.ndarray, frames: Sequence[np.ndarray], border:
     b, a = np.asarray(before), np.asarray(frames[-1])
     mask = inside(a.shape, border)
     final = int(((a != b) & mask).sum())
-    return [i for i in range(len(t)) if t[i].any() and int(((np.asarray(frames[i]) != b) & mask).sum()) > final]
+    return [i for i in range(len(t))
+            if t[i].any() and int(((np.asarray(frames[i]) != b) & mask).sum()) > final]
 
 
 @dataclass(frozen=True)
@@ -135,7 +131,8 @@ def as_played(steps: Sequence[Step], level_before: int | None) -> list[Step]:
     return [up_to_win(st) if s == won else st for s, st in enumerate(steps)]
 
 
-def pick_frames(steps: Sequence[Step], k: int, border: int = HUD_BORDER, level_before: int | None = None) -> list[Pick]:
+def pick_frames(steps: Sequence[Step], k: int, border: int = HUD_BORDER,
+                level_before: int | None = None) -> list[Pick]:
     """Up to `k` informative mid frames of a call: greedily the one showing the most transient
     cells in a colour no frame already chosen of the same action shows there, then in play
     order. A frame that shows nothing new is never chosen. With `level_before` (the levels
@@ -169,10 +166,12 @@ def pick_frames(steps: Sequence[Step], k: int, border: int = HUD_BORDER, level_b
                 break
             chosen.append(best)
             shown.setdefault(cands[best][0], []).append(cands[best][3])
-    return [Pick(cands[j][0], cands[j][1], len(steps[cands[j][0]].frames), cands[j][3]) for j in sorted(chosen)]
+    return [Pick(cands[j][0], cands[j][1], len(steps[cands[j][0]].frames), cands[j][3])
+            for j in sorted(chosen)]
 
 
-def animation_line(steps: Sequence[Step], border: int = HUD_BORDER, level_before: int | None = None) -> str | None:
+def animation_line(steps: Sequence[Step], border: int = HUD_BORDER,
+                   level_before: int | None = None) -> str | None:
     """One line of facts about the call's animations: frames, which action completed a level
     at which frame (with `level_before`), and what appeared only in between (None when no
     action returned more than one frame)."""
@@ -187,8 +186,8 @@ def animation_line(steps: Sequence[Step], border: int = HUD_BORDER, level_before
     won = completed_at(steps, level_before) if level_before is not None else None
     if won is not None and len(steps[won].frames) > 1:
         m, level = len(steps[won].frames), (steps[won - 1].levels if won else level_before) + 1
-        head += (f"; {f'action {won + 1}' if n > 1 else 'the action'} completed level {level} at frame {m - 1} "
-                 f"of {m} (frame {m} is level {level + 1}'s first board)")
+        head += (f"; {f'action {won + 1}' if n > 1 else 'the action'} completed level {level} at frame "
+                 f"{m - 1} of {m} (frame {m} is level {level + 1}'s first board)")
     played = as_played(steps, level_before)
     seen = []
     for s, _ in animated:
@@ -199,7 +198,8 @@ def animation_line(steps: Sequence[Step], border: int = HUD_BORDER, level_before
         t = transient(st.before, st.frames, border)
         rows, cols = np.nonzero(t[idx].any(axis=0))
         where = f"action {s + 1}: " if n > 1 else ""
-        seen.append(f"{where}{bbox_text(rows, cols)}, frames {idx[0] + 1}-{idx[-1] + 1} of {len(steps[s].frames)}")
+        seen.append(f"{where}{bbox_text(rows, cols)}, frames {idx[0] + 1}-{idx[-1] + 1} of "
+                    f"{len(steps[s].frames)}")
     final = "the board that completed the level" if won is not None else "the final board"
     if not seen:
         return head + f"; no in-between frame shows anything {final} lost"

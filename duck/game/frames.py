@@ -2,16 +2,10 @@
 
 `Frame` is the read-only view of one 64x64 board that model-written code gets inside the
 kernel (DESIGN §3). Its public surface is the Duck's (`.ascii`, `.segmentation`, `.step`,
-`.level`, `.shape`, `str()` = `AsciiFrameView(level=L, step=S, shape=64x64)`) so the Duck's
-recorded code runs unchanged, plus `.grid`, a read-only numpy array.
-
-`segment_with_labels(grid)` reproduces the Duck's segmentation bit for bit (its format:
-docs/agent.md), because recorded snippets compare hashes and click on boundary corners copied
-from earlier output (../shared/duck-traces/README.md, "Sandbox API").
-
-Connected components live in duck.game.regions, animation summaries in duck.game.animation.
-
-`grid_png(grid)`: a board as a PNG in the ARC palette (the model's image, the report's frames).
+`.level`, `.shape`, `str()`) so the Duck's recorded code runs unchanged, plus `.grid`, a
+read-only numpy array. `segment_with_labels(grid)` reproduces the Duck's segmentation bit for
+bit (its format: docs/agent.md), because recorded snippets compare hashes and click on
+boundary corners copied from earlier output. `grid_png(grid)`: a board as a PNG.
 """
 
 from __future__ import annotations

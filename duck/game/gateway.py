@@ -11,7 +11,6 @@ per game, and the scorecard can be read only once closed.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import socket
@@ -85,12 +84,6 @@ class LocalGateway:
                 self.proc.wait(10)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
-
-    def closed_card(self) -> dict | None:
-        """The scorecard as the gateway wrote it at close (needs `closed_path`)."""
-        if self.closed_path and self.closed_path.exists():
-            return json.loads(self.closed_path.read_text())
-        return None
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,15 +1,9 @@
 """The images the model is shown, rendered from grids: the board, and a diff of two boards.
 
-Every image is a pure function of (kind, grids, scale), so the conversation file can store the
-grids instead of the PNG (duck.play.conversation) and rebuild it bit for bit:
-
-* `board`: one grid in the ARC palette, each cell `scale` x `scale` pixels (duck.game.frames.grid_png).
-* `diff`: two grids, before and after: the after board with every cell that changed in its
-  own colour and every unchanged cell dimmed (blended three quarters of the way to mid grey), so
-  a change shows at a glance and a changed cell that turned black or white still stands out.
-
-`render(kind, grids, scale)` is the one entry point; `png_size(png)` reads a PNG's width and
-height (for the image-token count, duck.llm.vision).
+Every image is a pure function of (kind, grids, scale), so the conversation file stores the
+grids instead of the PNG and rebuilds it bit for bit. `render(kind, grids, scale)` is the one
+entry point: `board` (the ARC palette, `scale` x `scale` pixels a cell) or `diff` (the after
+board with every changed cell in its own colour and every unchanged cell dimmed).
 """
 
 from __future__ import annotations
@@ -20,7 +14,6 @@ import numpy as np
 
 from duck.game.frames import PALETTE, grid_png, rgb_png
 
-KINDS: tuple[str, ...] = ("board", "diff")
 DIM_TO = 128  # unchanged cells are blended towards this grey...
 DIM_SHARE = 0.75  # ...by this share
 

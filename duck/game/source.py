@@ -1,19 +1,15 @@
 """Opening and playing ARC-AGI-3 games through the official `arc_agi` toolkit.
 
-Two sources of games, one handle:
+Two sources of games, one handle: `GameSource.offline(dir)` (every `metadata.json` under an
+environments folder, played in-process in OFFLINE mode) and `GameSource.competition(url,
+api_key)` (the Kaggle gateway in COMPETITION mode, one scorecard shared by all games, closed by
+`GameSource.close()` whatever happened).
 
-* `GameSource.offline(dir)`: every `metadata.json` under an environments folder, played
-  in-process by `arc_agi` in OFFLINE mode (the public games, or our tests/games).
-* `GameSource.competition(url, api_key)`: the Kaggle gateway in COMPETITION mode, one
-  scorecard shared by all games, closed by `GameSource.close()` whatever happened.
-
-`Game` wraps one `EnvironmentWrapper` and gives every policy the same contract:
-`reset()` / `step(action)` return an `Observation` that keeps *all* frames of the
-animation; actions are `Action` values with readable names (UP, DOWN, LEFT, RIGHT,
-SPACE, CLICK x,y, UNDO = ACTION7, RESET). The handle also hides the toolkit's traps
-(see DESIGN §1b): a non-RESET step after GAME_OVER/WIN returns no frames, a RESET on a
-level with no actions restarts the whole game outside competition mode, and the wrapper
-swallows exceptions and returns None.
+`Game` wraps one `EnvironmentWrapper`: `reset()` / `step(action)` return an `Observation` that
+keeps *all* frames of the animation. The handle also hides the toolkit's traps (DESIGN §1b): a
+non-RESET step after GAME_OVER/WIN returns no frames, a RESET on a level with no actions
+restarts the whole game outside competition mode, and the wrapper swallows exceptions and
+returns None.
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
-"""What Kaggle gives the notebook: the mode (competition rerun or interactive), the
-attached inputs found under `/kaggle/input` (the competition data, our wheel dataset, the
-model weights), vLLM installed offline from the wheel dataset, and the user's own policy
-packed into that dataset (`kaggle-dataset/build.py --policy FILE.py:Class`: the file, a
-folder of helpers, and each file's sha256, verified before anything plays).
-
-Kaggle mounts inputs at depths that have changed over time (a Kaggle Model sits 6 levels
-down), so each is found by what it holds rather than by a fixed path; an explicit path
-(`kaggle.competition_dir`, `kaggle.dataset_dir`, `kaggle.model_dir`) wins when set.
+"""What Kaggle gives the notebook: the mode (competition rerun or interactive), the inputs
+attached under `/kaggle/input` (the competition data, our wheel dataset, the model weights),
+vLLM installed offline from the wheel dataset, and the user's own policy packed into it (its
+files' sha256 verified before anything plays). Kaggle mounts inputs at depths that have changed
+over time, so each is found by what it holds; an explicit `kaggle.*_dir` wins when set.
 """
 
 from __future__ import annotations
@@ -68,8 +64,7 @@ def env_config(env: dict[str, str]) -> tuple[Any, list[str]]:
     return load_config(env=keep), errors
 
 
-# ---------------------------------------------------------------------------------------
-# Finding the attached inputs
+# -- Finding the attached inputs --------------------------------------------------------
 
 def _walk_dirs(root: Path, max_depth: int) -> Iterator[Path]:
     """Folders under `root`, breadth first, at most `max_depth` below it (symlinks kept)."""
@@ -127,8 +122,7 @@ def find_model_dir(input_dir: str | Path, name: str, explicit: str = "") -> Path
     return found[0] if len(found) == 1 else None
 
 
-# ---------------------------------------------------------------------------------------
-# The GPU driver against what vllm.lock needs
+# -- The GPU driver against what vllm.lock needs ----------------------------------------
 
 def lock_driver_requirement(lock: Path) -> tuple[str, str] | None:
     """(CUDA version, minimum driver) from vllm.lock's `# needs:` line (kaggle-dataset/build.py)."""
@@ -163,13 +157,12 @@ def check_driver(lock: Path, env: dict[str, str] | None = None, timeout_s: float
         return True, f"driver {driver} on {gpu}; vllm.lock states no CUDA requirement"
     cuda, minimum = need
     if _version(driver) < _version(minimum):
-        return False, (f"NVIDIA driver {driver} on {gpu} is older than {minimum}, which the CUDA {cuda} build "
-                       f"in vllm.lock needs: vLLM cannot start")
+        return False, (f"NVIDIA driver {driver} on {gpu} is older than {minimum}, which the CUDA "
+                       f"{cuda} build in vllm.lock needs: vLLM cannot start")
     return True, f"NVIDIA driver {driver} on {gpu} runs CUDA {cuda} (needs >= {minimum})"
 
 
-# ---------------------------------------------------------------------------------------
-# Offline installs
+# -- Offline installs -------------------------------------------------------------------
 
 def check_python(dataset_dir: Path, version: tuple[int, int] | None = None) -> tuple[bool, str]:
     """Whether this Python is the one the dataset's wheels were built for (duck-dataset.json's
@@ -181,8 +174,8 @@ def check_python(dataset_dir: Path, version: tuple[int, int] | None = None) -> t
     except (OSError, ValueError):
         return True, f"Python {have}; the dataset states no Python"
     if want and want != have:
-        return False, (f"this image's Python is {have} but the wheel dataset is built for {want}: pin the GPU "
-                       "image by digest (kaggle-dataset/kernel-metadata.json docker_image)")
+        return False, (f"this image's Python is {have} but the wheel dataset is built for {want}: pin the "
+                       "GPU image by digest (kaggle-dataset/kernel-metadata.json docker_image)")
     return True, f"Python {have}, as the wheel dataset's"
 
 
@@ -205,8 +198,7 @@ def install_vllm(dataset_dir: Path, env_dir: Path, timeout_s: float = 1800.0) ->
     return exe if exe.exists() else None
 
 
-# ---------------------------------------------------------------------------------------
-# The user's policy, packed into the dataset
+# -- The user's policy, packed into the dataset -----------------------------------------
 
 POLICY_DIR = "policy"  # the dataset's folder for it
 
@@ -253,8 +245,9 @@ def packed_policy(dataset_dir: Path) -> tuple[str | None, str | None]:
         if not f.is_file():
             return None, f"the packed policy file {rel} is missing from the dataset"
         if file_sha256(f) != digest:
-            return None, (f"the packed policy file {rel} changed since it was packed (sha256 {file_sha256(f)[:12]}, "
-                          f"packed {str(digest)[:12]}): rebuild the dataset with kaggle-dataset/build.py --policy")
+            return None, (f"the packed policy file {rel} changed since it was packed (sha256 "
+                          f"{file_sha256(f)[:12]}, packed {str(digest)[:12]}): rebuild the dataset with "
+                          f"kaggle-dataset/build.py --policy")
     file, _, cls = str(entry["spec"]).rpartition(":")
     return f"{dataset_dir / file}:{cls}", None
 

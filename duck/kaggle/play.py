@@ -1,7 +1,6 @@
 """How the notebook reaches and plays the games: the wait for the rerun's gateway, the
-scheduler's runner, and the plain pool that plays whatever the runner never started. Both
-runners end by the notebook's deadline (wall clock) plus the stop grace
-(`kaggle.stop_grace_s`), so that a hung game cannot hold up the scorecard's closing.
+scheduler's runner, and the plain pool that plays whatever the runner never started; both end
+by the deadline plus the stop grace, so a hung game cannot hold up the scorecard's closing.
 """
 
 from __future__ import annotations
@@ -49,21 +48,18 @@ def wait_for_gateway(url: str, timeout_s: float, api_key: str = "", poll_s: floa
 def scheduler_runner(cfg: Config, source: GameSource, play_policy: Callable[[str], Any],
                      records_dir: Path, deadline: float) -> Runner:
     """scheduler.runner.Runner under the configured policy, its budget what is left until the
-    games' deadline (wall clock): the policy needs no margin of its own (the notebook's is
-    `kaggle.margin_s`, already taken). Every listed game is admitted; at most
-    `scheduler.slots` hold a model-server slot at once: the serving profile's slot count
-    (duck.config.profiles.plan: 10 for flash-next at 128K), unless the config sets it."""
+    games' deadline (the margin, `kaggle.margin_s`, already taken); at most `scheduler.slots`
+    (the serving plan's: 10 for flash-next at 128K) hold a model-server slot at once."""
     return Runner(make_policy(cfg.scheduler.policy, cfg.scheduler), slots=cfg.scheduler.slots,
                   budget_s=max(0.0, deadline - time.time()), source=source, play_policy=play_policy,
                   max_actions=cfg.play.max_actions, records_dir=records_dir,
                   worker=functools.partial(play_game, conversation=cfg.play.conversations))
 
 
-def run_scheduler(runner: Runner, game_ids: list[str], deadline: float, grace_s: float) -> dict[str, dict[str, Any]]:
-    """Run `runner` here (a plain blocking call, fine inside a notebook cell's event loop); it
-    gives up on a worker that has not returned `grace_s` after the games' `deadline` (wall
-    clock, where its budget ends), so a hung game cannot hold up the scorecard's closing.
-    Returns the started games' results."""
+def run_scheduler(runner: Runner, game_ids: list[str], deadline: float,
+                  grace_s: float) -> dict[str, dict[str, Any]]:
+    """Run `runner` here (a plain blocking call, fine inside a notebook cell), giving up on a
+    worker not returned `grace_s` after `deadline`; the started games' results."""
     runner.budget_s = min(runner.budget_s, max(0.0, deadline - time.time()))  # from now on
     runner.grace_s = grace_s
     summary = runner.run(game_ids).summary()

@@ -1,17 +1,11 @@
 """What the notebook does while vLLM loads (~9 minutes for Flash-Next, FIELD §4): make every game.
 
-The server starts first (duck.kaggle.run.KaggleRun.start_model); until it is ready nothing
-may spend an action, but making a game costs none (the game-creating RESET is not counted:
-duck.game.source.Game.actions), and through the gateway each make() is an HTTP call whose
-time otherwise falls on the first minutes of play. `PreparedSource` wraps the run's
-GameSource: `prepare(ids)` makes each game in a background thread, in order, until a
-deadline, and `make(id)` then hands out the game made ahead (once; any other call goes to
-the source as before, which is also where a game whose early make() failed is made again
-and fails as it would have). The gateway allows one make() per game, and this is that one.
-
-Each game's kernel still starts when its play begins (Kernel.start_soon, overlapped with
-the game's first model request: duck.agent.loop), since a kernel is bound to its game's
-session, which the runner opens.
+Making a game spends no action (the game-creating RESET is not counted), and through the
+gateway each make() is an HTTP call whose time would otherwise fall on the first minutes of
+play. `PreparedSource` wraps the run's GameSource: `prepare(ids)` makes each game in a
+background thread, in order, until a deadline, and `make(id)` hands out the game made ahead
+(once; any other call goes to the source). The gateway allows one make() per game, and this is
+that one. Kernels still start when play begins, bound to their game's session.
 """
 
 from __future__ import annotations

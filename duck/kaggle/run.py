@@ -11,9 +11,7 @@
         run.finish()                   # scorecard closed, vLLM stopped, outputs written
 
 The rule: nothing here may stop the notebook. Every step catches what goes wrong, logs it, keeps
-it in `summary.json` and degrades (no model server: the explorer plays; a game that raises is
-recorded, the others go on). Modes, policy, restarts, outputs: docs/kaggle.md. The steps rely on
-duck.kaggle.inputs, .play, .outputs and .serving, and duck.llm.health.
+it in `summary.json` and degrades. Modes, policy, restarts, outputs: docs/kaggle.md.
 """
 
 from __future__ import annotations
@@ -30,8 +28,8 @@ from typing import Any, Iterator
 
 from duck.config import Config
 from duck.game.source import GameSource
-from duck.kaggle.inputs import (check_driver, check_python, env_config, find_competition_dir, find_dataset_dir,
-                                find_model_dir, install_vllm, is_rerun, notebook_policy)
+from duck.kaggle.inputs import (check_driver, check_python, env_config, find_competition_dir,
+                                find_dataset_dir, find_model_dir, install_vllm, is_rerun, notebook_policy)
 from duck.kaggle.outputs import Step, Summary, log_to_file, write_placeholder_submission
 from duck.kaggle.prepare import PreparedSource
 from duck.kaggle.serving import Supervisor, boots_line
@@ -64,7 +62,8 @@ class KaggleRun:
         self.out = self.working / "duck"
         self.out.mkdir(parents=True, exist_ok=True)
         log_to_file(self.out / "run.log", log.name)
-        self.summary = Summary("rerun" if self.rerun else "interactive", self.t0, self.budget_s, self.deadline)
+        self.summary = Summary("rerun" if self.rerun else "interactive", self.t0, self.budget_s,
+                               self.deadline)
         self.summary.errors += self.config_errors
         self.health = ModelHealth(self.out / "model_down")
         self.health.mark_down("not started", quiet=True)
@@ -83,7 +82,8 @@ class KaggleRun:
         self.policy: str | None = None  # (play.policy, the packed one, or None: the model agent)
         with self.step("policy"):
             self.policy, problem = notebook_policy(
-                self.cfg.play.policy if "policy" in self.cfg.play.model_fields_set else None, self.dataset_dir)
+                self.cfg.play.policy if "policy" in self.cfg.play.model_fields_set else None,
+                self.dataset_dir)
             self.summary.model["policy"] = self.policy or "llm (the explorer while no model answers)"
             if problem:  # a user's policy that cannot play (changed since packed, broken): the default plays
                 raise ValueError(f"{problem}: the default plays (the model agent, or the explorer)")
@@ -129,13 +129,15 @@ class KaggleRun:
                 f"off (play.policy {self.policy} needs no model)"
             return False
         if self.model_dir is None:
-            return self._not_started(f"no weights for {self.cfg.model.name} under {self.cfg.kaggle.input_dir}")
+            return self._not_started(f"no weights for {self.cfg.model.name} under "
+                                     f"{self.cfg.kaggle.input_dir}")
         self.cfg.model.serve.model_path = m["model_path"] = str(self.model_dir)
         plan = self.cfg.plan
         m["plan"] = {"profile": plan.profile, "slots": plan.slots, "context_tokens": plan.context_tokens,
                      "kv_tokens": plan.kv_tokens, "problems": plan.problems}
         if plan.problems:  # a server that cannot hold its games: nothing starts
-            return self._not_started(f"not started (the {plan.profile} plan does not fit: {'; '.join(plan.problems)})")
+            return self._not_started(f"not started (the {plan.profile} plan does not fit: "
+                                     f"{'; '.join(plan.problems)})")
         lock = self.dataset_dir / "vllm.lock" if self.dataset_dir is not None else None
         if lock is not None and lock.is_file():
             with self.step("gpu_driver") as s:
@@ -204,7 +206,8 @@ class KaggleRun:
                 self.source = GameSource.competition(k.gateway_url, k.api_key)
             else:
                 if self.competition_dir is None:
-                    raise FileNotFoundError(f"no competition data with environment_files/ under {k.input_dir}")
+                    raise FileNotFoundError(f"no competition data with environment_files/ under "
+                                            f"{k.input_dir}")
                 # Where file modes are the sandbox's only wall, a root-only copy (duck.run).
                 games = self._exits.enter_context(games_for_play(self.competition_dir / "environment_files",
                                                                  self.out / "records", self.cfg.kernel.layers_off))
@@ -245,7 +248,8 @@ class KaggleRun:
         if isinstance(self.source, PreparedSource):
             self.summary.model["prepared_games"] = self.source.report()
         with self.step("play"):
-            runner = scheduler_runner(self.cfg, self.source, self.policy_for, self.out / "records", self.deadline)
+            runner = scheduler_runner(self.cfg, self.source, self.policy_for, self.out / "records",
+                                      self.deadline)
             self.summary.runner = (f"scheduler.runner ({runner.policy.name}, {runner.slots} slots, "
                                    f"{runner.budget_s:.0f} s)")
             self.summary.results.update(run_scheduler(runner, self.game_ids, self.deadline, k.stop_grace_s))
@@ -254,7 +258,8 @@ class KaggleRun:
         # Games the runner never started (no record: play_game writes one first thing) are
         # played here, so that no game is left at 0 for a bug in one component. A started
         # game is never made twice (the gateway allows one make() per game).
-        missing = [g for g in self.game_ids if g not in self.summary.results and not self._record_path(g).exists()]
+        missing = [g for g in self.game_ids
+                   if g not in self.summary.results and not self._record_path(g).exists()]
         if missing and self.left() > k.stop_grace_s:
             with self.step("play_remaining"):
                 self.summary.runner += f" + pool for {len(missing)}"
@@ -299,8 +304,8 @@ class KaggleRun:
         self._write_summary()
         played = sum(1 for r in self.summary.results.values() if r.get("actions", 0) > 0)
         log.info("done: %d/%d games played, %.0f s of %.0f s, model server boots: %s; errors: %s", played,
-                 len(self.game_ids), self.summary.ended_at - self.t0, self.budget_s, boots_line(self.serving.boots),
-                 self.summary.errors or "none")
+                 len(self.game_ids), self.summary.ended_at - self.t0, self.budget_s,
+                 boots_line(self.serving.boots), self.summary.errors or "none")
 
 
 def _s(p: Path | None) -> str | None:

@@ -1,17 +1,12 @@
 """The notebook's model server across its boots: start, wait, watch, restart on the ladder.
 
-`Supervisor` owns the `vllm serve` process of a notebook run (duck.kaggle.run delegates to it)
-and the health flag the games read (duck.llm.health). Each boot serves one rung of the profile's
-restart ladder (duck.config.profiles.LADDER), the first `kaggle.start_rung` (what `duck doctor
---soak` decided); a boot that fails, or crashes or wedges within `kaggle.climb_within_s` of
-being ready, sends the next one a rung up, and a later crash restarts the same rung. After a
-crash or a wedge the server restarts while the games' time left exceeds a boot plus
-`kaggle.restart_min_left_s` of play; meanwhile the flag says "coming back" and the model games
-park (duck.policies.Parking), and when no restart can come in time it says "gone" and the
-explorer takes them. On a rung with MTP, below `kaggle.min_mtp_tokens_per_step` tokens a step
-(its /metrics: duck.llm.metrics) the server restarts a rung up. Every boot is a `Boot` in
-summary.json's `model.boots` and run.log. The rules in full: docs/serving.md, "Restarts in
-the notebook".
+`Supervisor` owns the `vllm serve` process of a notebook run and the health flag the games
+read (duck.llm.health). Each boot serves one rung of the profile's restart ladder, the first
+`kaggle.start_rung`; a boot that fails early sends the next one a rung up, a later crash
+restarts the same rung, and so does MTP below its minimum (a rung up). Meanwhile the flag says
+"coming back" and the model games park; when no restart can come in time it says "gone" and
+the explorer takes them. Every boot is a `Boot` in summary.json's `model.boots` and run.log.
+The rules in full: docs/serving.md, "Restarts in the notebook".
 """
 
 from __future__ import annotations
@@ -92,7 +87,8 @@ class Supervisor:
         self.server = VLLMServer(rcfg.model, log_path=log_path).start()
         s = self.server.serve  # as started: MTP off where the checkpoint holds no drafter (duck.llm.drafter)
         self.boots.append(Boot(self.rung, self.ladder[self.rung].name,
-                               {"mtp_tokens": s.mtp_tokens, "cudagraph_mode": s.cudagraph_mode or "vLLM's default",
+                               {"mtp_tokens": s.mtp_tokens,
+                                "cudagraph_mode": s.cudagraph_mode or "vLLM's default",
                                 "enforce_eager": s.enforce_eager, "max_num_seqs": s.max_num_seqs,
                                 "mtp_check": self.server.mtp_check.line}, at))
         self.model["rung"] = self.rung
@@ -145,8 +141,8 @@ class Supervisor:
                 boot.cause = cause_lines(f.read().decode("utf-8", "replace"))
         except OSError:
             pass
-        log.warning("model server boot %d (rung %d) ended: %s after %s s up; %s", len(self.boots), boot.rung, end,
-                    boot.uptime_s, " | ".join(boot.cause[-3:]) or "no cause in vllm.log")
+        log.warning("model server boot %d (rung %d) ended: %s after %s s up; %s", len(self.boots), boot.rung,
+                    end, boot.uptime_s, " | ".join(boot.cause[-3:]) or "no cause in vllm.log")
         self.on_change()
 
     # -- the run's lifetime ------------------------------------------------------------------------
@@ -216,7 +212,8 @@ class Supervisor:
         allows; else mark it gone."""
         coming = self.may_restart()
         self.health.mark_down(reason, coming_back=coming)
-        self.model.setdefault("down", []).append({"at_s": self._at(), "reason": reason, "coming_back": coming})
+        self.model.setdefault("down", []).append({"at_s": self._at(), "reason": reason,
+                                                  "coming_back": coming})
         try:
             self.server.stop()  # a wedged server: fail its open requests now
         except Exception as e:
@@ -261,5 +258,6 @@ class Supervisor:
 
 def boots_line(boots: list[Boot]) -> str:
     """The boots in one line of the run's last log line: `rung 0 crashed after 31 s up; ...`."""
-    return "; ".join(f"rung {b.rung} {b.end or 'up'}" + (f" after {b.uptime_s:.0f} s up" if b.uptime_s else "")
+    return "; ".join(f"rung {b.rung} {b.end or 'up'}" + (f" after {b.uptime_s:.0f} s up" if b.uptime_s
+                                                         else "")
                      for b in boots) or "none"

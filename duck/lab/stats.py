@@ -1,16 +1,11 @@
 """Paired A/B statistics over games: what `duck ab`, `duck ab-stats` and the calibration use.
 
-The data are scores (percent, as duck.play.scoring) of two arms, A (the baseline) and B (the
-variant), keyed by game and pass; a pass of A and the same pass of B form a *pair* (same game,
-same seed, run interleaved). Everything is B − A. The rule: games are the unit. A competitor
-asks whether B will do better on games like these but not these, and a near-deterministic
-policy repeats one difference on every pass, so every decision is made on one number per game,
-its mean paired difference d_g: `delta` (their mean), `p_value` (the decision: a two-sided
-sign-flip over games), `ci95` (a bootstrap over whole games, widened for small samples);
-`p_value_pairs`, the sign-flip over pairs, is secondary (the sharp null: B changes nothing in
-these very runs). Per game: the mean difference, its t-interval over passes, wins/losses/ties.
-Each test's null and method, the assumptions that make the numbers mean what they say, and the
-A/A calibration: docs/ab.md.
+Scores (percent) of two arms, A (the baseline) and B (the variant), keyed by game and pass; a
+pass of A and the same pass of B form a *pair*. Everything is B − A. The rule: games are the
+unit, so every decision is made on one number per game, its mean paired difference d_g:
+`delta`, `p_value` (a two-sided sign-flip over games), `ci95` (a bootstrap over whole games);
+`p_value_pairs` (over pairs, the sharp null) is secondary. Each test's null and method, the
+assumptions and the A/A calibration: docs/ab.md.
 """
 
 from __future__ import annotations

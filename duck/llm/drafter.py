@@ -1,18 +1,11 @@
 """MTP only with a trained drafter: what the checkpoint folder says before `vllm serve` starts.
 
-`--speculative-config '{"method": "mtp", ...}'` makes vLLM load the drafter from the target
-checkpoint's own `mtp.*` tensors, and for quantized checkpoints vLLM 0.33 skips its
-missing-weights check: a build without them drafts with an untrained head and says nothing
-(issue 35: both public winners loaded a separate drafter beside the Intel W4A16 build; one
-NVFP4 build's acceptance collapsed to ~1.5). So a profile with MTP (`model.serve.mtp_tokens`
-> 0) is served with MTP only when the folder's `model.safetensors.index.json` maps tensors
-named `mtp.*` or `*.mtp.*`; without them, or without a readable index, it is served without
-MTP (the memory plan made anew), with a warning saying why: `duck serve` (and its
-`--dry-run`: a `# MTP ...` line, `mtp_check` in the `--json` plan), the notebook and `duck
-doctor` (duck.llm.serve.VLLMServer.start) alike. A model path that is not a local folder (a
-hub id, which vLLM would download) cannot be read before boot: it keeps MTP, and the line
-says it was not checked. How many drafted tokens are accepted is known only after boot
-(`/metrics`: duck.llm.metrics).
+vLLM loads the MTP drafter from the checkpoint's own `mtp.*` tensors and, for quantized
+checkpoints, skips its missing-weights check: a build without them drafts with an untrained
+head and says nothing (issue 35: one NVFP4 build's acceptance collapsed to ~1.5). So a profile
+with MTP is served with MTP only when the folder's `model.safetensors.index.json` maps tensors
+named `mtp.*` or `*.mtp.*`; otherwise without (the memory plan made anew), with a warning. A
+model path that is not a local folder keeps MTP, unchecked.
 """
 
 from __future__ import annotations

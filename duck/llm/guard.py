@@ -1,18 +1,11 @@
 """The spend guard: what one `duck play` command's model requests may use, and the clean stop
 when they have used it (or when the provider refuses the key).
 
-A hosted model costs money per token. `model.max_total_tokens` and `model.max_cost` cap one
-command: every model client of the command adds each reply's usage (prompt + completion
-tokens, and the provider's `usage.cost` where it reports one) to one ledger file, a JSON line
-per request appended in a single write, so that the games' worker processes share it without
-a lock. When a cap is reached, or the provider answers 401/403 (the key is refused) or 402
-(no credit left), the guard writes a `stop` line with the reason and sets the run's stop
-event: every game ends at its next action, exactly as on Ctrl-C; the run's score.json says
-why (`stopped_by`) and `duck play --resume` finishes the run (a new command: a new budget).
-
-`install(guard)` makes it the guard of the model clients made afterwards in this process
-(duck.run does so in each game's process); without one nothing is counted or capped (Kaggle,
-the benchmarks).
+Every model client of the command appends each reply's usage (tokens, and `usage.cost` where
+the provider reports one) to one ledger file in a single write, so that the games' processes
+share it without a lock. At a cap, or on 401/403/402, the guard writes a `stop` line and sets
+the run's stop event, as on Ctrl-C (docs/hosted.md, "The spend guard"). `install(guard)` makes
+it the guard of the clients made afterwards; without one nothing is counted (Kaggle, benches).
 """
 
 from __future__ import annotations
@@ -28,7 +21,8 @@ LEDGER = "spend.jsonl"  # in the run folder: one line per model request of the c
 class Guard:
     """One command's ledger (`path`), its caps (0: none) and the stop event it sets."""
 
-    def __init__(self, path: str | Path, *, max_tokens: int = 0, max_cost: float = 0.0, stop: Any = None) -> None:
+    def __init__(self, path: str | Path, *, max_tokens: int = 0, max_cost: float = 0.0,
+                 stop: Any = None) -> None:
         self.path, self.max_tokens, self.max_cost, self.stop = Path(path), max_tokens, max_cost, stop
         self._pos, self._rest = 0, b""
         self.requests, self.tokens, self.cost, self.stopped = 0, 0, 0.0, None

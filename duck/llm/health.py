@@ -1,10 +1,7 @@
-"""Whether the games may use the model.
-
-`ModelHealth` is a flag file the notebook's monitor sets when the vLLM server dies or stops
-answering (`probe_model` is its check: a one-token chat, which a wedged server fails while
-still listing its models). The flag says whether the server is coming back (a restart under
-way or still possible: `coming_back()`, the games park) or gone for good (the explorer takes
-the games). What a game does then is the composition root's business (duck.policies).
+"""Whether the games may use the model: `ModelHealth`, a flag file the notebook's monitor sets
+when the vLLM server dies or stops answering (`probe_model` is its check), saying whether the
+server is coming back (the games park) or gone for good (the explorer takes them; what a game
+does then is duck.policies' business).
 """
 
 from __future__ import annotations

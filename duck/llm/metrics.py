@@ -1,18 +1,13 @@
 """Reading a vLLM server's `/metrics` (Prometheus text) for `duck doctor`.
 
 The names are vLLM's, the same in 0.19.0 and the pinned 0.33.0 (vllm/v1/metrics/loggers.py;
-prometheus_client adds `_total` to a counter's name): `vllm:prefix_cache_queries` and `vllm:prefix_cache_hits` (prompt tokens
-looked up in the prefix cache / found there), `vllm:prompt_tokens`, `vllm:generation_tokens`,
-`vllm:num_requests_running`, `vllm:num_requests_waiting`, `vllm:kv_cache_usage_perc`, and the
-info gauge `vllm:cache_config_info` whose labels carry the cache configuration, among them
-`block_size` and `num_gpu_blocks` (the KV cache's capacity is their product, in tokens).
-vLLM 0.19 no longer serves the V0 names (`vllm:gpu_prefix_cache_*`, `vllm:gpu_cache_usage_perc`).
-On a hybrid model 0.33's blocks x block size can be wrong (KV cache groups); its
-`kv_cache_size_tokens` label, when there, is the capacity. Speculative decoding (MTP):
-`vllm:spec_decode_num_drafts`, `vllm:spec_decode_num_draft_tokens` and
-`vllm:spec_decode_num_accepted_tokens` (vllm/v1/spec_decode/metrics.py); `mtp(delta)` makes
-the acceptance figures of them. tests/test_doctor.py checks these names against the pinned
-vLLM's source when its venv is here.
+prometheus_client adds `_total` to a counter's name): `vllm:prefix_cache_queries` and
+`vllm:prefix_cache_hits`, `vllm:prompt_tokens`, `vllm:generation_tokens`,
+`vllm:num_requests_running`, `vllm:num_requests_waiting`, `vllm:kv_cache_usage_perc`, the info
+gauge `vllm:cache_config_info` (the KV cache's capacity is `block_size` x `num_gpu_blocks`, or
+`kv_cache_size_tokens` where 0.33 gives it: on a hybrid model the product can be wrong), and
+the `vllm:spec_decode_*` counters (vllm/v1/spec_decode/metrics.py) that `mtp(delta)` reads.
+tests/test_doctor.py checks these names against the pinned vLLM's source when its venv is here.
 """
 
 from __future__ import annotations

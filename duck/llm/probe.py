@@ -1,9 +1,7 @@
-"""The probe before a run on a hosted provider (`duck play --policy llm` with the `hosted`
-profile): one small request as the agent makes them (the python tool, an image, the
-profile's sampling fields) that must come back with a tool call. It turns what would
-otherwise fail every game into one line before anything plays (`ProviderError`): a missing
-key variable, a refused key (401/403), no credit (402), a field the provider refuses, a
-model without tool calls or without images, a cost cap on a provider that reports no cost.
+"""The probe before a run on a hosted provider: one small request as the agent makes them (the
+python tool, an image, the profile's sampling fields) that must come back with a tool call, so
+that what would fail every game is one line before anything plays (`ProviderError`): a missing
+or refused key, no credit, a refused field, no tool calls or images, a cost cap with no cost.
 """
 
 from __future__ import annotations
@@ -19,7 +17,8 @@ PROBE_TOOL = [{"type": "function", "function": {
     "name": "python", "description": "Run Python code.",
     "parameters": {"type": "object", "properties": {"code": {"type": "string"}}, "required": ["code"]}}}]
 PROBE = [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": PROBE_PNG}},
-                                      {"type": "text", "text": "Call the python tool with the code print(1)."}]}]
+                                      {"type": "text",
+                                       "text": "Call the python tool with the code print(1)."}]}]
 
 
 def preflight(url: str, cfg: ModelConfig) -> None:
@@ -33,13 +32,14 @@ def preflight(url: str, cfg: ModelConfig) -> None:
     except ModelError as e:
         if e.status is None or e.status >= 500 or e.status in (408, 429):
             raise  # unreachable or busy: not a verdict on the provider
-        raise ProviderError(f"{where} refused the agent's request: {_why(e.status, str(e), cfg.api_key_env)}") from None
+        raise ProviderError(f"{where} refused the agent's request: "
+                            f"{_why(e.status, str(e), cfg.api_key_env)}") from None
     if cfg.max_cost and reply.cost is None:
         raise ProviderError(f"model.max_cost is set but {where} reports no cost in its usage: cap the tokens "
                             "with model.max_total_tokens instead")
     if not reply.tool_calls and reply.finish_reason != "length" and not reply.cut:
-        raise ProviderError(f"{where} answered {cfg.name} without a tool call (the probe asked for one): the agent "
-                            "needs a model served with tool-call support")
+        raise ProviderError(f"{where} answered {cfg.name} without a tool call (the probe asked for one): the "
+                            "agent needs a model served with tool-call support")
 
 
 def check(cfg: ModelConfig) -> str | None:

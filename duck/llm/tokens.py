@@ -3,15 +3,8 @@
 The context (duck.agent.context) decides a trim before it sends, so it needs each message's
 tokens as the served model counts them, template and images included (chars per token differ by
 kind: English 3.5-4.2, code 2.2-2.7, tool results 1.0-1.6 on Qwen3.8's tokenizer, FIELD.md §3).
-
-* `TokenCounter.count(message)`: vLLM's `/tokenize` (POST `{base}/tokenize` with `messages`). A
-  message alone is no valid chat (the template wants a user query), so it is counted as
-  `[probe, message]` minus `[probe]` for one short user probe (the system message as
-  `[message, probe]`, with the tools). Asked once per message content (a hash is the cache key);
-  each request's `usage` re-anchors the total (duck.agent.context).
-* `Estimator`: where the server cannot count (no `/tokenize`, an error), tokens from characters
-  per kind (`text`, `code`, `tool`, `image`) plus a per-message overhead, each rate fitted by ridge
-  least squares to every exact count seen (per-message counts, `usage` differences).
+`TokenCounter.count(message)` asks vLLM's `/tokenize`, once per message content; `Estimator`
+fits characters per kind to every exact count seen, for when the server cannot say.
 """
 
 from __future__ import annotations
@@ -31,7 +24,6 @@ from duck.llm.vision import image_tokens as vision_tokens  # the image processor
 
 log = logging.getLogger(__name__)
 
-KINDS = ("text", "code", "tool", "image", "message")
 # Priors (tokens per unit of each feature) from the field's measurements on Qwen3.8's tokenizer
 # (FIELD §3): English ~3.8 chars/token, code ~2.4, tool results ~1.4; an image's vision
 # tokens as its size implies them; ~8 template tokens around each message (role marks, think
@@ -63,7 +55,7 @@ def image_tokens(part: dict[str, Any]) -> int:
 
 
 def features(message: dict[str, Any]) -> np.ndarray:
-    """Characters per kind, vision tokens and 1 (the message) of one chat message."""
+    """Chars of text, code and tool output, vision tokens and 1 (the message) of one message."""
     text = code = tool = 0.0
     images = 0.0
     content = message.get("content")
@@ -86,8 +78,8 @@ def features(message: dict[str, Any]) -> np.ndarray:
 
 
 class Estimator:
-    """Tokens from `features`, its rates fitted to exact counts (ridge least squares toward
-    PRIOR; see the module docstring)."""
+    """Tokens from `features` (chars per kind, vision tokens, messages), its rates fitted to
+    every exact count seen (ridge least squares toward PRIOR)."""
 
     def __init__(self) -> None:
         scale = TYPICAL ** 2
@@ -111,7 +103,8 @@ class Estimator:
 
     def rates(self) -> dict[str, float]:
         """Chars per token of each text kind, tokens per vision token and per message."""
-        return {"text_chars_per_token": round(1 / self.w[0], 3), "code_chars_per_token": round(1 / self.w[1], 3),
+        return {"text_chars_per_token": round(1 / self.w[0], 3),
+                "code_chars_per_token": round(1 / self.w[1], 3),
                 "tool_chars_per_token": round(1 / self.w[2], 3), "image_scale": round(self.w[3], 3),
                 "message_tokens": round(self.w[4], 2), "observations": self.observations}
 
@@ -159,7 +152,8 @@ class TokenCounter:
         return self.tokenize is not None and self.failures < MAX_FAILURES
 
     def count(self, message: dict[str, Any]) -> tuple[int, bool]:
-        """(tokens, exact) of one message."""
+        """(tokens, exact) of one message: [probe, message] - [probe], as a message alone is
+        no valid chat (the system message: [message, probe])."""
         key = message_key(message)
         if key in self.cache:
             return self.cache[key], True

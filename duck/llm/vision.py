@@ -1,15 +1,11 @@
 """What an image costs in prompt tokens on the Qwen3-VL vision encoder (Qwen3.6/3.8 and
 Flash-Next share it): the image processor's geometry, not a guess.
 
-The processor resizes an image to multiples of `patch * merge` pixels (16 * 2 = 32) within
-[min_pixels, max_pixels] (`smart_resize`, as in transformers' Qwen2-VL/Qwen3-VL image
-processors: round each side to the factor; scale down when above max_pixels, up when below
-min_pixels), cuts it into 16x16 patches and merges 2x2 patches into one token. The prompt holds
-`<|vision_start|>`, one `<|image_pad|>` per merged token and `<|vision_end|>`.
-
+The processor resizes an image to multiples of 32 pixels within [min_pixels, max_pixels]
+(`smart_resize`, as in transformers' Qwen2-VL/Qwen3-VL image processors), cuts it into 16x16
+patches and merges 2x2 patches into one token, between `<|vision_start|>` and `<|vision_end|>`.
 So a 64x64 board at 10x (640x640 px) is 20 x 20 = 400 tokens + 2 = 402 (FIELD §3: "640 px ≈ 402
-tokens"), at 4x (256x256) 8 x 8 + 2 = 66. The defaults are Qwen3-VL's preprocessor
-(min_pixels 65,536 = 256², max_pixels 16,777,216 = 4096²).
+tokens"), at 4x (256x256) 8 x 8 + 2 = 66.
 """
 
 from __future__ import annotations
@@ -18,7 +14,7 @@ import math
 
 PATCH = 16
 MERGE = 2
-MIN_PIXELS = 256 * 256
+MIN_PIXELS = 256 * 256  # Qwen3-VL's preprocessor defaults
 MAX_PIXELS = 4096 * 4096
 MARKERS = 2  # <|vision_start|> and <|vision_end|>
 
@@ -39,14 +35,10 @@ def smart_resize(height: int, width: int, factor: int = PATCH * MERGE, min_pixel
     return h, w
 
 
-def image_tokens(width: int, height: int, *, min_pixels: int = MIN_PIXELS, max_pixels: int = MAX_PIXELS) -> int:
+def image_tokens(width: int, height: int, *, min_pixels: int = MIN_PIXELS,
+                 max_pixels: int = MAX_PIXELS) -> int:
     """Prompt tokens of one image of width x height pixels, its two markers included."""
     if width <= 0 or height <= 0:
         return 0
     h, w = smart_resize(height, width, min_pixels=min_pixels, max_pixels=max_pixels)
     return (h // PATCH) * (w // PATCH) // (MERGE * MERGE) + MARKERS
-
-
-def board_tokens(scale: int, cells: int = 64) -> int:
-    """Prompt tokens of a `cells` x `cells` board at `scale` pixels per cell."""
-    return image_tokens(cells * scale, cells * scale)

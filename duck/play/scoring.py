@@ -3,13 +3,8 @@
 The same arithmetic as `arc_agi.scorecard` (checked against it in tests): a completed level
 scores min(115, 100·(baseline / actions)²), all actions spent on it counted; a game is the
 level-index-weighted mean over all its levels, capped at the weight share of the completed ones;
-the total is the mean over games, in percent, like the leaderboard.
-
-`score.json` keeps, beside our score, the toolkit's own scorecard (`toolkit_score`) and flags
-every game where the two disagree (`disagrees`), so a record that does not tell the truth cannot
-raise a score unnoticed. A run that did not play every game it meant to is `partial` (`missing`,
-`unfinished`; `score_missing_as_0` counts a missing game as 0, as the competition does). Every
-field: docs/runs.md, "score.json".
+the total is the mean over games, in percent. `score.json` keeps beside it the toolkit's own
+scorecard and flags every game where the two disagree. Every field: docs/runs.md, "score.json".
 """
 
 from __future__ import annotations

@@ -1,16 +1,11 @@
 """Playing one game with any policy: the budget, the stop signals and the record.
 
-Every policy (random, explorer, the model-driven agent) plays through a `Session`, never
-through the environment directly. `Session.step` checks the action budget, the stop event
-and the deadline *before* sending an action, records the action *before* returning, and
-reports progress to the scheduler. A policy is any object with `name` and
-`play(session)`; it returns when it has nothing more to do, or the session raises
-`PlayStopped` to end it between two actions.
-
-A game scheduled onto a slot-limited model server (scheduler.runner) holds a server slot while
-it plays; the policy tells the session where it may give it up (`yield_slot`: at a trim of its
-context, at a level change, before a model request), and the session reports the generated
-tokens of its `model` events, with its actions and levels, in `Progress`.
+Every policy plays through a `Session`, never through the environment directly. `Session.step`
+checks the action budget, the stop event and the deadline *before* sending an action, records
+the action *before* returning, and reports progress to the scheduler. A policy is any object
+with `name` and `play(session)`; the session raises `PlayStopped` to end it between two
+actions. A game on a slot-limited model server holds a slot while it plays; the policy tells
+the session where it may give it up (`yield_slot`: a trim, a level change, a model request).
 """
 
 from __future__ import annotations
@@ -173,8 +168,8 @@ def recorded_session(source: GameSource, game_id: str, path: Path, max_actions: 
     benchmarks and `duck replay` drive its kernel themselves; play_game writes the same header)."""
     game = source.make(game_id)
     writer = RecordWriter(path)
-    writer.header(game_id=game_id, title=game.title, baselines=game.baselines, obs=game.obs, policy=policy, seed=seed,
-                  **header)
+    writer.header(game_id=game_id, title=game.title, baselines=game.baselines, obs=game.obs, policy=policy,
+                  seed=seed, **header)
     return Session(game, writer, max_actions=max_actions)
 
 

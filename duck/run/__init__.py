@@ -1,17 +1,10 @@
-"""Playing every game of a folder and writing a run folder (`duck play`).
-
-A run folder holds `run.json` (what produced it: duck.run.info), `records/<game_id>.jsonl`
-(duck.play.record), `conversations/<game_id>.jsonl.gz` (duck.play.conversation) and
-`score.json` (duck.play.scoring); the games are played by duck.run.pool (shared with `duck ab`),
-in separate processes when `play.workers > 1`. The rule: bad input is a `RunError` (one line,
-before anything is touched), and old records are removed (`overwrite`) only once the new run
-has found its games and checked its folder.
-
-`interactive=True` (the `duck` command): the live progress (duck.run.progress) and Ctrl-C
-(duck.run.interrupt): the first stops every game at its next action and writes score.json marked
-partial, the second kills at once. `resume=True` plays, with the run's own config, only the
-games the folder lacks or whose record ended short. What the command says at the end is
-duck.run.summary. The folder, the bad inputs, the file-mode fallback and resuming: docs/runs.md.
+"""Playing every game of a folder and writing a run folder (`duck play`): `run.json`
+(duck.run.info), `records/`, `conversations/` and `score.json`, the games played by
+duck.run.pool (shared with `duck ab`). The rule: bad input is a `RunError` (one line, before
+anything is touched), and old records are removed (`overwrite`) only once the new run has found
+its games and checked its folder. `interactive=True` adds the live progress and Ctrl-C;
+`resume=True` plays, with the run's own config, only the games the folder lacks or whose record
+ended short. The folder, the bad inputs and resuming: docs/runs.md.
 """
 
 from __future__ import annotations
@@ -152,14 +145,15 @@ def _begin(out: Path, cfg: Config, info: dict | None, ids: list[str], games_dir:
         try:
             info["policy_files"] = provenance.record(cfg, out, ROOT)
         except OSError as e:
-            raise RunError(f"--out {out}: the policy file cannot be copied there: {e.strerror or e}") from None
+            raise RunError(f"--out {out}: the policy file cannot be copied there: "
+                           f"{e.strerror or e}") from None
         info["git"] = provenance.mark_dirty(info["git"], info["policy_files"])
         entry = info
     else:
         for g in todo:  # a record that ended short is played again from its start
             (out / "records" / f"{g}.jsonl").unlink(missing_ok=True)
-        entry = {"command": list(command if command is not None else sys.argv), "started": now(), "ended": None,
-                 "status": "running", "games": todo}
+        entry = {"command": list(command if command is not None else sys.argv), "started": now(),
+                 "ended": None, "status": "running", "games": todo}
         changed = info.pop("_changed", [])
         if changed:  # --policy-changed-ok: the rest is played by another version of the file
             entry["policy_files_changed"] = changed
@@ -204,8 +198,8 @@ def _finish(out: Path, info: dict, entry: dict, ends: list[dict], reason: str | 
 def _fresh_plan(games_dir: Path, out: Path, games: list[str] | None, overwrite: bool) -> list[str]:
     old = sorted((out / "records").glob("*.jsonl"))
     if old and not overwrite:
-        raise RunError(f"{out} already holds records; choose another --out, pass --overwrite to replace them, "
-                       "or --resume to finish the run")
+        raise RunError(f"{out} already holds records; choose another --out, pass --overwrite to replace "
+                       "them, or --resume to finish the run")
     if not games_dir.is_dir():
         raise RunError(f"--games {games_dir}: no such folder")
     try:
@@ -214,7 +208,8 @@ def _fresh_plan(games_dir: Path, out: Path, games: list[str] | None, overwrite: 
         raise RunError(str(e)) from None
 
 
-def _resume_plan(out: Path, values: dict[str, Any], policy_changed_ok: bool) -> tuple[dict, Config, str, list[str]]:
+def _resume_plan(out: Path, values: dict[str, Any],
+                 policy_changed_ok: bool) -> tuple[dict, Config, str, list[str]]:
     if not out.is_dir():
         raise RunError(f"--resume: no run folder at {out}")
     try:
@@ -276,14 +271,16 @@ def _play(games_dir: Path, out: Path, cfg: Config, ids: list[str], *, interactiv
             if unreachable:
                 Path(health_flag).write_text(unreachable)
         play_dir = stack.enter_context(games_for_play(games_dir, out / "records", cfg.kernel.layers_off))
-        runner = stack.enter_context(Runner(view, workers=workers, interactive=interactive, kill_line=kill_line))
+        runner = stack.enter_context(Runner(view, workers=workers, interactive=interactive,
+                                            kill_line=kill_line))
         guard = _guard(out, cfg, runner.stop)
         if guard is not None:  # (games played here install theirs: none is left behind for the next run)
             stack.callback(_uninstall_guard)
             if view is not None:
                 stack.callback(lambda: guard.reason() and view.notice(f"{guard.reason()}: stopping: every game "
                                                                         "ends at its next action"))
-        ends = runner.run(game_runs.play_one, [(g, (str(play_dir), g, cfg, str(out), health_flag)) for g in ids])
+        ends = runner.run(game_runs.play_one,
+                          [(g, (str(play_dir), g, cfg, str(out), health_flag)) for g in ids])
         if any(e.get("end_reason") == "disk_full" for e in ends) and view is not None:
             view.notice("the disk is full: the run stopped; records keep every line written")
         reason = runner.reason or (guard and guard.reason())

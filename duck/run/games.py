@@ -4,12 +4,9 @@ tells the run while it plays.
 A game reports to a `sink` (a function of one dict): `start` (its policy and level count),
 `progress` (levels, actions, score so far: at most every `PROGRESS_EVERY_S` and at every
 level change), `fallback` (the model policy handed the game to its fallback, and why) and,
-as `play_one`'s result, `end` (the GameResult's fields, the policy in use at the end). In a
-worker process the sink is a multiprocessing queue and logging goes through it too
-(`init_worker`), so the parent prints everything and the live display stays whole.
-
-A full disk (ENOSPC, EDQUOT) ends the game like a stop: `play_one` sets the run's stop event
-so the other games end at their next action, and returns `disk_full` with the error.
+as `play_one`'s result, `end`. In a worker process the sink is a multiprocessing queue and
+logging goes through it too (`init_worker`). A full disk (ENOSPC, EDQUOT) ends the game like a
+stop: the run's stop event is set, and the game returns `disk_full`.
 """
 
 from __future__ import annotations
@@ -92,7 +89,8 @@ class Tracker:
     """A game's progress as the run shows it: the score so far from the actions at which each
     level was completed (the same arithmetic as duck.play.scoring.score_record)."""
 
-    def __init__(self, game_id: str, baselines: list[int] | None, sink: Callable[[dict], None] | None) -> None:
+    def __init__(self, game_id: str, baselines: list[int] | None,
+                 sink: Callable[[dict], None] | None) -> None:
         self.game_id, self.baselines, self.sink = game_id, baselines or [], sink
         self.levels, self.start, self.level_actions = 0, 0, []
         self.actions, self.score, self.last_sent = 0, 0.0, 0.0
@@ -150,8 +148,9 @@ def play_one(games_dir: str, game_id: str, cfg: Config, out: str, health_flag: s
         if _stop is not None:
             _stop.set()
         return {"kind": "end", "game": game_id, "levels": tracker.levels, "actions": tracker.actions,
-                "score": tracker.score, "end_reason": "disk_full", "state": "", "error": f"{e.strerror}: {e.filename or out}",
-                "policy": policy.name, "fallback": tracker.fallback}
+                "score": tracker.score, "end_reason": "disk_full", "state": "",
+                "error": f"{e.strerror}: {e.filename or out}", "policy": policy.name,
+                "fallback": tracker.fallback}
     end = {"kind": "end", **asdict(r), "game": game_id, "policy": policy.name, "fallback": tracker.fallback}
     end.pop("game_id")
     if is_disk_full(r.error):

@@ -1,15 +1,8 @@
 """`run.json`: what produced a run folder, written when `duck play` starts and updated when it ends.
 
-Fields: `command` (argv), `out`, `games_dir`, `games` (the ids the run means to play: what
-`duck score` and `--resume` measure a folder against), `status` (running, complete,
-interrupted, disk_full, failed), `started` / `ended` (UTC, ISO 8601), `config` (the resolved
-config, `Config.model_dump()`), `derived` (the fields the serving profile's plan filled in),
-`plan` (that plan, duck.config.profiles.Plan.as_dict()), `profile` (the serving profile's name),
-`git` (`commit`, `dirty`: the checkout duck ran from; null outside a git checkout),
-`versions` (Python and the pinned packages), `machine` (host name, OS, CPUs, memory, GPU
-when nvidia-smi answers) and `resumes` (one entry per `duck play --resume`: command,
-started, ended, status, the games it played). Written whole to a temporary file and renamed,
-so a reader never sees half of it.
+Its fields (the command, the games it means to play, status, times, the resolved config and
+plan, the git commit, versions, the machine, the resumes): docs/runs.md, "The folder". Written
+whole to a temporary file and renamed, so a reader never sees half of it.
 """
 
 from __future__ import annotations
@@ -63,7 +56,8 @@ def machine() -> dict[str, Any]:
         pass
     if shutil.which("nvidia-smi"):
         try:
-            r = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"],
+            r = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version",
+                                "--format=csv,noheader"],
                                capture_output=True, text=True, timeout=10)
             if r.returncode == 0 and r.stdout.strip():
                 out["gpus"] = [line.strip() for line in r.stdout.strip().splitlines()]
@@ -106,16 +100,17 @@ def read_info(out: str | Path) -> dict | None:
 # had that value resumes; one that set another cannot be finished by this version.
 RETIRED = {
     "model.serve.host_memory_gb": 176, "model.serve.max_pixels": 409600,
-    "model.serve.default_chat_template_kwargs": {"preserve_thinking": True}, "model.serve.flashinfer_sampler": False,
-    "model.serve.smoke_timeout_s": 120.0, "kernel.output_chars": 4096, "kernel.file_mb": 16, "kernel.open_files": 64,
+    "model.serve.default_chat_template_kwargs": {"preserve_thinking": True},
+    "model.serve.flashinfer_sampler": False, "model.serve.smoke_timeout_s": 120.0,
+    "kernel.output_chars": 4096, "kernel.file_mb": 16, "kernel.open_files": 64,
     "kernel.notes_dict_chars": 16000, "agent.trim_summary": False, "agent.exact_tokens": True,
-    "agent.keep_notes_on_game_over": True, "agent.carry_notes_across_levels": True, "agent.animation_summaries": True,
-    "agent.action_counts_in_prompt": True, "agent.seeded_sampling": True, "agent.image_scale": 10,
-    "agent.diff_image": True, "agent.death_images": True, "agent.animation_images": 4,
-    "agent.animation_image_scale": 4, "agent.hud_border": 4, "agent.compact_results": True, "agent.level_memory": True,
-    "agent.memory_tail": 20, "agent.notes_in_turn": False, "agent.notes_stop_at_blank_line": True,
-    "agent.note_section_chars": 900, "agent.nudge_after_calls": 6, "agent.max_calls_per_turn": 16,
-    "agent.world_model_tools": False}
+    "agent.keep_notes_on_game_over": True, "agent.carry_notes_across_levels": True,
+    "agent.animation_summaries": True, "agent.action_counts_in_prompt": True, "agent.seeded_sampling": True,
+    "agent.image_scale": 10, "agent.diff_image": True, "agent.death_images": True,
+    "agent.animation_images": 4, "agent.animation_image_scale": 4, "agent.hud_border": 4,
+    "agent.compact_results": True, "agent.level_memory": True, "agent.memory_tail": 20,
+    "agent.notes_in_turn": False, "agent.notes_stop_at_blank_line": True, "agent.note_section_chars": 900,
+    "agent.nudge_after_calls": 6, "agent.max_calls_per_turn": 16, "agent.world_model_tools": False}
 
 
 def _retire(doc: dict) -> dict:
@@ -135,8 +130,8 @@ def _retire(doc: dict) -> dict:
         for name in path:
             section = section.get(name) or {}
         if key in section and section.pop(key) != now:
-            raise ValueError(f"run.json's config sets {dotted}, which this version no longer has (it plays as "
-                             f"{json.dumps(now)}): finish the run with the version that started it")
+            raise ValueError(f"run.json's config sets {dotted}, which this version no longer has (it plays "
+                             f"as {json.dumps(now)}): finish the run with the version that started it")
     return doc
 
 

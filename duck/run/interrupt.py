@@ -1,12 +1,10 @@
 """Ctrl-C during `duck play`: the first stops the run cleanly, the second kills it at once.
 
-The first SIGINT (or a SIGTERM: a scheduler's or a container's polite stop) sets the run's
-stop event: every game ends at its next action (`Session.step` checks it before sending one)
-and writes its record's end, the queued games never start, and the run writes score.json
-marked partial and exits 130 with one line. The second SIGINT calls `kill` (the worker
-processes are SIGKILLed) and leaves at once with `os._exit(130)`: the records keep every line
-written so far (each is flushed before the next action), the games it cut have no end line,
-and `duck play --resume` replays exactly those.
+The first SIGINT (or a SIGTERM) sets the run's stop event: every game ends at its next action,
+the queued games never start, and the run writes score.json marked partial and exits 130. The
+second SIGINT calls `kill` (the worker processes are SIGKILLed) and leaves with
+`os._exit(130)`: the records keep every line written so far, and `duck play --resume` replays
+the games it cut.
 """
 
 from __future__ import annotations

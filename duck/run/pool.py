@@ -1,14 +1,10 @@
 """Playing a list of jobs (one game run each) while the run shows progress and listens for
 Ctrl-C: what `duck play` and `duck ab` share.
 
-A job is a label (the display's row: a game id for `duck play`, `A p0 <game>` for `duck ab`)
-and the arguments of a top-level function that plays it and returns its `end` message
-(duck.run.games: the function reports `start`/`progress` through `games.sink()` and stops at
-its next action once `games.stop_event()` is set). With more than one worker the jobs run in
-a pool of worker processes kept for the `Runner`'s life (several rounds reuse it); with one,
-in the run's own process. `interactive`: the signal handlers of duck.run.interrupt (the first
-Ctrl-C or SIGTERM stops every game at its next action and the queued ones never start; the
-second kills the workers and leaves at once with `kill_line`).
+A job is a label (the display's row) and the arguments of a top-level function that plays it
+and returns its `end` message (duck.run.games). With more than one worker the jobs run in a
+pool of worker processes kept for the `Runner`'s life; with one, in the run's own process.
+`interactive`: the signal handlers of duck.run.interrupt.
 """
 
 from __future__ import annotations
@@ -70,8 +66,8 @@ class Runner:
 
     def _on_stop(self, why: str) -> None:
         if self.view is not None:
-            self.view.notice(f"{why}: stopping: every game ends at its next action, queued games do not start "
-                             "(Ctrl-C again kills at once)")
+            self.view.notice(f"{why}: stopping: every game ends at its next action, queued games do not "
+                             "start (Ctrl-C again kills at once)")
 
     def _kill(self) -> None:
         for p in list(getattr(self._pool, "_processes", {}).values()) if self._pool else []:
@@ -92,7 +88,8 @@ class Runner:
         if self.parallel and self._pool is None:
             self._queue = multiprocessing.Queue()
             self._pool = self._stack.enter_context(ProcessPoolExecutor(
-                max_workers=self.workers, initializer=game_runs.init_worker, initargs=(self.stop, self._queue)))
+                max_workers=self.workers, initializer=game_runs.init_worker,
+                initargs=(self.stop, self._queue)))
         if self._pool is not None:
             return self._run_pool(fn, jobs)
         self._start_view()

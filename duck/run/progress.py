@@ -1,15 +1,11 @@
 """What `duck play` shows while it plays: one live line per game on a terminal, log lines
 otherwise, and a summary at the end.
 
-On a terminal (stderr is a tty that redraws, `redraws`; rich, imported only then) a live
-table redraws a few times a second: per game its state, level, actions, score so far and the
-policy in use, and "explorer: model unreachable" once the model's fallback took over; a header line with the
-games done, playing and queued and the mean score so far; the queued games are one line
-(a run of 110 games stays inside the screen). At the end the live table gives way to the
-summary table of every game. Anywhere else (a pipe, a file, CI) nothing redraws: one line per
-game as it ends, the run's notices (Ctrl-C, a full disk, the fallback) once each, and a
-closing line. Log records from the worker processes come through the same queue and are
-printed above the live table, never through it.
+On a terminal (rich, imported only then) a live table redraws a few times a second: per game
+its state, level, actions, score so far and policy, under a header of games done, playing and
+queued (the queued games are one line, so 110 games fit the screen). Anywhere else nothing
+redraws: one line per game as it ends, the run's notices once each, and a closing line. Log
+records from the worker processes are printed above the live table, never through it.
 """
 
 from __future__ import annotations
@@ -56,10 +52,9 @@ class Row:
 class RunView:
     """The run's display. `handle(message)` takes a game's messages (duck.run.games) and log
     records; `notice(text)` a run-wide line (said once); `close()` ends the live table and
-    prints the summary. `prog` starts every line (`duck play`, `duck ab`); `group(row name)`
-    names a row's group (`duck ab`: the arm), whose mean scores the header line shows apart;
-    `unit` what a row is (`duck ab`: a run); `add(names)` adds rows (the adaptive rounds of `duck ab`).
-    Each score shown says what it is the mean over (the run's own score is duck.run.summary's)."""
+    prints the summary. `prog` starts every line; `group(row name)` names a row's group (`duck
+    ab`: the arm), whose mean scores the header shows apart; `unit` what a row is; `add(names)`
+    adds rows. Each score shown says what it is the mean over."""
 
     def __init__(self, games: list[str], *, title: str, stream: TextIO | None = None,
                  live: bool | None = None, prog: str = "duck play",
@@ -178,7 +173,8 @@ class RunView:
         if not logger.isEnabledFor(record.levelno):
             return
         if self._live is not None:
-            self._console.print(logging.Formatter("%(levelname)s %(name)s: %(message)s").format(record), markup=False)
+            self._console.print(logging.Formatter("%(levelname)s %(name)s: %(message)s").format(record),
+                                markup=False)
         else:
             logger.handle(record)
 
@@ -205,8 +201,9 @@ class RunView:
         played = [r for r in self.rows.values() if r.state not in ("queued", "skipped")]
         mean = sum(r.score for r in played) / len(played) if played else 0.0
         parts = [f"{c.get('done', 0)}/{len(self.rows)} {self.unit}s done"]
-        for state, label in (("playing", "playing"), ("stopped", "stopped mid-game"), ("error", "with an error"),
-                             ("disk_full", "cut by the full disk"), ("queued", "queued" if not final else "not started"),
+        for state, label in (("playing", "playing"), ("stopped", "stopped mid-game"),
+                             ("error", "with an error"), ("disk_full", "cut by the full disk"),
+                             ("queued", "queued" if not final else "not started"),
                              ("skipped", "not started")):
             if c.get(state):
                 parts.append(f"{c[state]} {label}")
@@ -220,7 +217,8 @@ class RunView:
             groups: dict[str, list[float]] = {}
             for r in played:
                 groups.setdefault(self.group(r.game), []).append(r.score)
-            text += " (" + ", ".join(f"{k} {sum(v) / len(v):.3f}% over {len(v)}" for k, v in sorted(groups.items())) + ")"
+            text += " (" + ", ".join(f"{k} {sum(v) / len(v):.3f}% over {len(v)}"
+                                     for k, v in sorted(groups.items())) + ")"
         return text
 
     def _table(self, final: bool = False) -> Any:

@@ -1,14 +1,9 @@
 """Your own code in the record: a user policy file (`--policy FILE.py:Class`) that plays.
 
-run.json's `policy_files` keeps, per file, its absolute path, sha256, size, where it stands
-in the checkout duck runs from (`tracked`, `modified`, `untracked`, `outside`: not in the
-checkout) and `copy`, the copy written into the run folder (`RUN/policy/<name>.py`), so the
-run can be reproduced after the file changed. A file that is not committed as it is
-(modified, untracked, outside) makes the run dirty: run.json's `git.dirty` is true and
-`git.dirty_because` says why, as it does for modified tracked files. `--resume` compares the
-file with its sha256 and refuses a changed one (`check_unchanged`), since the finished games
-were played by the old version; `--resume --policy-changed-ok` plays on with the new file and
-records its sha256 in the resume's entry.
+run.json's `policy_files` keeps, per file, its path, sha256, size, where it stands in the
+checkout and a copy in the run folder, so the run can be reproduced after the file changed; a
+file not committed as it is makes the run dirty. `--resume` refuses a changed file
+(`check_unchanged`) unless `--policy-changed-ok`. The fields: docs/runs.md, "The folder".
 """
 
 from __future__ import annotations
@@ -84,9 +79,9 @@ def check_unchanged(info: dict[str, Any], out: Path, allow: bool) -> list[dict[s
         if current != f["sha256"] and not allow:
             what = "is gone" if current is None else \
                 f"changed since the run started (sha256 {f['sha256'][:12]} → {current[:12]})"
-            raise ValueError(f"--resume: the policy file {path} {what}; the finished games were played by the "
-                             f"old one (a copy: {out / f['copy']}): put it back, or pass --policy-changed-ok to "
-                             f"play the rest with the file as it is now")
+            raise ValueError(f"--resume: the policy file {path} {what}; the finished games were played by "
+                             f"the old one (a copy: {out / f['copy']}): put it back, or pass "
+                             "--policy-changed-ok to play the rest with the file as it is now")
         if current != f["sha256"]:
             now.append({"path": str(path), "sha256": current, "was": f["sha256"]})
     return now

@@ -1,17 +1,11 @@
 """What `duck play` says when the run ends, and its exit status.
 
-On a terminal (stdout is a tty) the live table gives way to the summary table of every game
-(duck.run.progress), then a few lines: warnings, the first policy traceback, the commands
-to run next, and last the run's score over all its games (a pipe: on stderr; a run whose every
-game errored has none: the error is last). Elsewhere (a pipe, a file), or with `--json`, stdout holds
-the summary as JSON (what scripts and tests read) and the lines go to stderr. The "next"
-commands name duck as the user ran it (duck.run.info.duck_command: `.venv/bin/duck` as in the
-README, or `duck` on PATH).
-
-A game whose policy raised keeps its traceback in its record (an `error` event's data): the
-first one is printed on stderr, all of them with `duck -v play`. Exit status: 0; 130
-(Ctrl-C), 143 (SIGTERM); 1 when the disk filled, or when every game ended in an error (a
-policy that fails on every game is a failed run, not a result).
+On a terminal the summary table of every game, then warnings, the first policy traceback, the
+commands to run next, and last the run's score (a pipe: on stderr). Elsewhere, or with
+`--json`, stdout holds the summary as JSON and the lines go to stderr. A policy's traceback
+stays in its record (an `error` event); the first is printed, all of them with `duck -v play`.
+Exit status: 0; 130 (Ctrl-C), 143 (SIGTERM); 1 when the disk filled, or when every game ended
+in an error (a policy that fails on every game is a failed run, not a result).
 """
 
 from __future__ import annotations
@@ -25,9 +19,9 @@ from duck.play.record import read_record
 from duck.run.info import duck_command
 
 EXIT_FAILED = 1
-ABOUT = ("score: the mean over games of the official ARC-AGI-3 score in percent (a level scores (human baseline "
-         "actions / actions)^2, capped at 115%; levels weighted 1, 2, 3, ...); levels: levels completed; "
-         "actions: actions sent, RESETs included")
+ABOUT = ("score: the mean over games of the official ARC-AGI-3 score in percent (a level scores (human "
+         "baseline actions / actions)^2, capped at 115%; levels weighted 1, 2, 3, ...); levels: levels "
+         "completed; actions: actions sent, RESETs included")
 
 
 def say(text: str) -> None:
@@ -64,7 +58,8 @@ def tracebacks(out: Path, errors: list[dict[str, Any]]) -> list[tuple[str, str]]
                 rec = read_record(Path(out) / "records" / f"{e['game']}.jsonl")
             except (OSError, ValueError):
                 continue
-            text = next((x["data"] for x in rec.events if x.get("kind") == "error" and isinstance(x.get("data"), str)
+            text = next((x["data"] for x in rec.events
+                         if x.get("kind") == "error" and isinstance(x.get("data"), str)
                          and "Traceback" in x["data"]), None)
         if text:
             found.append((e["game"], text.rstrip()))
@@ -134,6 +129,8 @@ def _ending(out: Any, doc: dict) -> int:
 def warn_problems(doc: dict) -> None:
     """One line each on stderr: records with skipped lines, scores the toolkit disagrees with."""
     for game, problems in (doc.get("record_problems") or {}).items():
-        print(f"duck: warning: record of {game}: {len(problems)} line(s) skipped ({problems[0]})", file=sys.stderr)
+        print(f"duck: warning: record of {game}: {len(problems)} line(s) skipped ({problems[0]})",
+              file=sys.stderr)
     if doc.get("disagrees"):
-        print(f"duck: warning: the toolkit's scorecard disagrees on {', '.join(doc['disagrees'])}", file=sys.stderr)
+        print(f"duck: warning: the toolkit's scorecard disagrees on {', '.join(doc['disagrees'])}",
+              file=sys.stderr)

@@ -53,13 +53,13 @@ def _run_arm(task: dict[str, Any]) -> dict[str, Any]:
     deadline = time.monotonic() + task["game_seconds"] if task.get("game_seconds") else None
     t0 = time.monotonic()
     res = play_game(source, task["game_id"], policy, max_actions=cfg.play.max_actions, record_path=path,
-                    seed=task["seed"], deadline=deadline, pass_=task["pass"], conversation=cfg.play.conversations,
-                    stop=stop, on_progress=tracker.progress,
+                    seed=task["seed"], deadline=deadline, pass_=task["pass"],
+                    conversation=cfg.play.conversations, stop=stop, on_progress=tracker.progress,
                     config={"arm": task["arm"], "url": task["url"], **cfg.model_dump(mode="json")})
-    return {"kind": "end", "game": task["label"], "arm": task["arm"], "game_id": res.game_id, "pass": task["pass"],
-            "score": res.score, "levels": res.levels, "actions": res.actions, "end_reason": res.end_reason,
-            "state": res.state, "seconds": round(time.monotonic() - t0, 2), "error": res.error,
-            "policy": policy.name}
+    return {"kind": "end", "game": task["label"], "arm": task["arm"], "game_id": res.game_id,
+            "pass": task["pass"], "score": res.score, "levels": res.levels, "actions": res.actions,
+            "end_reason": res.end_reason, "state": res.state, "seconds": round(time.monotonic() - t0, 2),
+            "error": res.error, "policy": policy.name}
 
 
 def arm_order(game_id: str, pass_: int) -> tuple[str, str]:

@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from duck.lab.ab.config import ARMS, config_diff, same_experiment
-from duck.lab.ab.scores import (_record_files, arm_scores, filter_passes, load_scores, pair_by_order, parse_passes)
+from duck.lab.ab.scores import (_record_files, arm_scores, filter_passes, load_scores, pair_by_order,
+                                parse_passes)
 from duck.config import Config
 from duck.lab.report.ab import ab_html
 from duck.lab.stats import compare, pair_up

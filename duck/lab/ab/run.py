@@ -2,17 +2,10 @@
 
 `duck ab --a A.toml --b B.toml --games DIR --passes N --out OUT` plays every game of DIR N times
 with each config. The rule: the two runs of one (game, pass) share seed p and are queued next to
-each other (who goes first alternates), so they run at the same time, on the same endpoint,
-under the same load. The results are paired per game and pass and compared with duck.lab.stats
-(games are the unit). `--max-passes M` adds passes to games still within noise; a finished
-(game, pass, arm) is never replayed (the same command resumes); `--shard i/n` and `duck
-ab-merge` split an experiment over machines; `duck ab-stats` computes the same JSON from existing
-results. The folder, resuming, shards and ab-stats's inputs: docs/ab.md.
-
-The pieces: duck.lab.ab.config (the arms' configs and policy options), duck.lab.ab.play (playing
-the paired units), duck.lab.ab.scores (scores from folders and files) and duck.lab.ab.results
-(ab.json, report.html, merging shards, ab-stats); this module runs an experiment (`run_ab`),
-holds the commands and re-exports the pieces' public names.
+each other, so they run at the same time, on the same endpoint, under the same load; the
+results are compared with duck.lab.stats (games are the unit). The folder, resuming, shards and
+ab-stats's inputs: docs/ab.md. The pieces are duck.lab.ab.config, .play, .scores and .results;
+this module runs an experiment (`run_ab`), holds the commands and re-exports their names.
 """
 
 from __future__ import annotations
@@ -42,9 +35,7 @@ from duck.run.progress import RunView
 log = logging.getLogger(__name__)
 
 
-# ---------------------------------------------------------------------------------------
-# The experiment
-# ---------------------------------------------------------------------------------------
+# -- The experiment ---------------------------------------------------------------------
 
 def _overrides(args: argparse.Namespace, arm: str) -> list[str]:
     """An arm's `--set-a`/`--set-b` values, then `--max-actions` (both arms)."""
@@ -115,7 +106,8 @@ def run_ab(args: argparse.Namespace, *, interactive: bool = False) -> dict[str, 
         ends += run_units(units, runner=runner, shards=shard[1] if shard else 1, **common)
         rounds = 0
         if not shard and plan["max_passes"] > args.passes:
-            while not runner.stop.is_set() and (args.budget_s is None or time.monotonic() - t0 < args.budget_s):
+            while not runner.stop.is_set() and (args.budget_s is None
+                                                or time.monotonic() - t0 < args.budget_s):
                 extra = _noisy(out, games, plan["max_passes"])
                 if not extra:
                     break
@@ -147,9 +139,7 @@ def _noisy(out: Path, games: list[str], max_passes: int) -> list[tuple[str, int]
     return extra
 
 
-# ---------------------------------------------------------------------------------------
-# Command line
-# ---------------------------------------------------------------------------------------
+# -- Command line -----------------------------------------------------------------------
 
 def resume_command(args: argparse.Namespace) -> str:
     """The command that resumes this experiment: the same one (finished runs are kept)."""
@@ -180,9 +170,9 @@ def summary_lines(doc: dict[str, Any], out: Path) -> list[str]:
 def _cmd_ab(args: argparse.Namespace) -> int:
     doc = run_ab(args, interactive=True)
     if "interrupted" in doc:
-        print(f"duck ab: interrupted ({doc['interrupted']}): {doc['finished']} runs finished now, {doc['stopped']} "
-              f"stopped mid-game, {doc['not_started']} not started; finished records are kept; "
-              f"resume with: {resume_command(args)}", file=sys.stderr)
+        print(f"duck ab: interrupted ({doc['interrupted']}): {doc['finished']} runs finished now, "
+              f"{doc['stopped']} stopped mid-game, {doc['not_started']} not started; finished records are "
+              f"kept; resume with: {resume_command(args)}", file=sys.stderr)
         return EXIT_INTERRUPTED if doc["interrupted"] != "SIGTERM" else 128 + 15
     terminal = sys.stdout.isatty() and not args.json
     if not terminal:

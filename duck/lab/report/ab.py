@@ -68,13 +68,13 @@ def _tests_section(doc: dict[str, Any]) -> str:
               nulls.get("ci95", "bootstrap over games") + "; read it as the likely size of the change.")]
     if doc.get("p_value_pairs") is not None:
         items.append(("p-value, pairs (secondary)", f"{doc['p_value_pairs']:.4g}",
-                      "Null: " + nulls.get("p_value_pairs", "–") + ". It asks whether B did anything on these very "
-                      "games; a game repeating one difference on every pass counts once per pass, so it is not the "
-                      "verdict."))
+                      "Null: " + nulls.get("p_value_pairs", "–") + ". It asks whether B did anything on "
+                      "these very games; a game repeating one difference on every pass counts once per pass, "
+                      "so it is not the verdict."))
     return ("<section id=tests><h2>What each number tests</h2><ul>"
             + "".join(f"<li><b>{esc(k)}</b> = {esc(v)}: {esc(t)}</li>" for k, v, t in items)
-            + "</ul><p class=muted>Fewer than 6 differing games can never reach p &lt; 0.05 (2/2<sup>5</sup> = "
-              "0.0625). Assumptions and the A/A calibration: the docstring of duck/lab/stats.py; "
+            + "</ul><p class=muted>Fewer than 6 differing games can never reach p &lt; 0.05 (2/2<sup>5</sup> "
+              "= 0.0625). Assumptions and the A/A calibration: the docstring of duck/lab/stats.py; "
               "<code>duck bench calibration</code>.</p></section>")
 
 
@@ -94,13 +94,16 @@ def ab_html(doc: dict[str, Any], title: str = "A/B") -> str:
             ["95% interval (bootstrap over games)", f"[{fmt(doc['ci95'][0], 3)}, {fmt(doc['ci95'][1], 3)}]"],
             ["p-value, games (sign-flip over games: the decision)", f"{doc['p_value']:.4g}"]]
     if doc.get("p_value_pairs") is not None:
-        rows.append(["p-value, pairs (sign-flip over pairs, sharp null: secondary)", f"{doc['p_value_pairs']:.4g}"])
+        rows.append(["p-value, pairs (sign-flip over pairs, sharp null: secondary)",
+                     f"{doc['p_value_pairs']:.4g}"])
     rows += [["mean score A / B", f"{fmt(doc['a_mean'], 3)} / {fmt(doc['b_mean'], 3)}"],
              ["games / pairs / max passes", f"{doc['n_games']} / {doc['n_pairs']} / {doc['passes']}"],
              ["games B better / worse / tied", f"{doc['wins']} / {doc['losses']} / {doc['ties']}"],
-             ["pairs B better / worse / tied", f"{doc['pair_wins']} / {doc['pair_losses']} / {doc['pair_ties']}"],
+             ["pairs B better / worse / tied",
+              f"{doc['pair_wins']} / {doc['pair_losses']} / {doc['pair_ties']}"],
              ["runs without a partner (A / B)", f"{doc['unpaired']['a']} / {doc['unpaired']['b']}"]]
-    for key, label in (("adaptive_rounds", "adaptive rounds"), ("shard", "shard"), ("seconds", "wall time (s)")):
+    for key, label in (("adaptive_rounds", "adaptive rounds"), ("shard", "shard"),
+                       ("seconds", "wall time (s)")):
         if doc.get(key) is not None:
             rows.append([label, doc[key]])
     parts.append("<section id=summary><h2>Summary</h2>" + table(["", "value"], rows) + "</section>")
@@ -125,8 +128,9 @@ def ab_html(doc: dict[str, Any], title: str = "A/B") -> str:
     parts.append("<section id=per-game><h2>Per game</h2>"
                  + table(["game", "passes", "A mean", "B mean", "B − A", "95% t-interval", "B won/lost/tied",
                           "within noise", "A by pass", "B by pass"], grows)
-                 + "<p class=muted>within noise: whether the passes do not yet tell which arm is better on this "
-                   "game (adaptive passes go to these); tied: every pass gave both arms the same score.</p></section>")
+                 + "<p class=muted>within noise: whether the passes do not yet tell which arm is better on "
+                   "this game (adaptive passes go to these); tied: every pass gave both arms the same "
+                   "score.</p></section>")
     method = doc.get("method", {})
     parts.append("<section id=method><h2>Method</h2><ul>"
                  + "".join(f"<li><b>{esc(k)}</b>: {esc(v)}</li>" for k, v in method.items())

@@ -8,10 +8,6 @@ import math
 from typing import Any, Iterable
 
 
-# ---------------------------------------------------------------------------------------
-# Building blocks
-# ---------------------------------------------------------------------------------------
-
 CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:1.2em auto;
 max-width:1200px;padding:0 1em;color:#222}

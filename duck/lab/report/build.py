@@ -1,16 +1,11 @@
 """The per-game scoring report of a run folder: `duck report RUN_DIR`.
 
-Writes `report.html` (one self-contained file: CSS inline, plots and frames embedded as base64
-PNG, no script, no network; it opens from a Kaggle output folder), `report.md` (the same numbers
-without images) and `player.html` (duck.lab.report.player; `--no-player`: none). Everything comes
-from the records (duck.play.record) and duck.play.scoring; nothing is re-run. `duck report A B`
-compares two run folders game by game instead (duck.lab.report.compare). The sections and what
-the report reads from a record beyond actions: docs/runs.md, "The report".
-
-The pieces: duck.lab.report.views (what the records say, game by game), duck.lab.report.plots
-(frames and plots as PNG), duck.lab.report.html (the `Report` of a run folder, rendered as HTML
-and Markdown) and duck.lab.report.runinfo (the header, from run.json); this module holds the
-entry points (`build_report`, `write_report`) and the `duck report` command.
+Writes `report.html` (one self-contained file: CSS inline, images as base64 PNG, no script, no
+network), `report.md` (the same numbers without images) and `player.html`
+(duck.lab.report.player). Everything comes from the records and duck.play.scoring; nothing is
+re-run. `duck report A B` compares two run folders instead (duck.lab.report.compare). The
+sections: docs/runs.md, "The report". This module holds the entry points (`build_report`,
+`write_report`) and the `duck report` command; views, plots, html and runinfo the pieces.
 """
 
 from __future__ import annotations
@@ -100,7 +95,8 @@ def _summary_file(path: Path) -> None:
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise SystemExit(f"--duck-summary {path}: not the Duck's summary.json ({type(e).__name__}: {e})") from None
+        raise SystemExit(f"--duck-summary {path}: not the Duck's summary.json ({type(e).__name__}: "
+                         f"{e})") from None
     if not isinstance(doc, dict):
         raise SystemExit(f"--duck-summary {path}: not the Duck's summary.json (not an object)")
 

@@ -1,11 +1,8 @@
 """`duck report A B`: two run folders compared game by game.
 
-Writes `compare.html` and `compare.md` (into `--out`, default A): both runs' headers (from
-run.json), the config fields they differ in, the overall score, levels and actions of each,
-and a row per game of either run: score, levels and actions in A and in B and the difference
-B − A (a game only one run has is marked, never dropped). Scores come from the records through
-duck.play.scoring, as `duck score` computes them. This is a side-by-side reading of two runs;
-whether a difference is more than luck is `duck ab`'s paired statistics (`duck ab-stats A B`).
+Writes `compare.html` and `compare.md` (into `--out`, default A): both runs' headers, the config
+fields they differ in, the overall numbers and a row per game of either run (a game only one
+run has is marked, never dropped). A side-by-side reading, not a test: that is `duck ab-stats`.
 """
 
 from __future__ import annotations
@@ -39,9 +36,9 @@ def comparison(a: Path, b: Path) -> dict[str, Any]:
     return {"a": a, "b": b, "info_a": load_info(a), "info_b": load_info(b), "rows": rows,
             "score_a": overall(sa.values()), "score_b": overall(sb.values()),
             "score_a_common": overall(r["a"] for r in both), "score_b_common": overall(r["b"] for r in both),
-            "common": len(both), "only_a": [g for g in games if g not in sb], "only_b": [g for g in games if g not in sa],
-            "b_ahead": sum(1 for r in both if r["delta"] > 1e-9), "a_ahead": sum(1 for r in both if r["delta"] < -1e-9),
-            "sa": sa, "sb": sb}
+            "common": len(both), "only_a": [g for g in games if g not in sb],
+            "only_b": [g for g in games if g not in sa], "b_ahead": sum(1 for r in both if r["delta"] > 1e-9),
+            "a_ahead": sum(1 for r in both if r["delta"] < -1e-9), "sa": sa, "sb": sb}
 
 
 def _game_rows(c: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
@@ -55,8 +52,9 @@ def _game_rows(c: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
                 note += f" {side}: {s.error[:60]}"
         out.append([r["game"], fmt(x.score) if x else "–", fmt(y.score) if y else "–",
                     f"{r['delta']:+.2f}" if r["delta"] is not None else "–",
-                    f"{x.levels}/{x.levels_total}" if x else "–", f"{y.levels}/{y.levels_total}" if y else "–",
-                    x.actions if x else "–", y.actions if y else "–", note.strip()])
+                    f"{x.levels}/{x.levels_total}" if x else "–",
+                    f"{y.levels}/{y.levels_total}" if y else "–", x.actions if x else "–",
+                    y.actions if y else "–", note.strip()])
     return head, out
 
 
@@ -65,8 +63,8 @@ def _overall_rows(c: dict[str, Any]) -> list[list[Any]]:
     return [["games", len(c["sa"]), len(c["sb"]), ""],
             ["score (mean over its games)", fmt(c["score_a"], 3), fmt(c["score_b"], 3),
              f"{c['score_b'] - c['score_a']:+.3f}"],
-            [f"score over the {c['common']} games in both", fmt(c["score_a_common"], 3), fmt(c["score_b_common"], 3),
-             f"{c['score_b_common'] - c['score_a_common']:+.3f}"],
+            [f"score over the {c['common']} games in both", fmt(c["score_a_common"], 3),
+             fmt(c["score_b_common"], 3), f"{c['score_b_common'] - c['score_a_common']:+.3f}"],
             ["levels completed", sum(s.levels for s in sa), sum(s.levels for s in sb),
              f"{sum(s.levels for s in sb) - sum(s.levels for s in sa):+d}"],
             ["actions", sum(s.actions for s in sa), sum(s.actions for s in sb), ""],
@@ -76,8 +74,8 @@ def _overall_rows(c: dict[str, Any]) -> list[list[Any]]:
 def compare_html(c: dict[str, Any]) -> str:
     a, b = c["a"], c["b"]
     parts = [f"<h1>Run comparison: {esc(a.name)} (A) vs {esc(b.name)} (B)</h1>",
-             "<p class=muted>from the records of both run folders (duck.play.scoring, percent); a side-by-side "
-             "reading, not a test: <code>duck ab-stats A B</code> has the paired statistics.</p>",
+             "<p class=muted>from the records of both run folders (duck.play.scoring, percent); a "
+             "side-by-side reading, not a test: <code>duck ab-stats A B</code> has the paired statistics.</p>",
              "<section id=overall><h2>Overall</h2>" + table(["", "A", "B", "B − A"], _overall_rows(c)) + "</section>"]
     diff = config_difference(c["info_a"], c["info_b"])
     parts.append("<section id=config><h2>What differs</h2>"
@@ -94,13 +92,16 @@ def compare_html(c: dict[str, Any]) -> str:
 
 def compare_markdown(c: dict[str, Any]) -> str:
     a, b = c["a"], c["b"]
-    out = [f"# Run comparison: {a.name} (A) vs {b.name} (B)", "", md_table(["", "A", "B", "B − A"], _overall_rows(c)), ""]
+    out = [f"# Run comparison: {a.name} (A) vs {b.name} (B)", "",
+           md_table(["", "A", "B", "B − A"], _overall_rows(c)), ""]
     diff = config_difference(c["info_a"], c["info_b"])
-    out += ["## What differs", "", md_table(["field", "A", "B"], diff) if diff else "the same config and commit", ""]
+    out += ["## What differs", "",
+            md_table(["field", "A", "B"], diff) if diff else "the same config and commit", ""]
     head, rows = _game_rows(c)
     out += ["## Games", "", md_table(head, rows), ""]
     for side, run, info in (("A", a, c["info_a"]), ("B", b, c["info_b"])):
-        out += [f"## Run {side}: {run}", "", md_table(["", "value"], header_rows(info, list(c["s" + side.lower()]))), ""]
+        out += [f"## Run {side}: {run}", "",
+                md_table(["", "value"], header_rows(info, list(c["s" + side.lower()]))), ""]
     return "\n".join(out)
 
 

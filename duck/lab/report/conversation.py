@@ -1,12 +1,10 @@
 """The conversation view of `duck report`: a game's conversation file
 (duck.play.conversation) as turns a person can read, and where the actions went per level.
 
-A turn is the user message that opens it (the board at that step as an image, the text
-folded) and what followed: each reply (the visible text, the reasoning folded, each tool call's
-code highlighted, calls the client dropped and why), each tool result as the model saw it,
-corrections, failed requests, evictions, fresh starts, and the notes where they changed.
-Everything is HTML without script: `<details>` folds. Long texts are cut for the page at
-`max_chars` (the file keeps them whole)."""
+A turn is its user message (the board as an image, the text folded) and what followed:
+replies, tool results, corrections, failed requests, evictions and the notes where they
+changed; HTML without script (`<details>` folds), long texts cut at `max_chars`.
+"""
 
 from __future__ import annotations
 
@@ -57,7 +55,8 @@ class ConvTurn:
 def _text(content: Any) -> str:
     if isinstance(content, str):
         return content
-    return "".join(p.get("text", "") for p in content or [] if isinstance(p, dict) and p.get("type") == "text")
+    return "".join(p.get("text", "") for p in content or []
+                   if isinstance(p, dict) and p.get("type") == "text")
 
 
 def turns(conv: Conversation) -> tuple[list[ConvTurn], list[tuple[str, Any]]]:
@@ -147,9 +146,11 @@ def level_rows(conv: Conversation, turn_list: list[ConvTurn]) -> tuple[list[str]
                 d["seconds"] += r.get("latency_s") or 0.0
     head = ["level", "turns", "model calls", "actions", "actions by name", "turn outcomes", "corrections",
             "failed calls", "prompt tokens", "completion tokens", "model s"]
-    rows = [[lv, d["turns"], d["calls"], d["n"], ", ".join(f"{k} ×{v}" for k, v in d["actions"].most_common()),
+    rows = [[lv, d["turns"], d["calls"], d["n"],
+             ", ".join(f"{k} ×{v}" for k, v in d["actions"].most_common()),
              ", ".join(f"{k} ×{v}" for k, v in d["outcomes"].most_common()), d["corrections"], d["errors"],
-             f"{d['prompt']:,}", f"{d['completion']:,}", f"{d['seconds']:.1f}"] for lv, d in sorted(levels.items())]
+             f"{d['prompt']:,}", f"{d['completion']:,}", f"{d['seconds']:.1f}"]
+            for lv, d in sorted(levels.items())]
     return head, rows
 
 
@@ -164,14 +165,16 @@ def conversation_html(conv: Conversation, grids: dict[int, np.ndarray] | None, *
     """The conversation section of one game (see the module docstring)."""
     turn_list, head = turns(conv)
     n_req, n_err = len(conv.requests), len(conv.errors)
-    tokens = sum((r.get("prompt_tokens") or 0) + (r.get("completion_tokens") or 0) for r in conv.replies.values())
-    evictions = sum(1 for ln in conv.lines if ln.get("type") == "event" and ln.get("kind") in ("evict", "drop_turn"))
+    tokens = sum((r.get("prompt_tokens") or 0) + (r.get("completion_tokens") or 0)
+                 for r in conv.replies.values())
+    evictions = sum(1 for ln in conv.lines
+                    if ln.get("type") == "event" and ln.get("kind") in ("evict", "drop_turn"))
     state = "torn last line (killed run)" if conv.torn else "no end line (unfinished)" if conv.end is None else \
         f"ended: {conv.end.get('reason')}"
     h = [f"<div class=conv id=\"{esc(anchor)}\" data-requests={n_req}>",
-         f"<h3>Conversation</h3><p class=muted>{esc(conv.path.name if conv.path else '')} · {len(turn_list)} turns · "
-         f"{n_req} model requests ({n_err} failed) · {tokens:,} tokens · {evictions} evictions · {esc(state)} · "
-         f"model {esc(conv.start.get('model'))}</p>"]
+         f"<h3>Conversation</h3><p class=muted>{esc(conv.path.name if conv.path else '')} · "
+         f"{len(turn_list)} turns · {n_req} model requests ({n_err} failed) · {tokens:,} tokens · "
+         f"{evictions} evictions · {esc(state)} · model {esc(conv.start.get('model'))}</p>"]
     lh, lrows = level_rows(conv, turn_list)
     if lrows:
         h.append("<h4>Where the actions went, per level</h4>" + table(lh, lrows))
@@ -242,9 +245,11 @@ def _item_html(kind: str, item: Any, max_chars: int) -> str:
         turns_ = item.get("turns") or []
         span = f"{turns_[0]}–{turns_[-1]}" if len(turns_) > 1 else str(turns_[0]) if turns_ else "?"
         what = "the prompt neared its budget" if item["kind"] == "evict" else "this turn alone outgrew the budget"
-        return (f"<div class=event>{esc(what)}: turns {span} dropped ({len(item.get('ids') or [])} messages), "
-                f"prompt ~{item.get('estimate_before', 0):,} → ~{item.get('estimate_after', 0):,} tokens of "
-                f"{item.get('budget', 0):,}" + ("; a summary replaces them:" if item.get("summary") is not None
+        return (f"<div class=event>{esc(what)}: turns {span} dropped "
+                f"({len(item.get('ids') or [])} messages), prompt ~{item.get('estimate_before', 0):,} → "
+                f"~{item.get('estimate_after', 0):,} tokens of "
+                f"{item.get('budget', 0):,}" + ("; a summary replaces them:"
+                                                if item.get("summary") is not None
                                                  else "") + "</div>")
     if kind == "event":
         data = {k: v for k, v in item.items() if k not in ("type", "kind", "t")}

@@ -1,11 +1,9 @@
 """A game you can share: `duck gif RUN [GAME ...]` writes `RUN/gif/<game>.gif`, an animated GIF
-of the game from its record (the first board, then per action its animation frames and its
-final board, the step, the action and the level in a caption), in the ARC palette.
+of the game from its record, in the ARC palette, a caption per step.
 
-Small enough to post: 16 colours, Pillow stores each frame as its change from the one before,
-and a long game is thinned to at most `max_frames` frames (the level-ups, game overs and the
-last board always kept, the other steps evenly; their animations only when everything fits).
-`duck report` links each game's GIF from the player (player.html) when it exists.
+Small enough to post: 16 colours, each frame stored as its change from the one before, and a
+long game thinned to at most `max_frames` frames (the level-ups, game overs and the last board
+always kept). `duck report`'s player links each game's GIF when it exists.
 """
 
 from __future__ import annotations

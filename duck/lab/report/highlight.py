@@ -26,7 +26,8 @@ def _css_class(tok: tokenize.TokenInfo) -> str | None:
     return {tokenize.NUMBER: "n", tokenize.COMMENT: "c"}.get(tok.type)
 
 
-_FSTRING = {getattr(tokenize, n) for n in ("FSTRING_START", "FSTRING_MIDDLE", "FSTRING_END") if hasattr(tokenize, n)}
+_FSTRING = {getattr(tokenize, n) for n in ("FSTRING_START", "FSTRING_MIDDLE", "FSTRING_END")
+            if hasattr(tokenize, n)}
 
 
 def highlight_python(code: str) -> str:

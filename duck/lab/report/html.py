@@ -28,9 +28,7 @@ def _anchor(game_id: str) -> str:
     return "game-" + "".join(c if c.isalnum() else "-" for c in game_id)
 
 
-# ---------------------------------------------------------------------------------------
-# The run report
-# ---------------------------------------------------------------------------------------
+# -- The run report ---------------------------------------------------------------------
 
 def report_html(report: Report, frames: bool = True, conversations: bool = True) -> str:
     """The run report as one self-contained HTML page."""
@@ -54,7 +52,8 @@ def report_html(report: Report, frames: bool = True, conversations: bool = True)
     for r, v in zip(rows, report.views):
         r[0] = Raw(f"<a href=\"#{_anchor(v.game_id)}\">{esc(v.game_id)}</a>")
     parts.append("<section id=games><h2>Games</h2>" + table(head, rows)
-                 + f"<img class=plot alt=\"score per game\" src=\"{png_data_uri(overview_plot(report.views))}\">"
+                 + f"<img class=plot alt=\"score per game\" "
+                   f"src=\"{png_data_uri(overview_plot(report.views))}\">"
                  + "</section>")
 
     for v in report.views:
@@ -92,11 +91,11 @@ def _game_html(report: Report, v: GameView, frames: bool, conversations: bool = 
             h.append(
                 f"<div class=lvl><div>level {lev.number} ({'completed' if lev.completed else 'unfinished'}, "
                 f"actions {lev.start_i}–{lev.end_i}){_play_link(report, v, lev.start_i)}</div>"
-                f"<img class=frame data-level={lev.number} data-kind=first alt=\"level {lev.number} first frame\" "
-                f"title=\"first frame (after action {lev.start_i})\" "
+                f"<img class=frame data-level={lev.number} data-kind=first alt=\"level {lev.number} first "
+                f"frame\" title=\"first frame (after action {lev.start_i})\" "
                 f"src=\"{png_data_uri(grid_png(lev.first_grid, 3))}\">"
-                f"<img class=frame data-level={lev.number} data-kind=last alt=\"level {lev.number} last frame\" "
-                f"title=\"last frame ({last})\" src=\"{png_data_uri(grid_png(lev.last_grid, 3))}\">"
+                f"<img class=frame data-level={lev.number} data-kind=last alt=\"level {lev.number} last "
+                f"frame\" title=\"last frame ({last})\" src=\"{png_data_uri(grid_png(lev.last_grid, 3))}\">"
                 f"<div class=muted>first · last ({last})</div></div>")
         h.append("</div>")
     h.append("<h3>Notes at each level's end</h3>")
@@ -134,7 +133,8 @@ def report_markdown(report: Report) -> str:
            + (f"; the Duck's mean over the same games: {o['duck_mean']:.3f}" if "duck_mean" in o else "")
            + f". Levels {o['levels']}/{o['levels_total']}, {o['actions']:,} actions, "
            f"{o['seconds']:.0f} s of game time, {o['errors']} errors, {o['timeouts']} time-outs"
-           + (f", {fmt_int(o['model_calls'])} model calls, {fmt_int(o['tokens'])} tokens" if report.has_model else "")
+           + (f", {fmt_int(o['model_calls'])} model calls, {fmt_int(o['tokens'])} tokens" if report.has_model
+              else "")
            + ".", "", "## Run", "", md_table(["", "value"], report.header()), "", "## Games", ""]
     head, rows = report.game_rows()
     out += [md_table(head, rows), ""]
@@ -142,7 +142,8 @@ def report_markdown(report: Report) -> str:
         s = v.score
         out += [f"## {v.game_id}", "",
                 f"Score {s.score:.2f}, levels {s.levels}/{s.levels_total}, {s.actions} actions, "
-                f"{v.seconds:.1f} s" + (f"; Duck mean {v.duck['mean_score']:.2f}" if v.duck else "") + ".", ""]
+                f"{v.seconds:.1f} s" + (f"; Duck mean {v.duck['mean_score']:.2f}" if v.duck else "") + ".",
+                ""]
         head, rows = report.level_rows(v)
         if rows:
             out += [md_table(head, rows), ""]
@@ -219,7 +220,6 @@ class Report:
         duck = [v.duck for v in self.views if v.duck]
         if duck and len(duck) == len(self.views):
             out["duck_mean"] = sum(d["mean_score"] for d in duck) / len(duck)
-            out["duck_levels"] = sum(d.get("mean_levels_completed", 0) for d in duck)
         return out
 
     def game_rows(self) -> tuple[list[str], list[list[Any]]]:
@@ -247,8 +247,8 @@ class Report:
 
     @staticmethod
     def level_rows(v: GameView) -> tuple[list[str], list[list[Any]]]:
-        head = ["level", "baseline", "actions", "actions / baseline", "level score (%)", "seconds", "game overs",
-                "resets", "status"]
+        head = ["level", "baseline", "actions", "actions / baseline", "level score (%)", "seconds",
+                "game overs", "resets", "status"]
         rows = []
         for lev in v.levels:
             ratio = lev.actions / lev.baseline if lev.baseline else None

@@ -2,13 +2,9 @@
 game, with its animation frames, the action, why it was chosen, and for a model's game the
 turn's code and output.
 
-One static page (duck.lab.report.player_page: inline script and style, no server, no network,
-no file read at run time) that opens from the run folder and in the Kaggle output viewer. Its
-data are one JSON block (`player_data` here): per game every board as one base64 stream of
-differences (`encode_boards`: ~5-20 bytes a board), a column per step field (the action, levels,
-state, frames, time, why, the model turn), the level starts, GAME_OVERs and the win, the
-record's events and the model's turns. The format: docs/runs.md, "The player's data"; the page's
-script decodes the stream, and tests/test_report_player.py checks it against the records.
+One static page (duck.lab.report.player_page) whose data are one JSON block (`player_data`):
+per game every board as one base64 stream of differences (`encode_boards`: ~5-20 bytes a
+board) and a column per step field. The format: docs/runs.md, "The player's data".
 """
 
 from __future__ import annotations
@@ -90,7 +86,8 @@ def reason(info: Any) -> str:
     if not isinstance(info, dict):
         return ""
     if "turn" in info:
-        return f"model turn {info['turn']}" + (f", call {info['call']}" if info.get("call") is not None else "")
+        return f"model turn {info['turn']}" + (f", call {info['call']}" if info.get("call") is not None
+                                               else "")
     if isinstance(info.get("why"), str) and "nodes" not in info:
         return info["why"]  # a user policy's self.reason
     return explorer_reason(info)
@@ -112,8 +109,8 @@ def _turns(v: GameView) -> dict[str, dict[str, Any]]:
                 for c in item["message"].get("tool_calls") or []]
         code = [a if (c := code_of(a)) is None else c for a in args]
         outs = [readable(item["content"]) for kind, item in t.items if kind == "tool"]
-        out[str(t.index)] = {"lvl": t.level, "code": _cut("\n# ---\n".join(code)), "out": _cut("\n---\n".join(outs)),
-                             "outcome": t.outcome}
+        out[str(t.index)] = {"lvl": t.level, "code": _cut("\n# ---\n".join(code)),
+                             "out": _cut("\n---\n".join(outs)), "outcome": t.outcome}
     return out
 
 
@@ -150,7 +147,8 @@ def game_data(v: GameView) -> dict[str, Any]:
         cols["t"].append(round(float(a.get("t") or 0.0), 1))
         why = "RESET: the only action after GAME_OVER" if a["action"] == [0] and st[-1] == "G" else reason(info)
         cols["r"].append(table.setdefault(why, len(table)))
-        cols["tn"].append(int(info["turn"]) if isinstance(info, dict) and isinstance(info.get("turn"), int) else -1)
+        cols["tn"].append(int(info["turn"]) if isinstance(info, dict) and isinstance(info.get("turn"), int)
+                          else -1)
         st.append(STATES.get(a.get("state"), "N"))
     d |= {"h": grid.shape[0], "w": grid.shape[1], "n": len(boards), "boards": encode_boards(boards), **cols,
           "st": "".join(st), "rt": list(table), "marks": marks(cols["lv"], st), "turns": _turns(v)}

@@ -52,10 +52,12 @@ def header_rows(info: dict[str, Any] | None, recorded: list[str]) -> list[list[s
             ["versions", ", ".join(f"{k} {v}" for k, v in ver.items())]]
     missing = [g for g in info.get("games") or [] if g not in set(recorded)]
     if missing:
-        rows.append(["missing games", f"{len(missing)}: {', '.join(missing[:10])}{' ...' if len(missing) > 10 else ''}"
+        rows.append(["missing games",
+                     f"{len(missing)}: {', '.join(missing[:10])}{' ...' if len(missing) > 10 else ''}"
                                       " (not played: the score is over the recorded games)"])
     for r in info.get("resumes") or []:
-        rows.append(["resumed", f"{r.get('started')} → {r.get('ended') or '–'}: {len(r.get('games') or [])} games, "
+        rows.append(["resumed",
+                     f"{r.get('started')} → {r.get('ended') or '–'}: {len(r.get('games') or [])} games, "
                                 f"{r.get('status')}"])
     return rows
 

@@ -1,8 +1,7 @@
-"""Per-game views of a run folder's records, for `duck report`: the levels a record played
-(actions against the human baseline, score, time, first and last frame, notes), the curve of
-levels over time and actions, the events placed by level and action, model calls and tokens,
-and the Duck's reference numbers. All derived from the records (duck.play.record) and duck.play.scoring;
-what a record may hold beyond actions is described in duck.report.
+"""Per-game views of a run folder's records, for `duck report`: the levels a record played, the
+curve of levels over time and actions, the events placed by level and action, model calls and
+tokens, and the Duck's reference numbers. All derived from the records (duck.play.record) and
+duck.play.scoring; what a record may hold beyond actions: docs/runs.md, "Records".
 """
 
 from __future__ import annotations
@@ -33,8 +32,6 @@ def is_problem(kind: Any) -> bool:
 
 
 @dataclass
-
-
 class Level:
     number: int  # 1-based
     baseline: int | None
@@ -56,8 +53,6 @@ class Level:
 
 
 @dataclass
-
-
 class GameView:
     record: Record
     score: GameScore
@@ -206,7 +201,6 @@ def game_view(rec: Record, duck: dict[str, Any] | None = None) -> GameView:
         curve.append((t_end, curve[-1][1], curve[-1][2]))
     for lev in levels:
         lev.notes = [e for e in events if e.get("kind") == "notes" and e.get("level") == lev.number]
-    # Levels before the record's start (a record that began mid-game) have no frames: skip.
     view = GameView(rec, score, levels, curve, events, model_stats(rec), t_end, duck, grids)
     if rec.path is not None and (path := find_conversation(rec.path)) is not None:
         try:
@@ -216,9 +210,7 @@ def game_view(rec: Record, duck: dict[str, Any] | None = None) -> GameView:
     return view
 
 
-# ---------------------------------------------------------------------------------------
-# The Duck's reference numbers
-# ---------------------------------------------------------------------------------------
+# -- The Duck's reference numbers -------------------------------------------------------
 
 def load_duck_summary(path: str | Path | None) -> dict[str, Any] | None:
     """summary.json of the Duck's traces, or None when absent (the column is then left out)."""
