@@ -1,53 +1,14 @@
 """The model client: one OpenAI-compatible chat endpoint (vLLM) or several, one per GPU, or a
 hosted provider (the `hosted` profile: duck.llm.provider).
 
-`ModelClient.chat(messages, tools, seed=...)` streams one chat completion and returns a
-`Reply` (visible text, reasoning, tool calls, finish reason, the server's token usage and
-timings). What it guarantees, because the Duck lost turns and time to each of these:
-
-* Qwen sampling (temperature, top_p, top_k) with thinking on or off through
-  `chat_template_kwargs`, an output-token cap, and a seed per request (`request_seed`:
-  derived from game, pass, turn and call, so two runs of one config sample alike). On a
-  hosted profile only standard OpenAI fields (no `top_k`, no `chat_template_kwargs`;
-  `reasoning_effort` when set), the key from `model.api_key_env`, `model.headers`.
-* Streaming with a wall-clock limit per request: when OUR limit passes mid-reply, what
-  was received so far is returned (`Reply.cut == "timeout"`), not thrown away. A failure of
-  the server mid-reply is not a cut reply: an error chunk (vLLM 0.33 sends `{"error": ...}`
-  when a request fails inside its engine), a broken connection, a stall of `model.stall_s`
-  before our limit, or a stream that ends without a finish reason is `cut = "error"`
-  (`ModelError.cut`): the partial reply is thrown away and the request retried like any
-  failed one, and counted as one when the retries are spent (the agent's
-  `failures_before_fallback`). Only our own limit makes the model read "time limit".
-* Retries with exponential back-off on connection errors, time-outs with nothing received,
-  failures mid-reply, 429 and 5xx, moving to the next base URL on each retry (a 429/503's
-  `Retry-After` is waited out on the same one); other 4xx fail at once (`ModelError`, or
-  `ContextOverflow` when the prompt is too long for the server). A refused key (401/403) or
-  no credit (402) also stops the run through the spend guard (duck.llm.guard), which every
-  reply's usage goes to.
-* The provider's `usage` and `cost` (where it reports one) in `Reply.stats()`, so the records
-  keep them per request.
-* Reasoning returned to the server in the field its chat template reads. vLLM returns the
-  reasoning parser's output as `reasoning` (older versions: `reasoning_content`) and, for
-  incoming assistant messages, copies `reasoning` onto `reasoning_content`, the variable
-  the Qwen3/3.6/3.8 chat templates render inside `<think>`. `Reply.message()` sends both
-  names, so old and new servers render it alike; a hosted provider's comes back under the
-  field(s) it used (`reasoning_details` blocks untouched: duck.llm.reply). Past reasoning is kept (dropping it halved
-  the field's scores, ../shared/FIELD.md §3) except in a reply cut by the output cap or the
-  time limit: that one keeps only the tail of its thinking (`model.cut_thinking_chars`),
-  behind a marker saying so (`Reply.message(marker=...)`), since a cut reply's whole
-  thinking is what took a scripted prompt from 2K to 24.7K tokens in two cuts.
-* Token counts as the server makes them: `ModelClient.tokenize(messages)` asks vLLM's
-  `/tokenize` (the chat template and the tokenizer of the served model, images expanded);
-  `ModelClient.counter(tools)` wraps it in a per-message cache with calibrated estimates as
-  the fallback (duck.llm.tokens).
-* No tool call whose arguments are not a complete JSON object ever leaves the client:
-  vLLM 0.19 `json.loads` every past call of the history and answers HTTP 400 to the whole
-  request when one fails, so one broken call would end the model's game. Such a call (the
-  reply was cut inside it, or the code held a tag of the qwen3_coder format such as
-  `</parameter>` and the parser cut it there) is dropped from `Reply.tool_calls` and named
-  in `Reply.dropped` with why (`length`, `timeout` or `invalid`), so the agent can tell the
-  model what happened. vLLM 0.19 reports `finish_reason: "tool_calls"` even when the output
-  cap cut the call, so a reply is also `cut="length"` when it used the whole cap.
+`ModelClient.chat(messages, tools, seed=...)` streams one chat completion and returns a `Reply`
+(visible text, reasoning, tool calls, finish reason, the server's token usage and timings;
+on vLLM the sampled token ids). The rule: what was received is never lost, and nothing the
+server would refuse ever leaves it. Only our own time limit cuts a reply (`Reply.cut`); a failure
+mid-reply is retried with back-off over the base URLs; past reasoning goes back in the field the
+template reads; a tool call whose arguments are not a complete JSON object is dropped and named
+in `Reply.dropped`. Each guarantee and the failure of the Duck's that it answers: docs/agent.md,
+"The model client".
 """
 
 from __future__ import annotations

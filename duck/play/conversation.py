@@ -1,45 +1,15 @@
-"""Per-game conversation files: every message the model saw and wrote (DESIGN §4, issue 13).
+"""Per-game conversation files: every message the model saw and wrote (DESIGN §4).
 
-The record (duck.play.record) says what was played; the conversation says why. Beside a
-record `RUN/records/<game>.jsonl` the conversation is `RUN/conversations/<game>.jsonl`,
-written and flushed line by line while the game is played (a killed run keeps every line up
-to its last), and gzipped to `<game>.jsonl.gz` when the game ends. `play_game` owns the
-writer and hands it to the policy through `Session.conversation`; policies open no files.
+The record (duck.play.record) says what was played; the conversation says why. Beside
+`RUN/records/<game>.jsonl` the conversation is `RUN/conversations/<game>.jsonl`, written and
+flushed line by line while the game is played (a killed run keeps every line up to its last) and
+gzipped to `<game>.jsonl.gz` when the game ends. `play_game` owns the writer and hands it to the
+policy through `Session.conversation`; policies open no files.
 
-Lines (one JSON object each, `"type"` first, `"t"` seconds since the game started):
-
-* `start`: game_id, pass, seed, the record's file name, and what the agent adds once: the
-  model name, the sampling, the output cap, the tool schema (`tools`), the context budget.
-* `message`: `id` (0, 1, 2, ... in file order), `turn`, optional `kind` (`system`, `carry`:
-  the message the context carries past a trim; `summary` in older files), `call`, `result`
-  (a tool result's kernel call: kind, actions), and `message`: the message exactly as
-  appended to the context, with two encodings undone by
-  `decode`: a board image the record can rebuild bit for bit is stored as
-  `{"type": "image_url", "image_url": {"board": {"step": N, "scale": S}}}` (the record's
-  grid after action N through duck.game.frames.grid_png, see `Conversation.message`), any
-  other image the agent made from grids (a diff, a fatal frame, a mid-animation frame:
-  duck.game.images) as `{"image_url": {"render": {"kind": K, "scale": S, "grids": [packed,
-  ...]}}}` (duck.play.record.pack_grid; `remember_image` says how it was made), and a
-  `reasoning_content` equal to `reasoning` is left out with `"rc": 1`.
-* `request`: one model call: `n` (0, 1, ...), `ids` (the messages sent, as inclusive ranges
-  [[first, last], ...] of message ids), `turn`, `call`, `seed`, `estimate`.
-* `reply`: `n` (its request), `message` (the id of the assistant message appended, which
-  holds the content, reasoning and kept tool calls as received) and the reply's numbers:
-  finish_reason, cut, prompt/completion/cached tokens, latency_s, first_token_s, url,
-  attempts, seed, and `dropped` (tool calls the client did not keep, with why and their text);
-  for a cut reply whose message keeps only the tail of its thinking, `thinking_dropped` (the
-  characters left out) and `reasoning` (all of it, as received).
-* `error`: `n`, `error` (class name), `status`, `message`: a model call that failed.
-* `event`: `kind` and fields: `evict` (a trim: turns and message ids dropped, the id of the
-  carried message, the prompt's tokens before and after), `drop_turn` (a turn that alone
-  outgrew the budget), `turn_end` (actions, outcome), anything else worth keeping.
-* `notes`: `turn` and what changed in the model's `notes` dict whenever it changed: in
-  `sections`, the keys `set` to a new value and those `unset` (`apply_notes` folds them back;
-  files from before issue 40 also have `extra`, `level` and `carried_from`, of the text notes).
-* `end`: `reason`, `t`.
-
-`read_conversation` reads either form and tolerates a torn last line (SIGKILL mid-write);
-`Conversation.request_messages(n, record)` rebuilds the exact message list of request n.
+The one rule: a conversation rebuilds every request bit for bit
+(`Conversation.request_messages(n, record)`), so images the record can rebuild are stored as
+references to its grids, never as bytes. The line types and their fields: docs/runs.md,
+"Conversations". `read_conversation` reads either form and tolerates a torn last line.
 """
 
 from __future__ import annotations
