@@ -104,6 +104,18 @@ def test_a_forged_done_does_not_play_later_calls_actions_or_write_the_tool_messa
     alive(k)
 
 
+def test_a_batch_stops_between_actions_at_the_calls_limit(kernel):
+    """The clock was read once per batch (issue 48): 16 actions sent 6 ms before the limit ran
+    21-30 ms past it, seconds on a slow game. Now a batch stops between two actions there,
+    with the `stopped: out of time` result the model knows."""
+    k = kernel(timeout=2.0)
+    r = k.run("import time\ntime.sleep(1.85)\naction(['UP', 'DOWN'] * 500)")
+    assert 0 < k.session.game.actions < 1000 and len(r.actions) == k.session.game.actions, r.text
+    assert "(stopped: out of time)" in r.text, r.text
+    assert r.kind == "timeout" and not r.restarted  # the snippet's own limit, its definitions kept
+    alive(k)
+
+
 @pytest.mark.parametrize("after", ["done", "action"])
 def test_bytes_after_done_restart_the_worker(kernel, after):
     """A second message in the same write as a (forged) done: a second done, or an action the

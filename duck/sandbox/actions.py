@@ -10,8 +10,8 @@ stay the Duck's). The rules that matter for play:
   (`stopped`: `should_stop`, the session's budget, deadline or stop); after such a result
   further calls in the same snippet do nothing (`previous_<reason>`), so code cannot act blind
   on a board it has not looked at;
-* the host owns the clock: a stop is applied here, between two actions, never by killing the
-  worker mid-step;
+* the host owns the clock: a stop (the session's, or the call's limit: `CallActions.deadline`)
+  is applied here, between two actions, never by killing the worker mid-step;
 * after GAME_OVER only RESET plays.
 
 Names (`MODEL_NAMES`: the Duck's, plus UNDO, CLICK and clicks written as the results display
@@ -94,6 +94,10 @@ class CallActions:
     # The results the host answered with (the last RESULTS of them): the tool message's action
     # and guard lines come from here, never from what the worker sends back (issue 37).
     results: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=RESULTS))
+    deadline: float | None = None  # the call's limit (time.monotonic()): a batch stops between actions there
+
+    def out_of_time(self) -> bool:
+        return self.deadline is not None and time.monotonic() >= self.deadline
 
 
 class ActionHost:
@@ -180,7 +184,7 @@ class ActionHost:
             if i and self.guards and self.guards.blocks(call.ineffective, self.level_number()):
                 batch.stop("guard_blocked", self.guards.block_line(call.ineffective, self.level_number()), end=True)
                 break
-            if i and self.should_stop():
+            if i and (self.should_stop() or call.out_of_time()):  # issue 48: the clock, per action
                 batch.stop("stopped")
                 break
             refused = self._play(action, i, batch, call, info)

@@ -96,6 +96,9 @@ class Call:
     deadline: float
     grace_s: float
     actions: CallActions = field(default_factory=CallActions)
+
+    def __post_init__(self) -> None:
+        self.actions.deadline = self.deadline
     out: list[str] = field(default_factory=list)
     kept: int = 0  # characters in `out`
     tail_text: str = ""
