@@ -21,7 +21,7 @@ from duck.play.record import read_record
 from duck.sandbox import process
 from duck.sandbox.wall import isolation, quota
 import posture
-from attacks import UNGUARD
+from attacks import ATTACKS, UNGUARD
 from test_sandbox_attacks import new_kernel
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="a kernel with a uid of its own needs root")
@@ -103,6 +103,15 @@ def test_the_quota_is_checked_on_a_clock_whatever_the_traffic(plain_kernel):
                          "import os\nfor i in range(4):\n    os.unlink(f'f{i}')")
     _quota_restart(r)
     assert "59" not in r.stdout.split()  # ended before the files were removed
+
+
+def test_no_space_is_reserved_by_ioctl_or_fallocate(plain_kernel):
+    """Issue 48: `ioctl(FS_IOC_RESVSP64)` is fallocate(KEEP_SIZE) by another name (1 GB reserved to
+    a 0-byte file, past RLIMIT_FSIZE, between two walks); FS_IOC_ZERO_RANGE likewise. Only the
+    ioctl requests a worker makes are allowed now."""
+    for name in ("ioctl-reserves-space", "fallocate-keep-size"):
+        r = plain_kernel.run(next(a for a in ATTACKS if a.name == name).render())
+        assert "ESCAPED" not in r.text and r.text.count("denied") >= 2 and not r.restarted, r.text
 
 
 def test_deleted_files_kept_by_a_memory_map_are_counted(plain_kernel):

@@ -258,12 +258,7 @@ class WorkerProcess:
         # seccomp rule) there is nothing to look for; the scan of /proc costs ~8 ms.
         no_children = "one process" in self.layers.get("limits", "") or self.layers.get("seccomp", "").startswith("on")
         others = [] if no_children else process.leftovers(self.proc.pid, self.lease.uid if self.lease else None)
-        for p in others:
-            try:
-                os.kill(p, signal.SIGKILL)
-            except OSError:
-                pass
-        if others:
+        if process.kill_all(others):
             said.append(f"{len(others)} process(es) started by your code outlived the call and were ended")
         restarted = process.threads(self.proc.pid) > 1
         if restarted:

@@ -105,12 +105,11 @@ def end(started: Started, uid: int | None) -> str | None:
     close the pipes. Returns None, or why the worker could not be reaped."""
     proc = started.proc
     if proc.returncode is None:  # not reaped yet: its pid (and group id) cannot have been reused
-        others = [] if uid is not None else descendants(proc.pid)
-        for kill, target in ((os.kill, proc.pid), (os.killpg, proc.pid), *((os.kill, p) for p in others)):
-            try:
-                kill(target, signal.SIGKILL)
-            except OSError:
-                pass
+        kill_all([proc.pid, *([] if uid is not None else descendants(proc.pid))])
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
     if uid is not None:
         end_uid(uid)
     note = None
@@ -224,15 +223,19 @@ def threads(pid: int) -> int:
         return 0
 
 
-def end_uid(uid: int) -> int:
-    """Kill every process of `uid`; returns how many there were."""
-    pids = pids_of_uid(uid)
+def kill_all(pids: list[int]) -> int:
+    """SIGKILL each of `pids` (one already gone is skipped); returns how many there were."""
     for p in pids:
         try:
             os.kill(p, signal.SIGKILL)
         except OSError:
             pass
     return len(pids)
+
+
+def end_uid(uid: int) -> int:
+    """Kill every process of `uid`; returns how many there were."""
+    return kill_all(pids_of_uid(uid))
 
 
 def leftovers(worker_pid: int, uid: int | None) -> list[int]:

@@ -330,7 +330,7 @@ def _seccomp() -> str:
     """Load the seccomp filter and verify it: its layer line."""
     from duck.sandbox.wall import seccomp
     try:
-        n = seccomp.load()
+        n = seccomp.load(seccomp.BOTH, os.getpid())
         err = verify.seccomp()
         return f"on: {n} rules (libseccomp)" if err is None else f"off: {err}"
     except OSError as e:
