@@ -128,7 +128,10 @@ def test_attack_snippets_through_duck_play(open_place, tmp_path, which):  # noqa
 PARENT_CMDLINE = """import sys
 os = sys.modules['os']
 try:
-    print('host says:', open(f'/proc/{os.getppid()}/cmdline').read().replace('/', '|'))
+    pid = os.getppid()  # the first ancestor that is not the sandbox's own worker is the host
+    while 'duck.sandbox' in (cmd := open(f'/proc/{pid}/cmdline').read()):
+        pid = int(open(f'/proc/{pid}/stat').read().rsplit(')', 1)[1].split()[1])
+    print('host says:', cmd.replace('/', '|'))
 except OSError as e:
     print('host hidden:', e)
 """

@@ -19,6 +19,7 @@ threat model and the layers: duck/sandbox/__init__.py.
 from __future__ import annotations
 
 import os
+import select
 import signal
 import subprocess
 import tempfile
@@ -52,6 +53,9 @@ class WorkerProcess:
         self._starting: threading.Thread | None = None  # start_soon()'s thread
         self._watching: tuple[threading.Event, threading.Thread] | None = None  # the quota's clock
         self.quota_hit: str | None = None  # why the clock killed the worker (taken by the next crash)
+        self.call_pid: int | None = None  # the process of the call under way (duck.sandbox.call)
+        self.call_fd = -1  # and a pidfd of it: never a reused pid
+        self.last_call: int | None = None  # the last one, a zombie until the worker's next message
 
     def worker_config(self) -> dict[str, Any]:
         """What the worker is told at start besides its plan."""
@@ -83,7 +87,6 @@ class WorkerProcess:
             self.event("sandbox", f"kernel worker confined in {(time.monotonic() - t0) * 1000:.0f} ms", layers)
             self.layers = layers
         self.tmpfs = layers.get("disk_quota", "").startswith("on: tmpfs")
-        self._watch()
 
     def send(self, msg: dict[str, Any], blob: bytes = b"", deadline: float | None = None) -> None:
         """Write to the worker; a worker that does not read by `deadline` (at most
@@ -125,7 +128,7 @@ class WorkerProcess:
         the temp dir (where no tmpfs or Landlock kept it in), the temp dir. No step's failure
         stops the next: each is recorded as an `error` event."""
         uid = self.lease.uid if self.lease else None
-        self._unwatch()
+        self.end_call()
         worker, self.worker, self.proc = self.worker, None, None
         cg, self.cgroup = self.cgroup, None
         workdir, self.workdir = self.workdir, None
@@ -203,7 +206,7 @@ class WorkerProcess:
         closes them. What cannot be counted is over (and recorded)."""
         if not self.counted():
             return False
-        used = self._usage(self.workdir, self.proc.pid if self.proc else None)
+        used = self._usage(self.workdir, self.call_pid)
         if used.unseen:
             self._record(f"kernel disk quota: {used.unseen}")
         return used.over(self.cfg.disk_mb << 20, self.cfg.disk_inodes)
@@ -211,17 +214,43 @@ class WorkerProcess:
     def quota_message(self) -> str:
         return f"its temp dir outgrew the disk quota of {self.cfg.disk_mb} MB or {self.cfg.disk_inodes} files"
 
-    def _watch(self) -> None:
-        """Check the quota every QUOTA_CHECK_S from a thread, whatever the worker sends; past
-        it, SIGKILL the worker (through a pidfd: never a reused pid) and keep why in
-        `quota_hit`, for the call that sees the worker die (Kernel._crashed)."""
-        if not self.counted() or self.proc is None:
-            return
-        stop, workdir, pid = threading.Event(), self.workdir, self.proc.pid
+    # --- the call's process ---------------------------------------------------------------
+    def begin_call(self, pid: int) -> None:
+        """The worker forked `pid` for this call (it runs nothing before the worker hears back:
+        the pid is its own, and it stays a zombie until the worker's next message)."""
+        self.call_pid, self.call_fd = pid, os.pidfd_open(pid)
+        self._watch()
+
+    def signal_call(self, sig: int) -> None:
         try:
-            pidfd = os.pidfd_open(pid)
+            signal.pidfd_send_signal(self.call_fd, sig)
         except OSError:
-            return  # it is gone already
+            pass  # it has ended: the pipe says so
+
+    def end_call(self) -> None:
+        """Kill the call's process (whatever its code left running ends with it) and wait until
+        it has exited: nothing it writes can follow."""
+        self._unwatch()
+        if self.call_pid is None:
+            return
+        pid, fd, self.call_pid, self.call_fd, self.last_call = self.call_pid, self.call_fd, None, -1, self.call_pid
+        if self.lease is None:  # no uid of its own: its children are found by descent
+            process.kill_all(process.descendants(pid))
+        try:
+            signal.pidfd_send_signal(fd, signal.SIGKILL)
+            select.select([fd], [], [], process.REAP_S)  # readable once it has exited
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+
+    def _watch(self) -> None:
+        """Check the quota every QUOTA_CHECK_S from a thread while the call runs, whatever its
+        process sends; past it, SIGKILL that process and keep why in `quota_hit`, for the call
+        that sees it die (Kernel._crashed)."""
+        if not self.counted() or self.call_pid is None:
+            return
+        stop, workdir, pid, fd = threading.Event(), self.workdir, self.call_pid, self.call_fd
         self.quota_hit = None
 
         def loop() -> None:
@@ -230,12 +259,10 @@ class WorkerProcess:
                     used = self._usage(workdir, pid)
                     if used.over(self.cfg.disk_mb << 20, self.cfg.disk_inodes):
                         self.quota_hit = self.quota_message() + (f" ({used.unseen})" if used.unseen else "")
-                        signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+                        signal.pidfd_send_signal(fd, signal.SIGKILL)
                         return
             except OSError:
-                pass  # the worker is gone: the call sees it
-            finally:
-                os.close(pidfd)
+                pass  # the process is gone: the call sees it
 
         t = threading.Thread(target=loop, name="kernel-quota", daemon=True)
         t.start()
@@ -247,22 +274,16 @@ class WorkerProcess:
             self._watching[1].join()
             self._watching = None
 
-    def end_leftovers(self) -> tuple[str | None, bool]:
-        """End what outlived the call: processes are killed; a thread cannot be ended alone,
-        so the worker is restarted. Returns what was done, for the model, and whether the
-        worker was restarted."""
+    def end_leftovers(self) -> str | None:
+        """After the call's process has ended: any other process it started is killed (none can be
+        where the kernel refuses new processes). Returns what was done, for the model."""
         if self.proc is None or self.proc.poll() is not None:
-            return None, False
-        said = []
-        # Where the kernel itself refuses new processes (one process for the uid, or the
-        # seccomp rule) there is nothing to look for; the scan of /proc costs ~8 ms.
+            return None
+        # Where the kernel itself refuses new processes (RLIMIT_NPROC for the uid, or the seccomp
+        # rule) there is nothing to look for; the scan of /proc costs ~8 ms.
         no_children = "one process" in self.layers.get("limits", "") or self.layers.get("seccomp", "").startswith("on")
-        others = [] if no_children else process.leftovers(self.proc.pid, self.lease.uid if self.lease else None)
+        uid = self.lease.uid if self.lease else None
+        others = [] if no_children else [p for p in process.leftovers(self.proc.pid, uid) if p != self.last_call]
         if process.kill_all(others):
-            said.append(f"{len(others)} process(es) started by your code outlived the call and were ended")
-        restarted = process.threads(self.proc.pid) > 1
-        if restarted:
-            self.restart()
-            said.append("a thread started by your code outlived the call: the kernel was restarted, your "
-                        "functions and variables are gone (game variables and notes are restored)")
-        return "; ".join(said) or None, restarted
+            return f"{len(others)} process(es) started by your code outlived the call and were ended"
+        return None

@@ -139,10 +139,10 @@ def last_error_line(started: Started) -> str:
     return lines[-1] if lines else ""
 
 
-def ready(started: Started, uid: int | None) -> dict[str, str] | None:
-    """The layers of the worker's `ready` message (what it verified), cut to size and with the
-    disk quota failed closed where the host cannot count it (duck.sandbox.wall.quota.fail_closed);
-    None if it did not come within START_S."""
+def ready(started: Started, uid: int | None, probe: bool = False) -> dict[str, str] | None:
+    """The layers of the worker's `ready` message (what it verified), cut to size and, for a
+    `probe` (dumpable as each call's process is), with the disk quota failed closed where the
+    host cannot count it (duck.sandbox.wall.quota.fail_closed); None if it did not come within START_S."""
     try:
         got = started.reader.recv(time.monotonic() + START_S)
         msg = trust.check(got[0], ("ready",)) if got is not None else None
@@ -151,7 +151,7 @@ def ready(started: Started, uid: int | None) -> dict[str, str] | None:
     if msg is None:
         return None
     layers = {trust.text(k, 40): trust.text(v, 300) for k, v in msg["layers"].items()}
-    return quota.fail_closed(layers, started.proc.pid, uid)  # (while it lives)
+    return quota.fail_closed(layers, started.proc.pid, uid) if probe else layers  # (while it lives)
 
 
 def probe(cfg: dict[str, Any], workdir: str) -> dict[str, str] | str:
@@ -159,7 +159,7 @@ def probe(cfg: dict[str, Any], workdir: str) -> dict[str, str] | str:
     did not start."""
     started = spawn(cfg, workdir, 1 << 20, module="duck.sandbox.probe")
     uid = cfg["plan"].get("uid")
-    layers = ready(started, uid)
+    layers = ready(started, uid, probe=True)
     if layers is None:
         line = last_error_line(started)
         end(started, uid)
@@ -175,27 +175,20 @@ def probe(cfg: dict[str, Any], workdir: str) -> dict[str, str] | str:
 
 # --- what outlived a call ----------------------------------------------------------------
 
-def _status_field(pid: str, name: str) -> str | None:
+def _live_uid(pid: str) -> int | None:
+    """The real uid of a live process (a zombie, dead and waiting for its parent, has none)."""
     try:
         with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith(name):
-                    return line.split(":", 1)[1]
-    except OSError:
+            fields = dict(line.split(":", 1) for line in f if line.startswith(("State:", "Uid:")))
+        return None if fields["State"].split()[0] == "Z" else int(fields["Uid"].split()[0])
+    except (OSError, KeyError, ValueError, IndexError):
         return None
-    return None
 
 
 def pids_of_uid(uid: int) -> list[int]:
-    """Every process whose real uid is `uid` (/proc's owner can be changed by the process
+    """Every live process whose real uid is `uid` (/proc's owner can be changed by the process
     itself, PR_SET_DUMPABLE; the status line cannot)."""
-    out = []
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            field = _status_field(name, "Uid:")
-            if field and int(field.split()[0]) == uid:
-                out.append(int(name))
-    return out
+    return [int(name) for name in os.listdir("/proc") if name.isdigit() and _live_uid(name) == uid]
 
 
 def descendants(pid: int) -> list[int]:

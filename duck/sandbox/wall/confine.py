@@ -41,7 +41,7 @@ from duck.sandbox.wall import landlock, verify
 
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_MOVE, MS_REC, MS_PRIVATE = 32, 4096, 8192, 16384, 1 << 18
-PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS = 1, 4, 38
+PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS = 1, 38
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -50,9 +50,15 @@ _libc = ctypes.CDLL(None, use_errno=True)
 SYSTEM_READ = ("/usr/lib", "/usr/lib64", "/usr/lib32", "/lib", "/lib64", "/lib32", "/usr/share/zoneinfo",
                "/etc/localtime", "/etc/ld.so.cache", "/sys/devices/system/cpu/online",
                "/dev/urandom", "/dev/random", "/dev/zero")
+NPROC = 16  # processes of the worker's uid (see set_limits)
 # World-writable places outside the temp dir whose use no quota would count: closed under an
 # empty read-only tmpfs in the mount namespace (/tmp holds the temp dir: the host counts it).
 SHARED_WRITABLE = ("/dev/shm", "/dev/mqueue", "/var/tmp")
+
+
+def prctl(option: int, arg: int = 0) -> int:
+    """prctl(2) through the libc loaded before the guard (which refuses ctypes.dlopen after)."""
+    return _libc.prctl(option, arg, 0, 0, 0)
 
 
 def _mount(src: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
@@ -163,8 +169,8 @@ def set_limits(plan: dict[str, Any], one_process: bool) -> str:
               (resource.RLIMIT_FSIZE, int(plan.get("file_mb", 16)) * mb),
               (resource.RLIMIT_NOFILE, int(plan.get("open_files", 64))),
               (resource.RLIMIT_CORE, 0)]
-    if one_process:
-        limits.append((resource.RLIMIT_NPROC, 1))
+    if one_process:  # the worker, the call's process (which lowers it to 1: no thread), and slack for the
+        limits.append((resource.RLIMIT_NPROC, NPROC))  # zombies a restart leaves until init reaps them
     failed = []
     for lim, value in limits:
         try:
@@ -174,7 +180,7 @@ def set_limits(plan: dict[str, Any], one_process: bool) -> str:
         except (ValueError, OSError):
             failed.append(str(lim))
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a too-large file fails, not the kernel
-    what = "address space, file size, open files, core" + (", one process" if one_process else "")
+    what = "address space, file size, open files, core" + (", one process per call" if one_process else "")
     return f"on: hard {what}" if not failed else f"partly: could not set {', '.join(failed)}"
 
 
@@ -264,9 +270,8 @@ def confine(plan: dict[str, Any]) -> dict[str, str]:
     modes = "the worker keeps the host's uid"
     if uid is not None and root:
         _drop(uid, int(plan["gid"]))  # an error here is fatal: the host sees no `ready`
-        # Dumpable again (the drop cleared it): a host without CAP_SYS_PTRACE reads its
-        # /proc/<pid>/fd as this uid to count deleted open files (duck.sandbox.wall.quota).
-        _libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
+        # (The drop made it non-dumpable: no call's process, of the same uid, may open its
+        # /proc/<pid>/mem. Each call's process makes itself dumpable: duck.sandbox.call.)
         layers["uid"] = "on: a uid of its own, no groups"
         modes = _file_modes(plan)
     elif "uid" not in layers:
@@ -330,9 +335,9 @@ def _seccomp() -> str:
     """Load the seccomp filter and verify it: its layer line."""
     from duck.sandbox.wall import seccomp
     try:
-        n = seccomp.load(seccomp.BOTH, os.getpid())
+        n = seccomp.load(seccomp.TEMPLATE, os.getpid())
         err = verify.seccomp()
-        return f"on: {n} rules (libseccomp)" if err is None else f"off: {err}"
+        return f"on: {n} rules (libseccomp), and each call's own" if err is None else f"off: {err}"
     except OSError as e:
         return f"off: {e}"
 
