@@ -27,7 +27,7 @@ import time
 import traceback
 from typing import Any
 
-from duck.sandbox import carry, wire
+from duck.sandbox import carry, restore, wire
 from duck.sandbox.guard import namespace_builtins
 from duck.sandbox.wall.confine import NPROC, prctl
 
@@ -157,7 +157,7 @@ def run(w: Worker, msg: dict[str, Any], keep_fd: int) -> None:
     """The call's whole life, from a fresh fork of the worker to its `done`."""
     confine(w, msg)
     ns: dict[str, Any] = {"__builtins__": namespace_builtins(), "__name__": "__main__"}
-    restored = carry.load(w.saved, ns, w.view)
+    restored = restore.load(w.saved, ns, w.view)
     w.saved = b""
     w.ns = ns
     w.valid = list(msg.get("valid", w.valid))  # (a refused action's [] lasts only to its call's end)

@@ -19,7 +19,6 @@ from __future__ import annotations
 import __future__
 import collections
 import functools
-import gc
 import importlib
 import json
 import linecache
@@ -33,14 +32,13 @@ from duck.game.frames import Frame
 from duck.sandbox.guard import REFUSED_MODULES
 
 MAGIC, END = b"DUCKNS1\n", b"\nEND"
-_HEAD = struct.Struct("<QQ")
+HEAD = struct.Struct("<QQ")
 MAX_NODES = 2_000_000
 MAX_DEPTH = 200
-_PLAIN = (type(None), bool, int, float, str)
-_KEPT: list[Any] = []  # what a failed load built: never collected, so no finalizer of the model's runs
-_BUILTIN_BASES = (object, list, dict)
-_CACHES = {"_ascii": str, "_seg": dict, "_labels": np.ndarray}  # what a game frame computes once
-_SKIP_ATTRS = {"__dict__", "__weakref__", "__module__", "__qualname__", "__slots__", "__doc__"}
+PLAIN = (type(None), bool, int, float, str)
+BUILTIN_BASES = (object, list, dict)
+CACHES = {"_ascii": str, "_seg": dict, "_labels": np.ndarray}  # what a game frame computes once
+SKIP_ATTRS = {"__dict__", "__weakref__", "__module__", "__qualname__", "__slots__", "__doc__"}
 
 
 class Unsupported(Exception):
@@ -56,7 +54,7 @@ def compile_cell(source: str, filename: str) -> types.CodeType:
 def _plain(v: Any, depth: int = 0) -> Any:
     """`v` as an inline JSON value (a tuple as an array), or raise Unsupported."""
     t = type(v)
-    if t in _PLAIN:
+    if t in PLAIN:
         if t is int and v.bit_length() > 10_000:
             raise Unsupported("an int of more than 3,000 digits")
         return v
@@ -65,8 +63,8 @@ def _plain(v: Any, depth: int = 0) -> Any:
     raise Unsupported
 
 
-def _unplain(v: Any) -> Any:
-    return tuple(_unplain(x) for x in v) if type(v) is list else v
+def unplain(v: Any) -> Any:
+    return tuple(unplain(x) for x in v) if type(v) is list else v
 
 
 class Dumper:
@@ -101,7 +99,7 @@ class Dumper:
     def blob(self) -> bytes:
         head = json.dumps({"nodes": self.nodes, "roots": self.roots, "cells": self.cells},
                           separators=(",", ":")).encode("utf-8", "surrogatepass")
-        return MAGIC + _HEAD.pack(len(head), len(self.data)) + head + bytes(self.data) + END
+        return MAGIC + HEAD.pack(len(head), len(self.data)) + head + bytes(self.data) + END
 
     def _bytes(self, b: bytes) -> list[int]:
         self.data += b
@@ -124,7 +122,7 @@ class Dumper:
 
     def node(self, v: Any, d: int) -> list[Any]:
         t = type(v)
-        if t in _PLAIN:
+        if t in PLAIN:
             return ["v", _plain(v)]
         if t in (list, tuple, set, frozenset):
             tag = {list: "l", tuple: "t", set: "s", frozenset: "f"}[t]
@@ -145,11 +143,17 @@ class Dumper:
     def _keys(self, keys: Any) -> None:
         """Dict keys and set members must hash without the model's code (see the docstring)."""
         for k in keys:
-            if not _inert(k):
+            if not inert(k):
                 raise Unsupported(f"a dict or set holding a {type(k).__name__} (only values, tuples, "
                                   "functions and classes can be keys)")
 
     def other(self, v: Any, t: type, d: int) -> list[Any]:
+        if id(v) in self._view_ids():  # a game view: by its place, with what its frames have computed
+            frames = [v] if isinstance(v, Frame) else [getattr(v, "frame", None), getattr(v, "before_frame", None),
+                                                      *getattr(v, "frames", ())]
+            caches = [[self.view_ids[id(f)], k, self.ref(getattr(f, k), d)] for f in frames
+                      if isinstance(f, Frame) and id(f) in self.view_ids for k in CACHES if getattr(f, k) is not None]
+            return ["view", self.view_ids[id(v)], caches]
         if t is complex:
             return ["c", v.real, v.imag]
         if t in (bytes, bytearray):
@@ -165,14 +169,8 @@ class Dumper:
                 data = self._bytes(np.ascontiguousarray(v).tobytes())
                 return ["a", v.dtype.str, list(v.shape), *data, bool(v.flags.writeable)]
             return ["g", v.dtype.str, *self._bytes(v.tobytes())]
-        if id(v) in self._view_ids():  # a game view: by its place, with what its frames have computed
-            frames = [v] if isinstance(v, Frame) else [getattr(v, "frame", None), getattr(v, "before_frame", None),
-                                                      *getattr(v, "frames", ())]
-            caches = [[self.view_ids[id(f)], k, self.ref(getattr(f, k), d)] for f in frames
-                      if isinstance(f, Frame) and id(f) in self.view_ids for k in _CACHES if getattr(f, k) is not None]
-            return ["view", self.view_ids[id(v)], caches]
         if t is types.ModuleType:
-            if _module(v.__name__) is not v:
+            if module_named(v.__name__) is not v:
                 raise Unsupported(f"the module {v.__name__} (made by your code)")
             return ["m", v.__name__]
         if t is types.FunctionType and v.__code__.co_filename.startswith("<cell-"):
@@ -201,7 +199,7 @@ class Dumper:
         if type(v) is type and v.__module__ == "__main__":
             return self.cls(v, d)
         name = getattr(v, "__qualname__", None) or getattr(v, "__name__", None)
-        if type(name) is str and _resolve(getattr(v, "__module__", None), name) is v:
+        if type(name) is str and resolve(getattr(v, "__module__", None), name) is v:
             return ["ref", v.__module__, name]
         raise Unsupported(f"a {t.__name__}")
 
@@ -222,8 +220,8 @@ class Dumper:
                 self.ref(dict(f.__dict__), d)]
 
     def instance(self, v: Any, t: type, d: int) -> list[Any]:
-        base = next((b for b in t.__mro__ if b in _BUILTIN_BASES), None)
-        if base is None or any(b.__module__ != "__main__" and b not in _BUILTIN_BASES for b in t.__mro__):
+        base = next((b for b in t.__mro__ if b in BUILTIN_BASES), None)
+        if base is None or any(b.__module__ != "__main__" and b not in BUILTIN_BASES for b in t.__mro__):
             raise Unsupported(f"a {t.__name__} (its class derives from a library class)")
         if issubclass(t, BaseException):
             raise Unsupported(f"a {t.__name__} (an exception)")
@@ -248,33 +246,33 @@ class Dumper:
                 slot_values, items]
 
     def cls(self, c: type, d: int) -> list[Any]:
-        if not all(_base_ok(b, b.__module__ == "__main__") for b in c.__bases__):
+        if not all(base_ok(b, b.__module__ == "__main__") for b in c.__bases__):
             raise Unsupported(f"the class {c.__name__} (it derives from a library class)")
         slots = c.__dict__.get("__slots__")
         slots = [slots] if isinstance(slots, str) else list(slots) if slots is not None else None
         attrs = [[k, self.ref(x, d)] for k, x in c.__dict__.items()
-                 if k not in _SKIP_ATTRS and not isinstance(x, (types.MemberDescriptorType, types.GetSetDescriptorType))]
+                 if k not in SKIP_ATTRS and not isinstance(x, (types.MemberDescriptorType, types.GetSetDescriptorType))]
         return ["cls", c.__name__, c.__qualname__, self._refs(c.__bases__, d), slots, c.__dict__.get("__doc__"), attrs]
 
 
-def _base_ok(b: Any, ours: bool) -> bool:
+def base_ok(b: Any, ours: bool) -> bool:
     """A base a carried class may have: one of the model's (`ours`: carried too), object, list, dict,
     or a built-in exception (the loader checks the same)."""
-    return type(b) is type and (ours or b in _BUILTIN_BASES or issubclass(b, BaseException)
+    return type(b) is type and (ours or b in BUILTIN_BASES or issubclass(b, BaseException)
                                 and b.__module__ == "builtins")
 
 
-def _inert(k: Any) -> bool:
+def inert(k: Any) -> bool:
     """Hashed by CPython or numpy, never by the model's code (its classes hash as `type` does)."""
     t = type(k)
-    if t in _PLAIN or t in (complex, bytes, range, slice, types.FunctionType, type, types.ModuleType) or k is Ellipsis:
+    if t in PLAIN or t in (complex, bytes, range, slice, types.FunctionType, type, types.ModuleType) or k is Ellipsis:
         return True
     if t in (tuple, frozenset):
-        return all(_inert(x) for x in k)
+        return all(inert(x) for x in k)
     return issubclass(t, np.generic) and t.__module__ == "numpy" and not k.dtype.hasobject
 
 
-def _module(name: Any) -> types.ModuleType | None:
+def module_named(name: Any) -> types.ModuleType | None:
     """A module by name, imported if it must be and may be (what the kernel's import refuses, never)."""
     if not isinstance(name, str) or not name or name.split(".")[0] in REFUSED_MODULES:
         return None
@@ -284,8 +282,8 @@ def _module(name: Any) -> types.ModuleType | None:
         return None
 
 
-def _resolve(module: Any, qualname: str) -> Any:
-    obj = _module(module)
+def resolve(module: Any, qualname: str) -> Any:
+    obj = module_named(module)
     for part in qualname.split("."):
         if obj is None or not part.isidentifier() or part.startswith("__"):
             return None
@@ -306,313 +304,7 @@ def dump(ns: dict[str, Any], skip: set[str], views: Callable[[], dict[int, list]
 
 def complete(data: bytes) -> bool:
     """Whether `data` is one whole blob (the framing only: the worker that keeps it parses nothing)."""
-    if not data.startswith(MAGIC) or not data.endswith(END) or len(data) < len(MAGIC) + _HEAD.size + len(END):
+    if not data.startswith(MAGIC) or not data.endswith(END) or len(data) < len(MAGIC) + HEAD.size + len(END):
         return False
-    head, size = _HEAD.unpack_from(data, len(MAGIC))
-    return len(MAGIC) + _HEAD.size + head + size + len(END) == len(data)
-
-
-def load(data: bytes, ns: dict[str, Any], view: Callable[[list], Any]) -> str | None:
-    """Rebuild the variables of `data` into `ns` (see the module docstring): None, or why none were."""
-    if not data:
-        return None
-    gc.disable()
-    loader = None
-    try:
-        if not complete(data):
-            raise ValueError("the saved variables are incomplete")
-        head_len, _ = _HEAD.unpack_from(data, len(MAGIC))
-        start = len(MAGIC) + _HEAD.size
-        head = json.loads(data[start:start + head_len])
-        loader = Loader(head, memoryview(data)[start + head_len:len(data) - len(END)], ns, view)
-        values = loader.run()
-        ns.update(values)
-        return None
-    except Exception as e:  # noqa: BLE001 - a forged or broken blob: none of it is kept
-        _KEPT.append(loader.objs if loader is not None else None)
-        return f"your variables could not be restored ({type(e).__name__}: {str(e)[:200]})"
-    finally:
-        gc.enable()
-
-
-_SHELLS = {"l", "d", "s", "dq", "Counter", "OrderedDict", "defaultdict", "cell", "obj"}
-_CLASS_SPECIALS = _SKIP_ATTRS | {"__class__", "__bases__", "__mro__", "__name__"}
-
-
-def _check(ok: bool, what: str) -> None:
-    if not ok:
-        raise ValueError(what)
-
-
-def _int(x: Any) -> int:
-    _check(type(x) is int, "not an int")
-    return x
-
-
-class Loader:
-    """Rebuilds a blob's nodes in four passes: shells of what is mutable, then what is not (on
-    demand), then the shells filled, then the classes' attributes (see the module docstring)."""
-
-    def __init__(self, head: Any, data: memoryview, ns: dict[str, Any], view: Callable[[list], Any]) -> None:
-        _check(type(head) is dict, "not a table")
-        self.nodes, self.roots, self.cells = head.get("nodes"), head.get("roots"), head.get("cells")
-        _check(type(self.nodes) is list and type(self.roots) is dict and type(self.cells) is dict, "not a table")
-        _check(all(type(k) is str and type(v) is str for k, v in self.cells.items()), "bad cells")
-        self.data, self.ns, self.view = data, ns, view
-        self.objs: dict[int, Any] = {}
-        self.building: set[int] = set()
-        self.index: dict[str, dict[tuple, types.CodeType]] = {}
-        self.made: list[type] = []  # the classes made here (only these may be bases, or have instances)
-
-    def node(self, i: Any) -> list[Any]:
-        _check(type(i) is int and 0 <= i < len(self.nodes), "a reference out of the table")
-        n = self.nodes[i]
-        _check(type(n) is list and len(n) >= 1 and type(n[0]) is str, "a malformed node")
-        return n
-
-    def children(self, n: list[Any]) -> list[Any]:
-        tag, rest = n[0], n[1:]
-        if tag in ("l", "t", "s", "f", "dq"):
-            return list(rest[0])
-        if tag in ("d", "Counter", "OrderedDict", "defaultdict"):
-            return [x for pair in rest[0] for x in pair] + ([rest[1]] if tag == "defaultdict" else [])
-        if tag == "view":
-            return [r for _, _, r in rest[1]]
-        if tag in ("meth", "sm", "cm", "prop", "pt", "cell"):
-            return [x for x in rest if x is not None]
-        if tag == "fn":
-            return [x for x in (rest[6], rest[7], rest[9]) if x is not None] + list(rest[8] or [])
-        if tag == "obj":
-            items = rest[3] or []
-            flat = [x for it in items for x in (it if type(it) is list else [it])]
-            return [x for x in (rest[0], rest[1]) if x is not None] + [r for _, r in rest[2]] + flat
-        if tag == "cls":
-            return list(rest[2]) + [r for _, r in rest[5]]
-        return []
-
-    def run(self) -> dict[str, Any]:
-        order, seen, stack = [], set(), [self.roots[k] for k in self.roots]
-        while stack:
-            i = stack.pop()
-            if type(i) is not int or i in seen:
-                _check(type(i) is int, "a malformed reference")
-                continue
-            seen.add(i)
-            order.append(i)
-            stack += self.children(self.node(i))
-        _check(len(order) <= MAX_NODES, "too many values")
-        for i in order:
-            if self.nodes[i][0] in _SHELLS:
-                self.objs[i] = self.shell(self.nodes[i])
-        for i in order:
-            self.get(i)
-        for i in order:
-            self.fill(i, self.nodes[i])
-        for i in order:
-            if self.nodes[i][0] == "cls":
-                for name, ref in self.nodes[i][6]:
-                    _check(type(name) is str and name not in _CLASS_SPECIALS, "a class attribute")
-                    type.__setattr__(self.objs[i], name, self.get(ref))
-        for where, source in self.cells.items():
-            if where in self.index:
-                linecache.cache[where] = (len(source), None, source.splitlines(True), where)
-        return {_name(k): self.get(v) for k, v in self.roots.items()}
-
-    def get(self, i: int) -> Any:
-        if i in self.objs:
-            return self.objs[i]
-        _check(i not in self.building and len(self.building) < MAX_DEPTH * 4, "a cycle or chain too deep")
-        self.building.add(i)
-        obj = self.build(self.node(i))
-        self.building.discard(i)
-        self.objs[i] = obj
-        return obj
-
-    def key(self, i: int) -> Any:
-        k = self.get(i)
-        _check(_inert(k), "a key the model's code would hash")
-        return k
-
-    def blob(self, off: Any, size: Any) -> memoryview:
-        _check(type(off) is int and type(size) is int and 0 <= off and 0 <= size and off + size <= len(self.data),
-               "bytes out of the blob")
-        return self.data[off:off + size]
-
-    def build(self, n: list[Any]) -> Any:
-        tag, a = n[0], n[1:]
-        if tag == "v":
-            _check(type(a[0]) in _PLAIN, "not a value")
-            return a[0]
-        if tag in ("L", "T", "S", "F"):
-            items = [_unplain(x) for x in a[0]]
-            return {"L": list, "T": tuple, "S": set, "F": frozenset}[tag](items)
-        if tag == "D":
-            return {_unplain(k): _unplain(v) for k, v in a[0]}
-        if tag == "t":
-            return tuple(self.get(r) for r in a[0])
-        if tag == "f":
-            return frozenset(self.key(r) for r in a[0])
-        if tag in ("y", "Y"):
-            return (bytes if tag == "y" else bytearray)(self.blob(a[0], a[1]))
-        if tag in ("a", "g"):
-            return self.array(tag, a)
-        if tag in ("c", "r", "sl", "e"):
-            _check(all(type(x) in _PLAIN or type(x) is list for x in a), "not a value")
-            return {"c": lambda: complex(float(a[0]), float(a[1])), "r": lambda: range(*a),
-                    "sl": lambda: slice(*[_unplain(x) for x in a]), "e": lambda: Ellipsis}[tag]()
-        return self.build_other(tag, a)
-
-    def array(self, tag: str, a: list[Any]) -> Any:
-        _check(type(a[0]) is str and len(a[0]) < 40, "a dtype")
-        dtype = np.dtype(a[0])
-        _check(not dtype.hasobject and dtype.fields is None, "an array of objects")
-        if tag == "g":
-            raw = self.blob(a[1], a[2])
-            _check(len(raw) == dtype.itemsize, "a scalar's size")
-            return np.frombuffer(raw, dtype)[0]
-        _check(type(a[1]) is list and all(type(x) is int and x >= 0 for x in a[1]), "a shape")
-        raw = self.blob(a[2], a[3])
-        _check(len(raw) == int(np.prod(a[1], dtype=np.int64)) * dtype.itemsize, "an array's size")
-        arr = np.frombuffer(raw, dtype).reshape(a[1]).copy()
-        arr.flags.writeable = a[4] is not False
-        return arr
-
-    def build_other(self, tag: str, a: list[Any]) -> Any:
-        if tag == "m":
-            mod = _module(a[0])
-            _check(mod is not None, "a module not here")
-            return mod
-        if tag == "ref":
-            _check(type(a[1]) is str, "a name")
-            obj = _resolve(a[0], a[1])
-            _check(obj is not None, "a name not here")
-            return obj
-        if tag == "view":
-            obj = self.view(a[0])
-            _check(obj is not None, "a game view not here")
-            return obj
-        if tag == "fn":
-            return self.function(a)
-        if tag == "meth":
-            fn = self.get(a[0])
-            _check(type(fn) is types.FunctionType, "a method of no function")
-            return types.MethodType(fn, self.get(a[1]))
-        if tag in ("sm", "cm"):
-            return (staticmethod if tag == "sm" else classmethod)(self.get(a[0]))
-        if tag == "prop":
-            parts = [self.get(x) for x in a[:3]]
-            _check(all(p is None or type(p) is types.FunctionType for p in parts), "a property")
-            doc = self.get(a[3])
-            _check(doc is None or type(doc) is str, "a docstring")
-            return property(*parts, doc)
-        if tag == "pt":  # its keywords are set when the shells are filled (a dict may still be empty)
-            func, args = self.get(a[0]), self.get(a[1])
-            _check(callable(func) and type(args) is tuple, "a partial")
-            return functools.partial(func, *args)
-        if tag == "cls":
-            return self.cls(a)
-        raise ValueError(f"an unknown node {tag[:20]!r}")
-
-    def function(self, a: list[Any]) -> types.FunctionType:
-        where, qualname, line, h, name, fqual = a[:6]
-        _check(type(where) is str and where.startswith("<cell-") and type(name) is str and type(fqual) is str,
-               "a function")
-        if where not in self.index:
-            _check(where in self.cells, "a function whose cell is missing")
-            codes: dict[tuple, types.CodeType] = {}
-            stack = [compile_cell(self.cells[where], where)]
-            while stack:
-                c = stack.pop()
-                codes.setdefault((c.co_qualname, c.co_firstlineno, hash(c)), c)
-                stack += [k for k in c.co_consts if type(k) is types.CodeType]
-            self.index[where] = codes
-        code = self.index[where].get((qualname, line, h))
-        _check(code is not None, "a function not in its cell")
-        defaults = self.get(a[6])
-        _check(defaults is None or type(defaults) is tuple, "defaults")
-        closure = tuple(self.get(r) for r in a[8]) if a[8] is not None else None
-        _check(closure is None or all(type(c) is types.CellType for c in closure), "a closure")
-        f = types.FunctionType(code, self.ns, name, defaults, closure)
-        f.__qualname__ = fqual
-        return f
-
-    def cls(self, a: list[Any]) -> type:
-        name, qualname, bases, slots, doc = a[:5]
-        bases = tuple(self.get(b) for b in bases)
-        _check(type(name) is str and type(qualname) is str and (doc is None or type(doc) is str), "a class")
-        _check(all(_base_ok(b, b in self.made) for b in bases), "a class's bases")
-        body: dict[str, Any] = {"__module__": "__main__", "__qualname__": qualname, "__doc__": doc}
-        if slots is not None:
-            _check(type(slots) is list and all(type(x) is str for x in slots), "slots")
-            body["__slots__"] = tuple(slots)
-        made = type(name, bases, body)
-        self.made.append(made)
-        return made
-
-    def shell(self, n: list[Any]) -> Any:
-        tag = n[0]
-        if tag == "obj":
-            cls = self.get(n[1])
-            _check(cls in self.made and not issubclass(cls, BaseException), "an instance of no class of the model's")
-            base = next(b for b in cls.__mro__ if b in _BUILTIN_BASES)
-            return base.__new__(cls)
-        if tag == "dq":
-            _check(n[2] is None or type(n[2]) is int and n[2] >= 0, "a maxlen")
-            return collections.deque((), n[2])
-        return {"l": list, "d": dict, "s": set, "Counter": collections.Counter, "cell": types.CellType,
-                "OrderedDict": collections.OrderedDict, "defaultdict": collections.defaultdict}[tag]()
-
-    def fill(self, i: int, n: list[Any]) -> None:
-        obj, tag, a = self.objs[i], n[0], n[1:]
-        if tag in ("l", "dq"):
-            type(obj).extend(obj, [self.get(r) for r in a[0]])
-        elif tag == "s":
-            set.update(obj, [self.key(r) for r in a[0]])
-        elif tag in ("d", "Counter", "OrderedDict", "defaultdict"):
-            put = collections.OrderedDict.__setitem__ if tag == "OrderedDict" else dict.__setitem__
-            for k, v in a[0]:
-                put(obj, self.key(k), self.get(v))
-            if tag == "defaultdict":
-                factory = self.get(a[1]) if a[1] is not None else None
-                _check(factory is None or callable(factory), "a default factory")
-                obj.default_factory = factory
-        elif tag == "view":
-            for spec, name, ref in a[1]:
-                frame, value = self.view(spec), self.get(ref)
-                _check(isinstance(frame, Frame) and name in _CACHES and type(value) is _CACHES[name], "a frame's cache")
-                Frame.__dict__[name].__set__(frame, value)
-        elif tag == "cell" and a[0] is not None:
-            obj.cell_contents = self.get(a[0])
-        elif tag == "fn":
-            kw, attrs = self.get(a[7]), self.get(a[9])
-            _check((kw is None or type(kw) is dict) and type(attrs) is dict, "a function's attributes")
-            obj.__kwdefaults__ = kw
-            obj.__dict__ = attrs
-        elif tag == "obj":
-            self.fill_instance(obj, a)
-        elif tag == "pt":
-            kw = self.get(a[2])
-            _check(type(kw) is dict and all(type(k) is str for k in kw), "a partial's keywords")
-            functools.partial.__setstate__(obj, (obj.func, obj.args, kw, None))
-
-    def fill_instance(self, obj: Any, a: list[Any]) -> None:
-        if a[1] is not None:
-            state = self.get(a[1])
-            _check(type(state) is dict, "an instance's attributes")
-            object.__setattr__(obj, "__dict__", state)
-        for name, ref in a[2]:
-            desc = next((c.__dict__[name] for c in type(obj).__mro__ if type(name) is str and name in c.__dict__), None)
-            _check(type(desc) is types.MemberDescriptorType, "a slot")
-            desc.__set__(obj, self.get(ref))
-        if a[3] is not None:
-            if isinstance(obj, dict):
-                for k, v in a[3]:
-                    dict.__setitem__(obj, self.key(k), self.get(v))
-            else:
-                _check(isinstance(obj, list), "items of an instance")
-                list.extend(obj, [self.get(r) for r in a[3]])
-
-
-def _name(k: str) -> str:
-    _check(type(k) is str and k.isidentifier() and not k.startswith("__"), "a variable's name")
-    return k
+    head, size = HEAD.unpack_from(data, len(MAGIC))
+    return len(MAGIC) + HEAD.size + head + size + len(END) == len(data)

@@ -31,7 +31,7 @@ from duck.game.source import Observation
 from duck.play.session import Session
 from duck.sandbox import render, trust, wire
 from duck.sandbox.actions import ActionHost, CallActions
-from duck.sandbox.lifecycle import QUOTA_CHECK_S, WRITE_DEADLINE_S, WorkerProcess
+from duck.sandbox.lifecycle import WRITE_DEADLINE_S, WorkerProcess
 from duck.sandbox.state import GameState
 
 # The kernel's `notes` dict, as JSON, is kept up to this size (kernel.notes_dict_chars before
@@ -232,10 +232,8 @@ class Kernel(WorkerProcess):
         follow), each checked; its action requests answered; the clock and the quota watched."""
         while True:
             limit = call.limit()
-            got = self.recv(min(limit, time.monotonic() + QUOTA_CHECK_S) if self.counted() else limit)
+            got = self.recv(limit)
             if got is None:
-                if self.over_quota():
-                    return None, self.quota_message()
                 if time.monotonic() < limit:
                     continue
                 if call.interrupted_at is not None:
@@ -260,7 +258,8 @@ class Kernel(WorkerProcess):
 
     def _crashed(self, call: Call, crash: str) -> CallResult:
         """The worker hung, died or misbehaved: a fresh one, and what the call printed."""
-        crash = self.quota_hit or crash  # the quota's clock killed it (duck.sandbox.lifecycle._watch)
+        self.end_call()  # (and the quota's clock stopped: it says whether it killed the call's process)
+        crash = self.quota_hit or crash
         try:
             status = self.proc.wait(timeout=0.2) if self.proc else None
         except subprocess.TimeoutExpired:

@@ -29,11 +29,10 @@ from typing import Any, Callable
 
 from duck.config import KernelConfig
 from duck.sandbox import process, wire
-from duck.sandbox.wall import cgroup, isolation, quota
+from duck.sandbox.wall import cgroup, clock, isolation, quota
 
 WRITE_DEADLINE_S = 10.0  # a worker that reads nothing for this long is dead to the host
 MAX_WORKER_MESSAGE = 8 << 20  # bytes; larger is a protocol violation
-QUOTA_CHECK_S = 0.5  # how often the disk quota is checked where no tmpfs bounds it
 
 
 class WorkerProcess:
@@ -51,8 +50,8 @@ class WorkerProcess:
         self.cgroup: dict[str, Any] | None = None  # the worker's memory cgroup (duck.sandbox.wall.cgroup)
         self.workdir: str | None = None
         self._starting: threading.Thread | None = None  # start_soon()'s thread
-        self._watching: tuple[threading.Event, threading.Thread] | None = None  # the quota's clock
         self.quota_hit: str | None = None  # why the clock killed the worker (taken by the next crash)
+        self.clock: clock.Clock | None = None  # the quota's, while a call runs
         self.call_pid: int | None = None  # the process of the call under way (duck.sandbox.call)
         self.call_fd = -1  # and a pidfd of it: never a reused pid
         self.last_call: int | None = None  # the last one, a zombie until the worker's next message
@@ -193,11 +192,13 @@ class WorkerProcess:
         """Whether the host must count the worker's disk use (no tmpfs, or shared folders open)."""
         return bool(self.workdir) and (not self.tmpfs or (self.lease is not None and self._shared_writable()))
 
-    def _usage(self, workdir: str | None, pid: int | None) -> quota.Usage:
-        limit = quota.Usage(self.cfg.disk_mb << 20, self.cfg.disk_inodes)
+    def _limit(self) -> quota.Usage:
+        return quota.Usage(self.cfg.disk_mb << 20, self.cfg.disk_inodes)
+
+    def _usage(self, workdir: str | None, pid: int | None, on_dir: Any = None) -> quota.Usage:
         uid = self.lease.uid if self.lease else None
-        return quota.usage(None if self.tmpfs else workdir, uid if self._shared_writable() else None, pid, limit,
-                           file_bytes=isolation.FILE_MB << 20, fs_uid=uid)
+        return quota.usage(None if self.tmpfs else workdir, uid if self._shared_writable() else None, pid,
+                           self._limit(), file_bytes=isolation.FILE_MB << 20, fs_uid=uid, on_dir=on_dir)
 
     def over_quota(self) -> bool:
         """Past `kernel.disk_mb` or `kernel.disk_inodes`, counting what no tmpfs bounds
@@ -245,34 +246,24 @@ class WorkerProcess:
             os.close(fd)
 
     def _watch(self) -> None:
-        """Check the quota every QUOTA_CHECK_S from a thread while the call runs, whatever its
-        process sends; past it, SIGKILL that process and keep why in `quota_hit`, for the call
-        that sees it die (Kernel._crashed)."""
+        """While the call runs, its disk use on the quota's clock (duck.sandbox.wall.clock) where no
+        tmpfs bounds it: past the quota the clock kills the call's process and `quota_hit` says
+        why, for the call that sees it die (Kernel._crashed)."""
         if not self.counted() or self.call_pid is None:
             return
-        stop, workdir, pid, fd = threading.Event(), self.workdir, self.call_pid, self.call_fd
+        workdir, pid, uid = self.workdir, self.call_pid, self.lease.uid if self.lease else None
+        paths = [workdir, *(quota.SHARED if uid is not None and self._shared_writable() else ())]
         self.quota_hit = None
-
-        def loop() -> None:
-            try:
-                while not stop.wait(QUOTA_CHECK_S):
-                    used = self._usage(workdir, pid)
-                    if used.over(self.cfg.disk_mb << 20, self.cfg.disk_inodes):
-                        self.quota_hit = self.quota_message() + (f" ({used.unseen})" if used.unseen else "")
-                        signal.pidfd_send_signal(fd, signal.SIGKILL)
-                        return
-            except OSError:
-                pass  # the process is gone: the call sees it
-
-        t = threading.Thread(target=loop, name="kernel-quota", daemon=True)
-        t.start()
-        self._watching = (stop, t)
+        self.clock = clock.Clock(lambda on_dir: self._usage(workdir, pid, on_dir), self._limit(), paths, pid,
+                                 self.call_fd, isolation.FILE_MB << 20)
+        self.clock.start()
 
     def _unwatch(self) -> None:
-        if self._watching is not None:
-            self._watching[0].set()
-            self._watching[1].join()
-            self._watching = None
+        if self.clock is not None:
+            self.clock.stop()
+            if self.clock.hit:
+                self.quota_hit = f"{self.quota_message()} ({self.clock.hit})"
+            self.clock = None
 
     def end_leftovers(self) -> str | None:
         """After the call's process has ended: any other process it started is killed (none can be

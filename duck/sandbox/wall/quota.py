@@ -28,7 +28,7 @@ import os
 import stat
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Callable, Iterator
 
 # World-writable folders any uid can fill (the temp dir itself lives in /tmp).
 SHARED = ("/tmp", "/var/tmp", "/dev/shm")
@@ -53,10 +53,11 @@ class Usage:
         return bool(self.unseen) or self.bytes > max_bytes or self.inodes > max_inodes
 
 
-def tree(path: str, stop: Usage) -> Usage:
+def tree(path: str, stop: Usage, on_dir: Callable[[int, str], None] | None = None) -> Usage:
     """Bytes (as allocated) and inodes under `path` (itself included), stopping early once past
     either of `stop`'s figures; an entry it cannot read or a folder deeper than MAX_DEPTH sets
-    `unseen`. An entry removed while the walk runs is simply not counted."""
+    `unseen`. An entry removed while the walk runs is simply not counted. `on_dir(fd, path)`:
+    each folder as it is entered (the quota's clock watches them: duck.sandbox.wall.clock)."""
     used = Usage()
     try:
         st = os.lstat(path)
@@ -69,13 +70,16 @@ def tree(path: str, stop: Usage) -> Usage:
     except OSError as e:
         used.unseen = f"{path}: {e.strerror}"
         return used
-    stack = [(fd, os.scandir(fd))]
+    stack, names = [(fd, os.scandir(fd))], [path]
+    if on_dir:
+        on_dir(fd, path)
     try:
         while stack and not used.over(stop.bytes, stop.inodes):
             e = next(stack[-1][1], None)
             if e is None:
                 stack[-1][1].close()
                 os.close(stack.pop()[0])
+                names.pop()
                 continue
             try:
                 st = e.stat(follow_symlinks=False)
@@ -86,6 +90,9 @@ def tree(path: str, stop: Usage) -> Usage:
                         break
                     sub = os.open(e.name, _DIR, dir_fd=stack[-1][0])
                     stack.append((sub, os.scandir(sub)))
+                    names.append(e.name)
+                    if on_dir:
+                        on_dir(sub, "/".join(names))
             except OSError as e:
                 if e.errno not in _VANISHED:
                     raise
@@ -226,12 +233,12 @@ def owned(uid: int, skip: str | None = None) -> list[str]:
 
 
 def usage(workdir: str | None, uid: int | None, pid: int | None, stop: Usage, *, file_bytes: int = 0,
-          fs_uid: int | None = None) -> Usage:
+          fs_uid: int | None = None, on_dir: Callable[[int, str], None] | None = None) -> Usage:
     """Everything the worker's disk quota counts (`stop`: the quota, to end the walk early): the
     temp dir (None where a tmpfs bounds it), the worker's deleted open or mapped files (read as
     `fs_uid`, the worker's, where root may not), and what `uid` owns in the shared folders
     (None where Landlock closes them)."""
-    used = tree(workdir, stop) if workdir else Usage()
+    used = tree(workdir, stop, on_dir) if workdir else Usage()
     if pid is not None and workdir:
         used.add(unlinked_open_files(pid, fs_uid, file_bytes, workdir))
     if uid is not None:
