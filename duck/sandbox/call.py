@@ -1,9 +1,9 @@
 """One call's process: the snippet, run in a process forked for it (worker side, issue 48).
 
 The worker (duck.sandbox.worker) never runs model code: for each `run` it forks this process,
-which finishes confining itself before any model code runs (its parent-death signal, dumpable
-for the host's disk count, a CPU limit of this call's alone, hard and soft, one process, the
-seccomp filter's call part: no new process, signals to itself only, prctl reads only), takes
+which finishes confining itself before any model code runs (its parent-death signal, a CPU
+limit of this call's alone, hard and soft, one process, the seccomp filter's call part: no new
+process, signals to itself only, prctl reads only; it is born dumpable, for the host's count), takes
 the namespace the last call left (duck.sandbox.carry, rebuilt without running model code),
 runs the snippet with stdout and stderr captured, and at the end writes the namespace back to
 the worker and its `done` to the host. Then it is killed: whatever the snippet left running
@@ -33,7 +33,7 @@ from duck.sandbox.wall.confine import NPROC, prctl
 
 Worker = Any  # duck.sandbox.worker.Worker (which imports this module): its state and its pipe
 
-PR_SET_PDEATHSIG, PR_SET_DUMPABLE = 1, 4
+PR_SET_PDEATHSIG = 1
 CARRY_MB = 128  # the namespace a call may leave to the next (more is left out, name by name)
 MAX_RESULT_CHARS = 1_000_000  # a `result` or `notes` larger than this is not sent to the host
 MAX_RESULT_NODES = wire.MAX_NODES // 2  # and values (the host refuses a message of more than MAX_NODES)
@@ -143,7 +143,6 @@ def confine(w: Worker, msg: dict[str, Any]) -> None:
     prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # (a fork clears it)
     if os.getppid() != parent:
         os._exit(1)  # the worker died before the line above
-    prctl(PR_SET_DUMPABLE, 1)  # the host reads /proc/<pid>/fd as its uid (duck.sandbox.wall.quota)
     cpu = int(float(msg.get("timeout", 30))) + 5  # CPU seconds of this process alone: its own hard limit
     resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
     if resource.getrlimit(resource.RLIMIT_NPROC)[1] == NPROC:  # a uid of its own: the worker and this call

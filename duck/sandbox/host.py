@@ -114,10 +114,11 @@ class Kernel(WorkerProcess):
         own = [session.game.files_dir] if session.game.files_dir else []
         self.deny_read = [*own, *(str(p) for p in deny_read)]
         # Hidden from the worker where a mount namespace allows, closed by file modes (and
-        # verified) where not: the games, the records and the conversations.
+        # verified) where not: the games and the run's folder (run.json names the games; the
+        # records and the conversations, which file modes close where nothing hides them).
         records = Path(session.writer.path).resolve().parent
-        super().__init__(config or KernelConfig(), [*self.deny_read, str(records), str(records.parent / "conversations")],
-                         session.event)
+        super().__init__(config or KernelConfig(), [*self.deny_read, str(records.parent), str(records),
+                                                    str(records.parent / "conversations")], session.event)
         self.session = session
         self.host = ActionHost(session)
         self.state = GameState(self.host.names())

@@ -30,7 +30,13 @@ def begin(argv: list[str], what: str) -> tuple[wire.Reader, int, dict[str, Any],
     if first is None or first[0].get("op") != "config":
         raise SystemExit(f"{what} expected its config first")
     cfg = first[0]["cfg"]
-    layers = confine(cfg["plan"])
+
+    def map_ids() -> bool:  # the host writes this process's id maps in its new user namespace
+        wire.send(wfd, {"op": "userns"})
+        got = reader.recv()
+        return got is not None and got[0].get("op") == "mapped"
+
+    layers = confine(cfg["plan"], map_ids)
     guard = Guard(os.getcwd(), cfg.get("deny_read", []))
     sys.addaudithook(guard)
     layers["guard"] = GUARD

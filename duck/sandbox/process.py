@@ -143,15 +143,33 @@ def ready(started: Started, uid: int | None, probe: bool = False) -> dict[str, s
     """The layers of the worker's `ready` message (what it verified), cut to size and, for a
     `probe` (dumpable as each call's process is), with the disk quota failed closed where the
     host cannot count it (duck.sandbox.wall.quota.fail_closed); None if it did not come within START_S."""
+    end = time.monotonic() + START_S
     try:
-        got = started.reader.recv(time.monotonic() + START_S)
-        msg = trust.check(got[0], ("ready",)) if got is not None else None
-    except wire.WireError:
+        got = started.reader.recv(end)
+        msg = trust.check(got[0], ("userns", "ready")) if got is not None else None
+        if msg is not None and msg["op"] == "userns":  # (before any model code: it asks once, at start)
+            map_ids(started.proc.pid, uid)
+            wire.send(started.wfd, {"op": "mapped"}, deadline=end)
+            got = started.reader.recv(end)
+            msg = trust.check(got[0], ("ready",)) if got is not None else None
+    except (wire.WireError, OSError):
         return None
     if msg is None:
         return None
     layers = {trust.text(k, 40): trust.text(v, 300) for k, v in msg["layers"].items()}
     return quota.fail_closed(layers, started.proc.pid, uid) if probe else layers  # (while it lives)
+
+
+def map_ids(pid: int, uid: int | None) -> None:
+    """Map, in the worker's new user namespace, root and its own uid each to itself (it drops to
+    that uid; only a process outside the namespace with CAP_SETUID may write more than one line)."""
+    lines = "0 0 1\n" + (f"{uid} {uid} 1\n" if uid else "")
+    for name in ("uid_map", "gid_map"):
+        fd = os.open(f"/proc/{pid}/{name}", os.O_WRONLY)
+        try:
+            os.write(fd, lines.encode())
+        finally:
+            os.close(fd)
 
 
 def probe(cfg: dict[str, Any], workdir: str) -> dict[str, str] | str:

@@ -82,6 +82,7 @@ def clean(value: Any, depth: int = 0, *, budget: list[int] | None = None) -> Any
 
 _SHAPES: dict[str, dict[str, tuple[type, ...]]] = {
     "ready": {"pid": (int,), "layers": (dict,)},
+    "userns": {},
     "synced": {"n": (int,)},
     "out": {"text": (str,)},
     "tail": {"text": (str,), "total": (int,)},

@@ -29,6 +29,9 @@ from duck.sandbox import call, carry, wire
 from duck.sandbox.guard import Guard
 from duck.sandbox.probe import begin
 from duck.sandbox.views import FrameView, HistoryEntryView, TransitionView, normalize_actions
+from duck.sandbox.wall.confine import prctl
+
+PR_SET_DUMPABLE = 4
 
 RECURSION_LIMIT = 10_000
 
@@ -194,6 +197,7 @@ class Worker:
         gate_r, gate_w = os.pipe()
         keep_r, keep_w = os.pipe()
         self.guard.forking = True
+        prctl(PR_SET_DUMPABLE, 1)  # born dumpable: the host reads its /proc/<pid>/fd as its uid at once
         pid = os.fork()
         if pid == 0:
             status = 1
@@ -211,6 +215,7 @@ class Worker:
             finally:
                 os._exit(status)
         self.guard.forking = False
+        prctl(PR_SET_DUMPABLE, 0)  # and this process not (no call's process may open its memory)
         os.close(gate_r)
         os.close(keep_w)
         self.write({"op": "forked", "pid": pid})

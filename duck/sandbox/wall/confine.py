@@ -35,7 +35,7 @@ import ctypes
 import os
 import resource
 import signal
-from typing import Any
+from typing import Any, Callable
 
 from duck.sandbox.wall import landlock, verify
 
@@ -238,8 +238,29 @@ def _file_modes(plan: dict[str, Any]) -> str | None:
     return verify.summary(checks)
 
 
-def confine(plan: dict[str, Any]) -> dict[str, str]:
-    """Apply the plan's layers to this process, in order; returns what was verified."""
+def _cap_sys_admin() -> bool:
+    with open("/proc/self/status") as f:
+        return bool(int(next(ln.split()[1] for ln in f if ln.startswith("CapEff:")), 16) >> 21 & 1)
+
+
+def _user_namespace(map_ids: Callable[[], bool] | None) -> str | None:
+    """Root without CAP_SYS_ADMIN (Kaggle-like): a user namespace of its own, in which it may make
+    the others and mount (the host writes its id maps: 0 and its uid, each to itself, as only a
+    process outside may). None, or why not (Docker's default seccomp profile refuses it)."""
+    if map_ids is None:
+        return "no one to map its ids"
+    try:
+        os.unshare(os.CLONE_NEWUSER)
+    except OSError as e:
+        return f"no user namespace ({e.strerror})"
+    if not map_ids() or os.geteuid() != 0:
+        raise OSError("the host did not map the worker's ids in its user namespace")
+    return None
+
+
+def confine(plan: dict[str, Any], map_ids: Callable[[], bool] | None = None) -> dict[str, str]:
+    """Apply the plan's layers to this process, in order; returns what was verified. `map_ids()`
+    asks the host to map its ids in a user namespace (duck.sandbox.process.ready)."""
     layers: dict[str, str] = {}
     parent = os.getppid()  # the host (duck.sandbox.process.spawn)
     try:  # before any file-system rule: the binding finds and loads libseccomp
@@ -253,11 +274,17 @@ def confine(plan: dict[str, Any]) -> dict[str, str]:
     off = set(plan.get("off", ()))
     layers["cgroup"] = _join_cgroup(plan) if root else "off: not root"
     mounts = False
-    if root and "namespaces" not in off:
+    admin = root and _cap_sys_admin()
+    userns = None if not root or "namespaces" in off or admin else _user_namespace(map_ids)
+    if root and "namespaces" not in off and userns is None:
         mounts = _namespaces(plan, layers)
+        if not admin:  # (in the user namespace it made: say so)
+            layers.update({k: f"{v} (in a user namespace of its own)" for k, v in layers.items()
+                           if k in ("network", "ipc", "mounts") and v.startswith("on")})
     else:
         layers["network"] = layers["mounts"] = layers["ipc"] = \
-            "off: " + ("not root (no namespaces)" if not root else "turned off")
+            "off: " + ("not root (no namespaces)" if not root else "turned off" if "namespaces" in off
+                       else f"no CAP_SYS_ADMIN, and {userns}")
     if not mounts:
         layers["disk_quota"] = ("on: checked by the host (size and inodes of the temp dir, its unlinked open files, "
                                 "and what its uid owns in /tmp, /var/tmp and /dev/shm)")
