@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import resource
-import signal
 import subprocess
 import sys
 import time
