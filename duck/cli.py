@@ -47,6 +47,8 @@ COMMANDS: dict[str, Command] = {
                       ("traces_dir", "games"), ("workers", "timeout")),
     "report": Command("duck.lab.report.build", "per-game scoring report (report.html + report.md) of a run "
                       "folder; with two, a comparison game by game"),
+    "gif": Command("duck.lab.report.gif", "an animated GIF of a game from its record, to share "
+                   "(RUN/gif/<game>.gif)", ("run",), ("scale", "max_frames")),
     "ab": Command("duck.lab.ab.run", "paired A/B experiment of two configs on the same games and seeds",
                   ("a", "b", "games"), ("passes", "max_passes", "budget_s", "game_seconds", "workers", "boot", "perm")),
     "ab-stats": Command("duck.lab.ab.run", "A/B statistics from run folders or runs.jsonl-format files",
@@ -255,7 +257,14 @@ def build_parser(command: str | None = "*") -> argparse.ArgumentParser:
         else:
             sub.add_parser(name, help=c.help)
     for module in modules:
-        importlib.import_module(module).register(sub)
+        try:
+            importlib.import_module(module).register(sub)
+        except ModuleNotFoundError as e:
+            if e.name != module.split(".")[0]:
+                raise  # the module is there, one of its imports is not: a real error
+            p.exit(EXIT_BAD_INPUT, f"duck {command}: error: this command is part of the workbench ({e.name}/), "
+                                   "which this installation leaves out (the Kaggle wheel); run it from a "
+                                   "checkout (README)\n")
     return p
 
 

@@ -32,7 +32,9 @@ from duck.play.session import PlayStopped, Policy, Session, game_seed
 
 if TYPE_CHECKING:  # the model side is imported when a model plays (the agent brings openai: ~0.6 s)
     from duck.agent.loop import AgentPolicy
+    from duck.config import KernelConfig
     from duck.llm.health import ModelHealth
+    from duck.sandbox.host import Kernel
 
 __all__ = ["RESET", "Action", "Observation", "UserPolicy", "make_policy", "load_policy_file"]
 
@@ -136,7 +138,7 @@ def _user_policy(spec: str, seed: int) -> Policy:
 
 def make_policy(name: str, seed: int = 0, *, config: Config | None = None, model_url: str | list[str] | None = None,
                 url_index: int | None = None, pass_: int = 0, health: "ModelHealth | None" = None,
-                kernel_factory: Any = None, on_fallback: Callable[[str], None] | None = None,
+                kernel_factory: Callable[[Session, KernelConfig], Kernel] | None = None, on_fallback: Callable[[str], None] | None = None,
                 probe_on_failure: bool = False) -> Policy:
     """The policy `name` for one game (a name, or `FILE.py:ClassName`: load_policy_file).
     `config` (default: `load_config()`) configures the agent and names its fallback
@@ -227,7 +229,7 @@ class Parking:
     def down(self) -> bool:
         return self.health.down()
 
-    def wait(self, session: Any, why: str) -> bool:
+    def wait(self, session: Session, why: str) -> bool:
         """Park until the server answers again: True then (the game holds a slot again, its
         kernel and context as they were); False when it cannot come back in time (the
         explorer's turn). Raises PlayStopped when the game must end meanwhile."""

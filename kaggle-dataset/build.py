@@ -20,6 +20,7 @@ Both are resolved for the Kaggle platform (Linux x86-64, CPython 3.12, glibc 2.3
 `pip --platform ... --python-version 3.12 --only-binary=:all:`, whatever machine runs this.
 The locks are committed beside this script; `--relock` resolves them again.
 
+    make kaggle-dataset ARGS=--dry-run                 # (the project's Python: .venv)
     python kaggle-dataset/build.py --dry-run           # what would be downloaded, nothing written
     python kaggle-dataset/build.py                     # build/kaggle-dataset/, then the check
     python kaggle-dataset/build.py --no-vllm           # the small half (no vLLM/torch/CUDA)
@@ -32,9 +33,10 @@ The locks are committed beside this script; `--relock` resolves them again.
 
 The check installs each lock with `pip install --no-index --find-links OUT/wheels -r LOCK
 --dry-run --ignore-installed` for the Kaggle platform: it passes only when the folder alone
-resolves everything. It also verifies SHA256SUMS and the packed policy's sha256 (what the
-notebook checks before it plays the policy: duck.kaggle.inputs). Exit status 0 only when all holds.
-See kaggle-dataset/README.md for publishing the folder and attaching the model weights.
+resolves everything, and the project's wheel holds no devkit/ (the workbench: `build_project_wheel`
+builds it from the tracked files without it). It also verifies SHA256SUMS and the packed policy's
+sha256 (what the notebook checks before it plays the policy: duck.kaggle.inputs). Exit status 0
+only when all holds. See kaggle-dataset/README.md for publishing the folder and attaching the model weights.
 """
 
 from __future__ import annotations
@@ -50,8 +52,12 @@ import subprocess
 import sys
 import tempfile
 import tomllib
+import zipfile
 from pathlib import Path
 
+if sys.version_info < (3, 12):  # this project's own wheel needs it: say so before 4 GB are fetched
+    sys.exit(f"build.py needs Python >= 3.12 (this is {sys.version.split()[0]}): run `make kaggle-dataset "
+             "ARGS=...`, which uses the project's .venv")
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))  # the policy's packing is the notebook's own code (standard library only)
@@ -61,6 +67,25 @@ GLIBC_MINOR = 35  # Ubuntu 22.04 under the Kaggle image: manylinux_2_35 and olde
 LOCKS = {"duck": HERE / "duck.lock", "vllm": HERE / "vllm.lock"}
 MARKER = "duck-dataset.json"  # the notebook finds the dataset under /kaggle/input by this file
 DEFAULT_ID = "YOUR_KAGGLE_USERNAME/duck-arc3-wheels"
+
+
+# What the wheels weigh, as builds measured them, said before anything is fetched: the whole
+# folder 223 wheels, 4.1 GB (vLLM, torch, the CUDA libraries; issue 49); --no-vllm 58 wheels,
+# 52 MB (experiments/LOG.md, 2026-12-04).
+MEASURED_MB = {"duck": 52, "all": 4100}
+
+
+def say_plan(locks: dict[str, list[dict]], wheels: Path) -> None:
+    """One line before the download: how many wheels, what they weigh, how many are still to fetch."""
+    files = {d["file"] for ds in locks.values() for d in ds if d["file"]}
+    todo = sum(not (wheels / f).exists() for f in files)
+    mb = MEASURED_MB["all" if "vllm" in locks else "duck"]
+    size = f"{mb / 1000:.1f} GB" if mb >= 1000 else f"{mb} MB"
+    which = " and ".join(f"{w}.lock {len(ds)}" for w, ds in locks.items())
+    small = f" (--no-vllm: the small half, {MEASURED_MB['duck']} MB)" if "vllm" in locks else ""
+    print(f"build.py: {len(files) + 1} wheels for the Kaggle image ({which}, shared ones once, and this "
+          f"project's own), about {size} in all; {todo} to fetch now into {wheels}{small}", file=sys.stderr,
+          flush=True)
 
 
 def platform_args() -> list[str]:
@@ -224,14 +249,33 @@ def download(items: list[dict], wheels: Path) -> None:
         raise SystemExit("pip download failed")
 
 
+WORKBENCH = "devkit/"  # the workbench: never on the notebook's path, so never in its wheel (AGENTS.md)
+
+
 def build_project_wheel(wheels: Path) -> Path:
+    """This project's wheel as the notebook installs it: built from a copy of the files git
+    tracks (as they are in the working tree) without devkit/."""
     name = norm(project()["name"]).replace("-", "_")
     for old in wheels.glob(f"{name}-*.whl"):
         old.unlink()
-    r = pip("wheel", "--quiet", "--no-deps", "--wheel-dir", str(wheels), str(ROOT))
+    tracked = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-z"], capture_output=True, text=True)
+    if tracked.returncode != 0:
+        raise SystemExit(f"building this project's wheel needs its git checkout: {tracked.stderr.strip()}")
+    with tempfile.TemporaryDirectory(prefix="duck-wheel-") as tmp:
+        for rel in tracked.stdout.split("\0"):
+            if rel and not rel.startswith(WORKBENCH) and (ROOT / rel).is_file():
+                (Path(tmp) / rel).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(ROOT / rel, Path(tmp) / rel)
+        r = pip("wheel", "--quiet", "--no-deps", "--wheel-dir", str(wheels.resolve()), tmp)
     if r.returncode != 0:
         raise SystemExit("building this project's wheel failed")
     return next(wheels.glob(f"{name}-*.whl"))
+
+
+def workbench_in(wheel: Path) -> list[str]:
+    """The files of devkit/ a wheel holds (none in the Kaggle wheel)."""
+    with zipfile.ZipFile(wheel) as z:
+        return [n for n in z.namelist() if n.startswith(WORKBENCH)]
 
 
 # The serving profiles' chat templates (with their preserve_thinking branch: Qwen3.8's for
@@ -265,6 +309,11 @@ def check(out: Path, which: list[str]) -> bool:
     if (problem := packed_policy(out)[1]) is not None:
         print(f"check: {problem}", file=sys.stderr)
         ok = False
+    for own in (out / "wheels").glob(f"{norm(project()['name']).replace('-', '_')}-*.whl"):
+        if workbench := workbench_in(own):
+            print(f"check: {own.name} holds devkit/ ({len(workbench)} files): the workbench stays out",
+                  file=sys.stderr)
+            ok = False
     sums = out / "SHA256SUMS"
     if sums.exists():
         for line in sums.read_text().splitlines():
@@ -332,6 +381,26 @@ def git_commit() -> str | None:
         return None
 
 
+def dry_run(locks: dict[str, list[dict]], out: Path) -> int:
+    """`--dry-run`: every wheel the build would fetch or build, what it would write; nothing written."""
+    seen = set()
+    for w in locks:
+        for d in locks[w]:
+            what = "build" if d["local"] else "download"
+            where = d["file"] or "(this repository)"
+            if (d["name"], d["version"]) not in seen:
+                print(f"{w}\t{what}\t{d['name']}=={d['version']}\t{where}")
+            seen.add((d["name"], d["version"]))
+        print(f"{w}.lock: {len(locks[w])} distributions", file=sys.stderr)
+    print(f"duck\tbuild\t{norm(project()['name'])}=={project()['version']}\t(this repository: its wheel)")
+    print(f"would write {out}/: wheels/ ({len(seen)} files), duck.lock"
+          + (", vllm.lock" if "vllm" in locks else "")
+          + f", {{{','.join(FAMILIES)}}}/chat_template.jinja ({SHARED}), {MARKER}, dataset-metadata.json, "
+          "SHA256SUMS, README.md", file=sys.stderr)
+    say_plan(locks, out / "wheels")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default=str(ROOT / "build" / "kaggle-dataset"), help="the folder to upload")
@@ -365,23 +434,9 @@ def main(argv: list[str] | None = None) -> int:
         relock(which, a.vllm)
     locks = {w: read_lock(LOCKS[w]) for w in which}
     if a.dry_run:
-        seen = set()
-        for w in which:
-            for d in locks[w]:
-                what = "build" if d["local"] else "download"
-                where = d["file"] or "(this repository)"
-                if (d["name"], d["version"]) not in seen:
-                    print(f"{w}\t{what}\t{d['name']}=={d['version']}\t{where}")
-                seen.add((d["name"], d["version"]))
-            print(f"{w}.lock: {len(locks[w])} distributions", file=sys.stderr)
-        print(f"duck\tbuild\t{norm(project()['name'])}=={project()['version']}\t(this repository: its wheel)")
-        print(f"would write {out}/: wheels/ ({len(seen)} files), duck.lock"
-              + ("" if a.no_vllm else ", vllm.lock") + f", {{{','.join(FAMILIES)}}}/chat_template.jinja ({SHARED}), {MARKER}, "
-              "dataset-metadata.json, SHA256SUMS, README.md",
-              file=sys.stderr)
-        return 0
-
+        return dry_run(locks, out)
     wheels = out / "wheels"
+    say_plan(locks, wheels)
     wheels.mkdir(parents=True, exist_ok=True)
     for w in which:
         download(locks[w], wheels)

@@ -4,24 +4,14 @@ A waiting game's priority is what its next tokens are expected to earn:
 
     value(level, actions on it) * chance(tokens, actions on it) / expected tokens still to spend on it
 
-value = l / (N (N + 1) / 2), the level's share of the game's score, times the score the level
-can still make: the official level score is (baseline / actions)^2, so past `par_actions`
-actions on the level it falls as (par_actions / actions)^2 (the baseline itself is not
-known to the policy; 55 is the public games' median per-level baseline); the expected cost
-is what is left of the level's median (`level_tokens`, the field's per-level medians) with a
-floor of a quarter of it; the chance is 1 up to the median and falls linearly to
-`stalled_chance` at `stall_factor` times it (or at `stall_actions` actions on the level; never
-to 0: the Duck's hazard of the next level hardly falls with tokens, the field's does), and is
-cut when the run's time left (turned into tokens per slot at the pace seen so far) cannot pay
-the cost.
-So a game near the end of a young level ranks first, a fresh level next, a stalled one last;
-sunk tokens never count for a game, only what is left.
+value is the level's share of the game's score times what the level can still make (past
+`par_actions` actions it falls as (par_actions / actions)^2); the cost is what is left of the
+level's median tokens (`level_tokens`), at least a quarter of it; the chance falls from 1 at the
+median to `stalled_chance` at `stall_factor` times it (or at `stall_actions`), and is cut when the
+run's time left cannot pay the cost. Sunk tokens never count, only what is left.
 
-A running game keeps its slot across tool calls and model requests; past
-`min_level_tokens` on its level and stalled, it is preempted (it yields at its next model
-request) when a waiting game ranks `preempt_ratio` times above it (a margin, so that two
-stalled games do not hand a slot back and forth, each hand-over costing a prefill). That is what `field` cannot do: there a stalled
-game holds its slot until its next trim (up to ~60K tokens of growth on a 128K context).
+A running game keeps its slot; stalled past `min_level_tokens`, it is preempted when a waiting game
+ranks `preempt_ratio` times above it. Each term and its source: docs/scheduler.md, "The adaptive policy".
 """
 
 from __future__ import annotations

@@ -1,20 +1,15 @@
 """The slot book: the slot rules, written once, for the runner and the simulator.
 
-* `decide(now)`: ask the policy and apply its `Decision`: stop the games it ends, mark those
-  it preempts (they yield at their next model request), grant free slots to those it starts,
-  best first: never more than `slots` held, none at or after the budget's end, a game's
-  deadline set at its first grant and clipped to the budget's end. Returns the grants,
-  `(game_id, "start" | "resume")`, for the caller to act on.
-* `release(game_id, reason, now)`: a yield point (trim, level, preempted): the game waits,
-  resumable, until the policy grants it a slot again; a `parked` game (its model server is
-  down: GameState.parked) is granted nothing until it unparks, and while one is parked no
-  game starts (it would start its kernel only to park too). `end(game_id, now)`: it is over.
-* `overdue(now)`: stop every game whose deadline has come; `next_deadline()`: when to look.
+`decide(now)` asks the policy and applies its `Decision` (stops, preemptions, grants best first:
+never more than `slots` held, none at or after the budget's end, a game's deadline set at its
+first grant); `release` is a yield point, `end` a game over, `overdue` stops every game whose
+deadline has come. A `parked` game (its model server is down: GameState.parked) is granted
+nothing until it unparks, and while one is parked no game starts.
 
-Stopping is where the two differ, so it is the caller's `on_stop(game_id, now)`: the runner
-sets the worker's stop event (the slot stays held until the worker returns); the simulator
-ends the game on the spot. The book has no clock and never blocks: the caller passes `now`
-(seconds since the start) and serialises the calls. `timeline` records every grant and
+Stopping is where the two callers differ, so it is the caller's `on_stop(game_id, now)`: the
+runner sets the worker's stop event (the slot stays held until the worker returns); the
+simulator ends the game on the spot. The book has no clock and never blocks: the caller passes
+`now` (seconds since the start) and serialises the calls. `timeline` records every grant and
 release, `(t, game_id, "grant" | "release", why)`.
 """
 

@@ -2,23 +2,16 @@
 run's one condition (`cond`): the runner and its game threads share state under it and wait
 on it, so a clock can see who is waiting.
 
-Why a virtual clock: the runner's job is timing (who starts when, who is stopped, whether
-every deadline holds), and testing that against wall-clock sleeps is slow and flaky. The
-virtual clock advances only when *everyone* waits - the runner and every game thread in
-`wait` or `sleep` - and then jumps straight to the earliest wake-up. A thread that computes,
-or one whose wait is over but has not woken yet, holds time still, so a test plays hours of
-schedule in milliseconds. The runner waits `quiet`: it acts on news only once every game
-thread waits too, so it always decides on everything that happened at that instant, and a
-schedule plays the same way every time.
+The virtual clock advances only when *everyone* waits (the runner and every attached game
+thread in `wait` or `sleep`) and then jumps straight to the earliest wake-up, so a test plays
+hours of schedule in milliseconds and the same way every time (the runner waits `quiet`: it
+decides only once every game thread waits too).
 
-Contract (every call but `now`, `to_monotonic` and `sleep` with `cond` held):
-* `now()`: seconds on this clock; `to_monotonic(t)`: the `time.monotonic()` value a worker
-  must compare with (its `deadline`), identity for both clocks.
-* `attach()` for every thread that takes part (the runner's and each game's) before it runs,
-  `detach()` when it is done.
-* `wait(until, ready, quiet=False)`: return once `ready()` or the clock reaches `until` (None:
-  never). Whoever changes what a `ready` reads does it under `cond` and `cond.notify_all()`s.
-* `sleep(seconds)` (the virtual clock's): pass time in a game thread (scripted workers).
+Contract (every call but `now`, `to_monotonic` and `sleep` with `cond` held): `attach()` every
+thread that takes part before it runs and `detach()` it when done; `wait(until, ready, quiet)`
+returns once `ready()` or the clock reaches `until` (None: never), and whoever changes what a
+`ready` reads does it under `cond` and `cond.notify_all()`s; `to_monotonic(t)` is the
+`time.monotonic()` value a worker compares its `deadline` with.
 """
 
 from __future__ import annotations

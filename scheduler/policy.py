@@ -3,30 +3,15 @@
 A policy has no clock and does no I/O: `decide(now, budget_end, slots, games)` looks only at
 its arguments (seconds since the run started, the time everything must be over, the server's
 slot count, and one `GameState` per game) and returns a `Decision`. The same code runs in the
-simulator (`duck simulate`: virtual time over progress curves and a throughput model) and
-in the runner (scheduler.runner: wall-clock time over real game workers), and is tested on
-hand-built states.
+simulator (`duck simulate`) and in the runner (scheduler.runner), and is tested on hand-built
+states. The slot model, the yield points and the four policies (`fixed`, `field`, `ucb`,
+`adaptive`): docs/scheduler.md. Progress is counted in generated tokens and actions, never in
+seconds: a game's seconds depend on how many others share the server.
 
-The slot model (FIELD.md §3, DESIGN §5): every game is admitted; at most `slots` hold a slot
-(`running`); a game keeps its slot across its tool calls and model requests and gives it up
-only at a *yield point* (its context was trimmed, it completed a level: status `waiting`), when
-the policy *preempts* it (it yields at its next model request), or when it ends (`done`). A
-waiting game resumes where it was (same context, same board) when it is granted a slot again.
-Progress is counted in generated tokens and actions, per game and per level, never in seconds:
-a game's seconds depend on how many others share the server.
-
-Policies:
-
-* `fixed`: the Duck's equal split in seconds (the A/B baseline): games start in order, each
-  holds its slot for an equal share, nobody yields.
-* `field`: Franzen's P = (A + B) * C as published (scheduler.field).
-* `ucb`: weighted levels per generated token plus an exploration bonus, in slices (scheduler.ucb).
-* `adaptive`: ours, on tokens and actions per level (scheduler.adaptive).
-
-The last three share `GatePolicy` (scheduler.state, with `GameState` and `Decision`): slots go to the waiting games of highest `priority`, every
-game gets a first turn early (`first_turns`), and everything ends `margin_s` before
-`budget_end`. The margin belongs to whoever knows the hard end: the notebook's runner gets a
-budget that already ends `kaggle.margin_s` before its own, so it passes none.
+The last three share `GatePolicy` (scheduler.state): slots go to the waiting games of highest
+`priority`, every game gets a first turn early (`first_turns`), and everything ends `margin_s`
+before `budget_end`. The margin belongs to whoever knows the hard end: the notebook's runner
+gets a budget that already ends `kaggle.margin_s` before its own, so it passes none.
 """
 
 from __future__ import annotations

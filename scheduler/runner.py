@@ -1,23 +1,18 @@
 """Execute a scheduling policy over real game workers: every game admitted, at most `slots`
 holding a model-server slot.
 
-The slot book (scheduler.book) holds the slot rules and asks the policy who gets a free slot,
-who is preempted and who stops; the worker (duck.play.play_game by default) plays one game and
-ends it cleanly between two actions when its `stop` event is set or its `deadline` (a
-time.monotonic() value) passes, closing its record. The runner never looks inside a game: it
-sees the worker's progress reports (actions, levels, generated tokens), its yields and its end.
+The slot book (scheduler.book) holds the slot rules; the worker (duck.play.play_game by
+default) plays one game and ends it cleanly between two actions when its `stop` event is set or
+its `deadline` (a time.monotonic() value) passes. The runner never looks inside a game: it sees
+the worker's progress reports (actions, levels, generated tokens), its yields and its end.
 
-One concurrency model: `Runner.run` blocks (a notebook cell calls it directly) and decides in
-the calling thread; each started game plays in a thread of its own; what they share is read
-and written under the clock's one condition, and every wait is a wait on it (`clock.wait`),
-which lets the virtual clock (scheduler.clock) see when everyone waits.
-
-A started game holds its slot across its tool calls and model requests. At a yield point
-(Session.yield_slot: a trim, a level, a model request after a preemption) its worker calls its
-`SlotGate`, which releases the slot and returns once the game holds one again, or must end:
-a paused game keeps its thread, kernel and context. The runner stops a game when its deadline
-passes; a worker that has not returned `grace_s` after the budget's end is left behind (a
-daemon thread) with an error, so that a hung game cannot hold up what comes after the run.
+One concurrency model: `Runner.run` blocks (a notebook cell calls it) and decides in the calling
+thread; each game plays in a thread of its own; what they share is read and written under the
+clock's one condition, and every wait is `clock.wait` (so scheduler.clock's virtual clock sees
+when everyone waits). At a yield point (Session.yield_slot) a worker calls its `SlotGate`, which
+returns once the game holds a slot again, or must end. A worker that has not returned `grace_s`
+after the budget's end is left behind (a daemon thread) with an error: a hung game cannot hold
+up what comes after the run.
 """
 
 from __future__ import annotations

@@ -25,11 +25,14 @@ ROOT = Path(__file__).resolve().parent.parent
 DUCK = str(Path(sys.executable).parent / "duck")
 
 
+PACED = "tests/fixtures/paced.py:Paced"  # random actions, each after $PACED_S seconds
+
+
 def ab_args(out: Path, passes: int = 2, actions: int = 800, *extra: str) -> list[str]:
-    # random plays every one of its 800 actions on zb01 and zc01 (~2 s each): long enough to stop mid-game
-    return ["ab", "--a", "experiments/random.toml", "--b", "experiments/random.toml", "--set-b", "play.seed=1",
-            "model.temperature=0.5", "--games", str(BUNDLED), "--passes", str(passes), "--max-actions", str(actions),
-            "--workers", "2", "--out", str(out), *extra]
+    return ["ab", "--a", "experiments/random.toml", "--b", "experiments/random.toml",
+            "--set-a", f"play.policy={PACED}", "--set-b", f"play.policy={PACED}", "play.seed=1",
+            "model.temperature=0.5", "--games", str(BUNDLED), "--passes", str(passes),
+            "--max-actions", str(actions), "--workers", "2", "--out", str(out), *extra]
 
 
 def ended(out: Path) -> list[Path]:
@@ -38,7 +41,10 @@ def ended(out: Path) -> list[Path]:
 
 def test_progress_then_ctrl_c_stops_within_two_seconds_and_the_resume_line_finishes_it(tmp_path):
     out = tmp_path / "ab"
-    env = {**os.environ, "TERM": "xterm-256color"}  # a terminal that redraws (CI's own TERM may be "dumb")
+    # A terminal that redraws (CI's own TERM may be "dumb"); each action takes at least 5 ms, so that a
+    # run lasts 4 s or more however fast the machine (800 actions of random: ~0.2 s on a fast idle
+    # one): the table is drawn (4 times a second) and the next runs are under way when Ctrl-C comes.
+    env = {**os.environ, "TERM": "xterm-256color", "PACED_S": "0.005"}
     child = pexpect.spawn(DUCK, ab_args(out), cwd=str(ROOT), dimensions=(40, 160), timeout=300, env=env,
                           encoding="utf-8", codec_errors="replace")
     seen = ""
@@ -58,23 +64,25 @@ def test_progress_then_ctrl_c_stops_within_two_seconds_and_the_resume_line_finis
     child.expect(pexpect.EOF, timeout=30)
     child.close()
     text = child.before
-    assert child.exitstatus == 130 and time.monotonic() - t1 < 2.0
+    # (~0.5 s on an idle machine; 10 s: a busy one, still far from the 20 s the runs left would take)
+    assert child.exitstatus == 130 and time.monotonic() - t1 < 10
     assert "Traceback" not in text and "stopping: every game ends at its next action" in text
     line = next(x for x in text.splitlines() if "resume with: " in x)
     assert line.startswith("duck ab: interrupted (Ctrl-C)")
     resume = line.split("resume with: ", 1)[1].strip()
     assert shlex.split(resume)[1:] == ab_args(out)  # the same command (finished runs are kept)
-    finished = {}
+    finished, stopped = {}, 0
     for p in out.rglob("records/*.jsonl"):  # every record intact: ended where its game ended, or stopped
         rec = read_record(p)
         assert not rec.problems and rec.end is not None
         assert rec.end["reason"] in ("stopped", "max_actions", "won", "policy_done")
+        stopped += rec.end["reason"] == "stopped"
         if record_finished(rec):
             finished[p] = p.read_bytes()
-    assert len(finished) >= 2 and not (out / "ab.json").exists()
+    assert len(finished) >= 2 and stopped >= 1 and not (out / "ab.json").exists()  # cut mid-game
 
     r = subprocess.run([str(ROOT / shlex.split(resume)[0]), *shlex.split(resume)[1:]], cwd=ROOT,
-                       capture_output=True, text=True, timeout=600)
+                       capture_output=True, text=True, timeout=600)  # (no PACED_S: full speed)
     assert r.returncode == 0, r.stderr[-2000:]
     assert {p: p.read_bytes() for p in finished} == finished  # not replayed
     doc = json.loads((out / "ab.json").read_text())

@@ -7,6 +7,7 @@ same loop on the real kernel."""
 from __future__ import annotations
 
 import contextlib
+import inspect
 import io
 import json
 import time
@@ -23,6 +24,8 @@ from duck.game.actions import MODEL_NAMES, Action, display
 from duck.game.source import GameSource
 from duck.play.session import play_game
 from duck.policies import make_policy
+from duck.sandbox.batch_guards import Guards
+from duck.sandbox.host import CallResult, Kernel
 from duck.play.conversation import read_conversation
 from duck.play.record import read_record
 from devkit.stub.models import FixedModel, SolutionModel, action_code
@@ -37,7 +40,9 @@ def _action(a: Any) -> Action:
 
 
 class FakeKernel:
-    """The surface of duck.sandbox.host.Kernel the agent uses: run, notes, act, start_soon, close."""
+    """The surface of duck.sandbox.host.Kernel the agent uses: run (a real CallResult), notes,
+    act, start_soon, close, install_guards (it has no action host: its actions go straight to the
+    session, so it takes no guards). test_the_fake_kernel_has_the_real_kernels_surface keeps it honest."""
 
     def __init__(self, session: Any, cfg: Any = None) -> None:
         self.session = session
@@ -46,7 +51,7 @@ class FakeKernel:
         self.closed = 0
         self.calls: list[dict[str, Any]] = []
 
-    def run(self, code: str, **kw: Any) -> SimpleNamespace:
+    def run(self, code: str, *, timeout_s: float | None = None, info: dict | None = None) -> CallResult:
         executed: list[str] = []
         results: list[dict] = []
         session = self.session
@@ -55,7 +60,7 @@ class FakeKernel:
             before_grid = session.obs.grid
             for a in actions if isinstance(actions, list) else [actions]:
                 before = session.obs
-                obs = session.step(_action(a), kw.get("info"))
+                obs = session.step(_action(a), info)
                 executed.append(display(_action(a)))
                 if obs.levels_completed != before.levels_completed or obs.state != "NOT_FINISHED":
                     break
@@ -68,19 +73,22 @@ class FakeKernel:
         self.ns.update(action=action, current_frame=SimpleNamespace(level=session.obs.levels_completed + 1,
                                                                    grid=session.obs.grid),
                        valid_actions=list(session.obs.available_actions))
-        buf = io.StringIO()
+        buf, error = io.StringIO(), None
         with contextlib.redirect_stdout(buf):
             try:
                 exec(code, self.ns)
             except Exception as e:  # noqa: BLE001 - shown to the model like a traceback
-                print(f"error: {type(e).__name__}: {e}")
-        self.calls.append({"code": code, "kw": kw, "actions": executed})
+                error = f"{type(e).__name__}: {e}"
+        self.calls.append({"code": code, "kw": {"info": info}, "actions": executed})
         self.notes = dict(self.ns["notes"])
-        return SimpleNamespace(kind="ok", text=buf.getvalue() or "(no output)", actions=executed,
-                               action_results=results, restarted=False)
+        return CallResult("error" if error else "ok", stdout=buf.getvalue(), error=error, actions=executed,
+                          action_results=results)
 
     def act(self, action: Action, info: dict | None = None) -> None:
         self.session.step(action, info)
+
+    def install_guards(self, guards: Guards) -> bool:
+        return False
 
     def start_soon(self) -> None:
         pass
@@ -88,6 +96,14 @@ class FakeKernel:
     def close(self) -> None:
         self.closed += 1
 
+
+
+def test_the_fake_kernel_has_the_real_kernels_surface():
+    """What the agent calls on FakeKernel is on duck.sandbox.host.Kernel, with the same parameters."""
+    for name in ("run", "act", "install_guards", "start_soon", "close"):
+        fake, real = inspect.signature(getattr(FakeKernel, name)), inspect.signature(getattr(Kernel, name))
+        assert list(fake.parameters) == list(real.parameters), name
+    assert isinstance(Kernel.notes, property)
 
 
 def _config(**agent):
@@ -303,7 +319,7 @@ def test_turns_that_keep_outgrowing_the_budget_without_acting_end_model_play(tmp
     class Loud(FakeKernel):
         def run(self, code, **kw):
             r = super().run(code, **kw)
-            r.text = "ab" * 3000  # every call's output is large: a turn outgrows the budget
+            r.stdout = "ab" * 3000  # every call's output is large: a turn outgrows the budget
             return r
 
     source = GameSource.offline(BUNDLED)

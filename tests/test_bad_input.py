@@ -158,7 +158,8 @@ def test_a_missing_or_unknown_benchmark_names_the_benchmarks(args):
 
 
 @pytest.mark.parametrize("args", [["kernel", "--lengths", "0"], ["context", "--runs", "-1"],
-                                  ["context", "--turns", "0"], ["conversation", "--turns", "0"]])
+                                  ["context", "--turns", "0"], ["load", "--games", "0"],
+                                  ["calibration", "--reps", "0"]])
 def test_a_benchmark_size_out_of_range_is_an_error_naming_the_flag(args):
     r = subprocess.run([sys.executable, "-m", "duck.cli", "bench", *args], capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "Traceback" not in r.stderr and r.stdout == ""
@@ -198,6 +199,10 @@ CATALOG: list[tuple[str, str, int, tuple[str, ...]]] = [
     ("--workers 0", "play --games {G} --out {B}/p --workers 0", 2, ("workers",)),
     ("--seed not a number", "play --games {G} --out {B}/p --seed abc", 2, ("--seed",)),
     ("--only names no game", "play --games {G} --out {B}/p --only zz99", 2, ("no game named zz99",)),
+    ("--only misspelt", "play --games {G} --out {B}/p --only zb02", 2,
+     ("no game named zb02 among 3 games (did you mean zb01?)",)),
+    ("--set field misspelt", "play --games {G} --out {B}/p --set play.max_action=9", 2,
+     ("play.max_action: unknown field (did you mean play.max_actions?)",)),
     ("--config missing", "play --games {G} --out {B}/p --config {B}/nope.toml", 2, ("nope.toml", "no such file")),
     ("--config malformed TOML", "play --games {G} --out {B}/p --config {B}/bad.toml", 2, ("malformed TOML",)),
     ("--config malformed JSON", "play --games {G} --out {B}/p --config {B}/bad.json", 2, ("malformed JSON",)),

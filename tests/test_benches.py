@@ -34,7 +34,6 @@ SHORT_GAME = "lp85"  # the Duck's shortest complete run of a public game (79 act
 
 def benches(tmp: Path) -> dict[str, tuple[list[str], tuple[str, ...], str | None]]:
     """name -> (its tiny arguments, the keys its JSON must have, why it cannot run here or None)."""
-    public = None if HAVE_PUBLIC else "the public games are not in environment_files/"
     traces = None if HAVE_TRACES else f"the Duck's traces are not in {TRACES}"
     replay = ["--traces", str(TRACES), "--games", str(PUBLIC), "--game", SHORT_GAME, "--runs", "1", "--turns", "3"]
     return {
@@ -43,9 +42,6 @@ def benches(tmp: Path) -> dict[str, tuple[list[str], tuple[str, ...], str | None
         "context": ((replay if HAVE_PUBLIC and HAVE_TRACES else ["--runs", "0"])
                     + ["--synthetic-hours", "0.02", "--out", str(tmp / "context")],
                     ("runs", "traces", "per_game", "synthetic", "wall_s"), None),
-        "conversation": (["--traces", str(TRACES), "--games", str(PUBLIC), "--only", SHORT_GAME, "--turns", "3",
-                          "--out", str(tmp / "conversation")],
-                         ("games", "median", "all_rebuilt", "actions_identical"), public or traces),
         "explorer": (["--games", str(BUNDLED), "--only", "zs01", "--seeds", "0", "--max-actions", "20",
                       "--out", str(tmp / "explorer")], ("games", "overall"), None),
         "facts": (["--games", str(BUNDLED), "--only", "zs01", "--max-actions", "10"],
@@ -54,12 +50,6 @@ def benches(tmp: Path) -> dict[str, tuple[list[str], tuple[str, ...], str | None
                    ("median_ms", "ratio_5_2", "startup_ms"), None),
         "load": (["--games", "2", "--minutes", "0.05", "--folder", str(BUNDLED), "--out", str(tmp / "load")],
                  ("games", "actions_per_game", "errors", "kernel_rss_mb"), None),
-        "perception": (["--games", str(PUBLIC), "--traces", str(TRACES), "--only", SHORT_GAME, "--turns", "5"],
-                       ("settings", "summary", "per_game"), public or traces),
-        "plan": (["--states", "2000"], ("expansions_per_s", "in_process"), None),
-        "prompt": ([], ("without_tools", "with_tools", "baseline"), None),
-        "sandbox": (["--n", "1", "--files", "20"], ("probe_ms", "worker_start_ms", "layers"), None),
-        "startup": (["--runs", "1"], ("runs", "this", "stop_exit_codes"), None),
     }
 
 

@@ -101,12 +101,14 @@ def test_the_explorer_section_is_typed_and_checked_when_the_config_loads():
     explorer = make_policy("explorer", 0, config=cfg)
     assert (explorer.options.nav, explorer.options.key_give_up, explorer.options.nav_loop) == (False, None, 3)
     assert Explorer(0).options == load_config(env={}).explorer  # one set of defaults: the section's
-    for override, says in (("explorer.nav_lop=3", "explorer.nav_lop: unknown field"),
+    for override, says in (("explorer.nav_lop=3", r"explorer.nav_lop: unknown field \(did you mean "),
+                           ("plya.seed=1", r"plya: unknown field \(did you mean play\?\)"),
+                           ("model.serve.max_model_le=9", r"did you mean model.serve.max_model_len\?"),
                            ("explorer.nav=maybe", "explorer.nav: Input should be a valid boolean"),
                            ("explorer.options={}", "explorer.options: unknown field")):  # the old untyped dict
         with pytest.raises(ConfigError, match=says):
             load_config(overrides=[override], env={})
-    with pytest.raises(ConfigError, match="^nav_lop: unknown field$"):
+    with pytest.raises(ConfigError, match=r"^nav_lop: unknown field \(did you mean nav_loop or nav_"):
         Explorer(0, nav_lop=3)  # a policy made in code is checked as a config is
     assert Explorer(0, cfg.explorer, nav=True).options.nav and Explorer(0, cfg.explorer).options.nav_loop == 3
 

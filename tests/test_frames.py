@@ -164,10 +164,10 @@ def test_busy_board_is_fast():
     rng = np.random.default_rng(5)
     g = np.kron(rng.integers(0, 6, size=(16, 16)), np.ones((4, 4), dtype=int)).astype(np.int8)
     Frame(g).segmentation
-    t = time.perf_counter()
+    t = time.process_time()  # CPU time: a machine busy with other work does not slow it
     for _ in range(5):
         seg = Frame(g).segmentation
-    per = (time.perf_counter() - t) / 5
+    per = (time.process_time() - t) / 5
     assert len(seg["nodes"]) > 100
     assert per < 0.05, f"segmentation took {per * 1000:.1f} ms"
 

@@ -16,7 +16,7 @@ LEVEL_1 = "action(['DOWN', 'LEFT', 'UP', 'RIGHT'])"  # zs01's level 1 (solution.
 
 def _guarded(make_kernel, game: str, **kw):
     k = make_kernel(game, **kw)
-    assert batch_guards.install(k, Guards())
+    assert k.install_guards(Guards())
     return k
 
 
@@ -53,7 +53,7 @@ def test_from_level_2_no_action_follows_an_ineffective_one_and_code_cannot_catch
 
 def test_the_switch_turns_the_guards_off(make_kernel):
     k = make_kernel("zb01")
-    assert not batch_guards.install(k, Guards(stop_on_no_effect=False, block_from_level=0))
+    assert not k.install_guards(Guards(stop_on_no_effect=False, block_from_level=0))
     assert k.host.guards is None
     r = k.run("action(['UP', 'RIGHT', 'RIGHT'])")
     assert r.actions == ["UP", "RIGHT", "RIGHT"] and "guard" not in r.text
@@ -63,7 +63,7 @@ def test_the_switch_turns_the_guards_off(make_kernel):
 
 def test_replays_of_recorded_calls_take_no_guards(make_kernel):
     replay = make_kernel("zb01", kernel=ReplayKernel, caps=[])
-    assert not batch_guards.install(replay, Guards()) and replay.host.guards is None
+    assert not replay.install_guards(Guards()) and replay.host.guards is None
 
 
 def test_no_action_after_a_level_change_is_reported_in_one_line(make_kernel):

@@ -57,7 +57,7 @@ def test_an_action_name_of_blanks_does_not_stall_the_host(kernel):
     r = k.run(FORGE + "os.write(_w.wfd, forge({'op': 'action', 'actions': [{'action': 'MOUSE(row=1,col=1'"
                       " + ' ' * 60_000 + 'x'}]}))\nsys.modules['time'].sleep(30)")
     assert r.restarted and "protocol violation" in r.text, r.text
-    assert time.monotonic() - t0 < 10
+    assert time.monotonic() - t0 < 25  # restarted at the violation, not after the forged call's 30 s
     assert k.session.game.actions == 0
     alive(k)
 
@@ -375,6 +375,6 @@ def test_a_worker_ends_with_its_host(tmp_path, during):
         host.kill()
         host.wait()
     t0 = time.monotonic()
-    while any(state(p) not in (None, "Z") for p in pids) and time.monotonic() - t0 < 5:
+    while any(state(p) not in (None, "Z") for p in pids) and time.monotonic() - t0 < 30:  # (at once; 30 s: busy)
         time.sleep(0.05)
     assert all(state(p) in (None, "Z") for p in pids), f"outlived its host: {[state(p) for p in pids]}"

@@ -13,7 +13,7 @@
     sandbox | explorer | llm              the kernel; the non-LLM policy; the model client and server
     play                                  any policy under a budget; records; scores
     game                                  game access and perception (the only importer of arc_agi)
-    config, paths, seeds                  the one config surface; stable seeds from names
+    config, paths, seeds, files           the one config surface; stable seeds from names; whole files
     config.run                            the sections of a run: play, explorer, kaggle (config re-exports them)
     config.load                           reading a config and planning its fields (config re-exports it)
     config.profiles                       the serving profiles and their memory plan (the config's defaults)
@@ -34,7 +34,7 @@ LAYERS = {
     "duck.config.profiles": -3,
     "duck.config.load": -2,
     "duck.config.run": -1,
-    "duck.config": 0, "duck.paths": 0, "duck.seeds": 0,
+    "duck.config": 0, "duck.paths": 0, "duck.seeds": 0, "duck.files": 0,
     "duck.game": 1,
     "duck.play": 2,
     "duck.sandbox": 3, "duck.explorer": 3, "duck.llm": 3,

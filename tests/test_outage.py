@@ -213,7 +213,7 @@ def test_the_health_probe_gives_up_on_a_wedged_server_within_its_time_out(tmp_pa
         time.sleep(0.1)
         t = time.monotonic()
         assert probe_model(f"http://127.0.0.1:{port}", 2.0) is False
-        assert time.monotonic() - t < 10
+        assert time.monotonic() - t < 30  # its 2 s, not the client's 60 s stall limit
     finally:
         p.kill()
 

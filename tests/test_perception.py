@@ -120,31 +120,3 @@ def test_images_made_from_grids_are_stored_as_grids_and_rebuilt_bit_for_bit(tmp_
     assert len(str(stored[0])) < len(urls[0]) // 4  # the grids, not the PNG
     rebuilt = conv.message(0)["content"]
     assert [p["image_url"]["url"] for p in rebuilt[:3]] == urls + [unknown]
-
-
-def test_bench_prompt_reports_the_system_prompt_and_the_first_turn(capsys):
-    from devkit.bench import prompt
-    assert prompt.main([]) == 0
-    import json
-    doc = json.loads(capsys.readouterr().out)
-    now = doc["without_tools"]
-    assert now["first_turn_image_tokens"] == 402  # the board at 10x (the Duck's 4x was 66)
-    assert doc["baseline"] == now  # experiments/baseline.toml is today's agent
-    assert 0 < now["system_tokens"] < doc["with_tools"]["system_tokens"]
-    assert now["system_tokens"] < 1669  # the prompt of advice and notes it replaced (main at 942551d)
-
-
-@pytest.mark.public
-def test_bench_perception_counts_animation_only_actions(public, capsys):
-    from devkit.bench import perception
-    from duck.paths import SHARED
-    if not (SHARED / "duck-traces" / "turns").is_dir():
-        pytest.skip("duck-traces not present")
-    assert perception.main(["--games", str(public), "--only", "tn36", "--turns", "20"]) == 0
-    import json
-    doc = json.loads(capsys.readouterr().out)
-    row = doc["per_game"][0]
-    assert row["game"].startswith("tn36") and row["turns"] == 20 and row["informative"] >= 1
-    per = row["per_100_turns"]
-    assert per["duck: board 4x"]["tokens"] == 66 * 100 and per["board 10x"]["tokens"] == 402 * 100
-    assert per["default: + mid frames K=4 at 4x"]["images"] > per["+ death"]["images"] >= per["+ diff"]["images"]

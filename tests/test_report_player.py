@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -139,6 +140,32 @@ def test_the_explorers_reasons_are_shown(run):
         assert all(why), g["id"]  # every action has one
         assert any(w.startswith("search: the cheapest untried action is ") for w in why)
     assert any(w.startswith("navigator:") for w in page_data(run)["games"][2]["rt"])  # zs01: the avatar walks
+
+
+def test_each_game_as_a_gif_that_opens_and_the_player_links_it(run, tmp_path):
+    """`duck report` writes gif/<game>.gif (duck.lab.report.gif): Pillow reads each back with one
+    frame per board of the page (the first board, each action's animation and final board), the
+    board drawn cell by cell in the ARC palette above the caption; a long game is thinned."""
+    from PIL import Image
+    from duck.lab.report.gif import CAPTION_PX, write_gif
+    data = page_data(run)
+    for g in data["games"]:
+        assert g["gif"] == f"gif/{g['id']}.gif"
+        boards = decode_boards(g["boards"], g["n"], g["h"], g["w"])
+        with Image.open(run / g["gif"]) as im:
+            assert im.size == (64 * 5, 64 * 5 + CAPTION_PX) and im.n_frames == g["n"] <= 600
+            for k in (0, g["n"] - 1):
+                im.seek(k)
+                rgb = np.asarray(im.convert("RGB"))[:320:5, ::5]
+                assert np.array_equal(rgb, PALETTE[boards[k].astype(np.int64) & 15])
+    rec = next(r for r in read_records(run) if r.game_id.startswith("zs01"))  # 3 levels, animations
+    doc = write_gif(rec, tmp_path / "short.gif", max_frames=20)
+    with Image.open(tmp_path / "short.gif") as im:
+        assert im.n_frames == doc["frames"] == doc["steps"] <= 20 and doc["of_steps"] == len(rec.actions) + 1
+    r = subprocess.run([str(Path(sys.executable).parent / "duck"), "gif", str(run), "zs02"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and r.stderr.strip() == f"duck gif: error: {run}: no record of zs02 among 3 " \
+        "(did you mean zs01?)"
 
 
 def test_a_user_policys_reason_and_the_page_size(tmp_path):

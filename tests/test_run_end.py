@@ -48,8 +48,8 @@ def test_on_a_terminal_the_table_then_the_score_come_last(tmp_path):
     assert child.exitstatus == 0 and not any(x.startswith(("{", '"score"')) for x in lines)  # no JSON here
     doc = json.loads((out / "score.json").read_text())
     levels = sum(g["levels"] for g in doc["games"].values())
-    assert lines[-1] == (f"score {doc['score']:.3f}% (mean over 3 games; {levels} level{'' if levels == 1 else 's'} "
-                         f"completed) → {out}")
+    assert lines[-1] == (f"score {doc['score']:.3f}% (the run's score: mean over its 3 games recorded; "
+                         f"{levels} level{'' if levels == 1 else 's'} completed) → {out}")
     assert lines[-2].startswith("next: ") and f"report {out}" in lines[-2]
     table = [i for i, x in enumerate(lines) if x.startswith(("zb01-", "zc01-", "zs01-"))]
     assert len(table) >= 3 and max(table) < len(lines) - 2  # the summary table, above the score

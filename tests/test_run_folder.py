@@ -59,7 +59,7 @@ def test_the_report_header_comes_from_run_json(runs):
     md = (runs["explorer"] / "report.md").read_text()
     header = md.split("## Run", 1)[1].split("## Games", 1)[0]
     assert "duck play --games" in header and "complete" in header and "explorer · seed 2 · 40 actions" in header
-    assert "flash-next" in header and "arc-agi 0.9.9" in header
+    assert "arc-agi 0.9.9" in header and "serving profile" not in header  # no model played: no profile
     assert "<section id=run>" in (runs["explorer"] / "report.html").read_text()
 
 
@@ -73,6 +73,9 @@ def test_report_a_b_compares_two_runs_game_by_game(runs, tmp_path):
         assert f"| {g} | {a[g]['score']:.2f} | {b[g]['score']:.2f} | {b[g]['score'] - a[g]['score']:+.2f} |" in md
     assert '| play.policy | "explorer" | "random" |' in md  # what differs, from run.json
     assert "html" in json.loads(r.stdout) and (tmp_path / "compare.html").read_text().count("<tr>") > 6
+    a, b = runs["explorer"], runs["random"]
+    assert r.stderr == (f"duck report: wrote the comparison of {a} (A) and {b} (B) into {tmp_path}/: "
+                        "compare.html, compare.md\n")
 
 
 def test_score_and_report_say_which_games_are_missing(runs, tmp_path):
@@ -155,7 +158,8 @@ def test_the_fallback_taking_over_mid_run_is_said_once(tmp_path):
     lines = r.stderr.splitlines()
     assert sum("(said once" in line for line in lines) == 1
     assert [("explorer: model unreachable" in line) for line in lines if line.startswith("duck play: [")] == [True] * 2
-    assert lines[-1].startswith("duck play: the model became unreachable: the explorer finished 2 game(s)")
+    assert lines[-2].startswith("duck play: the model became unreachable: the explorer finished 2 game(s)")
+    assert lines[-1].startswith("duck play: score ")  # the run's score, always last
     first = read_records(out)[0]
     model_actions = [a for a in first.actions if a.get("info")]
     assert model_actions and len(first.actions) == 30  # the model's actions, then the explorer's to the budget

@@ -141,17 +141,21 @@ def test_bundled_games_random_policy_slots_and_deadlines(tmp_path, name):
         assert g.result is not None and g.result.error is None, g.result
         assert g.result.end_reason in ("deadline", "stopped", "won")
         # No action after the deadline. An action's time is stamped when it ends: one begun
-        # just before the deadline may end after it by up to one step (the random policy
-        # plays ~1 action per ms, but one step took 69 ms in the full suite at load ~9 on 2
-        # cores; 200 ms is still a tenth of a game's 2 s). The record's clock starts when
-        # the game is made, just after it was given its first slot.
+        # just before the deadline may end after it by up to one step, as long as the longest
+        # step of this game took (the random policy plays ~1 action per ms; one step took 69 ms
+        # in the full suite at load ~9 on 2 cores). The record's clock starts when the game is
+        # made, just after it was given its first slot.
         lines = [json.loads(x) for x in (tmp_path / "records" / f"{gid}.jsonl").read_text().splitlines()]
         acts = [x["t"] for x in lines if x.get("type") == "action"]
+        step = max((b - a for a, b in zip(acts, acts[1:])), default=0.0)
         assert lines[-1]["type"] == "end"  # the record is closed
-        assert not acts or max(acts) <= g.deadline - g.state.started_at + 0.2, (gid, max(acts))
+        late = max(0.2, 2 * step)
+        assert not acts or max(acts) <= g.deadline - g.state.started_at + late, (gid, max(acts))
         assert g.ended_at <= g.deadline + 1.0, (gid, g.ended_at, g.deadline)  # loose: a shared box
-    if name != "fixed":  # the random policy yields at its first action: everyone's first turn early
-        assert max(g.state.started_at for g in res.games.values()) < 1.0
+    if name != "fixed":  # the random policy yields at its first action: everyone's first turn early,
+        # before any game has ended, however slow the machine
+        games = res.games.values()
+        assert max(g.state.started_at for g in games) < min(g.ended_at for g in games)
     assert res.last_end <= budget + 1.0
 
 

@@ -219,6 +219,15 @@ def test_cli_one_policy_and_the_kaggle_scenario(small, capsys):
     assert math.isfinite(doc["duck"]["expected_score"]["mean"])
 
 
+def test_the_documented_command_finds_its_baselines_without_the_flag(duck, capsys):
+    """`duck simulate --runs ../shared/duck-traces/runs.jsonl ...` (docs/commands.md) takes the human
+    baselines from environment_files/ or ../shared/public-games.json wherever devkit lives."""
+    assert curves.default_baselines_path() in (curves.PUBLIC_GAMES, PUBLIC_GAMES)
+    rc = cli_main(["simulate", "--runs", str(TRACES), "--policy", "fixed", "--scenario", "kaggle", "--seeds", "1",
+                   "--games", "4", "--slots", "2"])
+    assert rc == 0 and json.loads(capsys.readouterr().out)["duck"]["policy"] == "fixed"
+
+
 def test_cli_set_is_validated_like_the_config(small, capsys):
     runs_path, base_path, _ = small
     base = ["simulate", "--runs", str(runs_path), "--baselines", str(base_path), "--seeds", "2", "--games", "6",

@@ -221,7 +221,7 @@ def test_stop_kills_a_server_that_ignores_sigterm(cfg, monkeypatch):
     server.wait_ready(poll_s=0.1)
     t0 = time.monotonic()
     code = server.stop(grace_s=0.5)
-    assert code == -signal.SIGKILL and time.monotonic() - t0 < 5
+    assert code == -signal.SIGKILL and time.monotonic() - t0 < 15  # its 0.5 s of grace, not forever
 
 
 def test_duck_serve_command_line(cfg, tmp_path, capsys):

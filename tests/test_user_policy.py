@@ -58,6 +58,11 @@ def test_a_relative_path_resumes_from_anywhere(tmp_path):
     assert r.returncode == 0, r.stderr
     info = json.loads((tmp_path / "run" / "run.json").read_text())
     assert info["config"]["play"]["policy"] == f"{tmp_path / 'p.py'}:Patrol"  # made absolute for workers and --resume
+    r = subprocess.run([DUCK, "report", str(tmp_path / "run"), str(tmp_path / "run"), "--out", str(tmp_path)],
+                       capture_output=True, text=True, timeout=300, cwd=ROOT)  # (ROOT: not where the file is)
+    md = (tmp_path / "compare.md").read_text()
+    policy = next(line for line in md.splitlines() if line.startswith("| policy |"))
+    assert r.returncode == 0 and policy.startswith("| policy | p.py:Patrol · seed 0"), policy
 
 
 def test_a_policy_that_breaks_is_its_games_error(tmp_path):

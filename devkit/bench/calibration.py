@@ -2,17 +2,13 @@
 
 The Duck played every public game in several passes (../shared/duck-traces/runs.jsonl). Split
 each game's passes at random into two disjoint halves, call one A and the other B, pair them
-pass by pass, and run the A/B statistics. Both halves come from the same agent, so a sound
-test rejects "no difference" at the 5% level in at most ~5% of the splits. Each design reports
-the decision test (`rejection_rate`: the sign-flip over games, `p_value`) and the secondary
-pair-level one (`rejection_rate_pairs`: `p_value_pairs`, the sharp null). Designs checked:
-
-* `fixed-k`: k passes per arm for every game (k = 3, the issue's done-when run, and 5 = half
-  of 10 passes);
-* `adaptive`: 3 passes per arm, then one more pass per round for the games still within
-  noise, up to 5 (what `duck ab --max-passes 5` does);
-* `power`: the fixed-3 and fixed-5 designs with +delta added to every score of B, to show
-  what size of change 25 games × 3 and × 5 passes can see.
+pass by pass, and run the A/B statistics. Both halves come from the same agent, so a sound test
+rejects "no difference" at the 5% level in at most ~5% of the splits. Each design reports the
+decision test (`rejection_rate`: the sign-flip over games) and the pair-level one
+(`rejection_rate_pairs`). Designs: `fixed-k` (k = 3 and 5 passes per arm), `adaptive` (3 passes,
+then one more per round for the games still within noise, up to 5: `duck ab --max-passes 5`)
+and `power` (fixed 3 and 5 with +delta added to every score of B: what size of change 25 games
+can see). The results: docs/ab.md, "Calibration".
 
 Prints one JSON document (rejection rates at alpha, and how often the bootstrap interval
 excludes 0); `--plot PNG` also draws the p-value histograms (uniform under the null).
@@ -116,6 +112,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="effects added to B for the power lines")
     ap.add_argument("--plot", type=Path, default=None, help="write a PNG of the p-value histograms")
     args = ap.parse_args(argv)
+    if small := next((f for f in ("reps", "perm", "boot") if getattr(args, f) < 1), None):
+        ap.error(f"--{small} must be at least 1")
     if not args.runs.exists():
         raise SystemExit(f"{args.runs} not found (the Duck's traces; pass --runs)")
     scores = load(args.runs)

@@ -1,29 +1,16 @@
 """`duck bench context`: the context at the field's scale against the old settings, in one run.
 
-Two arms, side by side:
-
-* `new`: the defaults (duck/config/): the Flash-Next plan's budget (131,072 prompt + output),
-  trims down to 0.45 of it, no summary, the server's token counts (`/tokenize`), a cut
-  reply's thinking cut to its tail;
-* `old`: the settings before (`OLD` below): a 32K budget, eviction to half, cut replies kept
-  whole (the old summary and usage-plus-estimates counts were deleted as settled, issue 40).
-
-Each arm replays the Duck's recorded games (../shared/duck-traces: per game its complete run with
-the most requests, `--runs` of them) through the full agent loop: the stub server's trace
-model answers each request with the recorded response, the real kernel runs the code on the
-real game, the prompt is rendered with the Qwen3.8 chat template (Flash-Next's), counted by the
-stub's stand-in tokenizer (devkit.stub.tokenizer). Then a long synthetic game (`--synthetic-hours`
-of turns at the field's per-turn sizes, devkit.bench.context_measure) through the real context
-and client shows the same at 128K, where the Duck's 45-minute games rarely trim.
-
-Per arm, as JSON (devkit.bench.context_measure.summarise_rows): `prefix_share_mean` (per request,
-the share of its rendered prompt that is a prefix of the previous one), `cache_share_mean` (the
-same against the previous prompt plus its reply, which vLLM caches too), `cached_token_share`
-(prompt tokens from the cache, all requests pooled), `trims_per_game`, `reprefill_tokens_per_game`
-and `reprefill_tokens_per_trim` (tokens the cache held but which must be computed again),
-`harness_ms_per_turn_median` (time per turn outside the model requests: the user message with
-its PNG, the context and its counts, parsing, notes, kernel calls, game steps), and whether the
-actions equal the recorded ones.
+Two arms, side by side: `new`, the defaults (the Flash-Next plan's 131,072-token budget, trims
+to 0.45 of it, no summary, the server's token counts, a cut reply's thinking cut to its tail),
+and `old` (`OLD` below: a 32K budget, eviction to half, cut replies kept whole). Each arm
+replays the Duck's recorded games (../shared/duck-traces: per game its complete run with the
+most requests, `--runs` of them) through the full agent loop: the stub server's trace model
+answers, the real kernel runs the code on the real game, the prompt is rendered with the
+Qwen3.8 template and counted by the stub's stand-in tokenizer. Then a long synthetic game
+(`--synthetic-hours`, devkit.bench.context_measure) shows the same at 128K, where the Duck's
+45-minute games rarely trim. Prints JSON per arm (context_measure.summarise_rows): the prefix
+and cache shares, trims and re-prefilled tokens, the harness time per turn, and whether the
+actions equal the recorded ones; each field: docs/workbench.md, "The context bench".
 """
 
 from __future__ import annotations

@@ -1,22 +1,18 @@
 """What the context benchmark measures per request, and its long synthetic game.
 
-`MeasuringServer` is the stub server (the real chat template, the stand-in tokenizer, the
-prefix-cache emulation) keeping, per request: the prompt tokens, the tokens its cache holds
-(the longest prefix shared with the previous prompt plus the reply generated for it), the
-prefix share (against the previous prompt alone), and the **re-prefilled** tokens: tokens the
-cache held before but that must be computed again, i.e. of the part of the prompt that precedes
-its new messages, what lies beyond the cached prefix. A request that only appends costs none;
-the first request after a trim re-prefills everything kept after the system prompt. "New"
-messages are those after the last message the previous request held (or the reply it
-generated: matched by content, tool-call ids and the end of the reasoning, so a reply sent back
-with its thinking cut still counts as the same message).
+`MeasuringServer` is the stub server keeping, per request: the prompt tokens, the tokens its
+cache holds (the longest prefix shared with the previous prompt plus the reply generated for
+it), the prefix share (against the previous prompt alone), and the **re-prefilled** tokens:
+tokens the cache held before but that must be computed again (of the part of the prompt before
+its new messages, what lies beyond the cached prefix). A request that only appends costs none;
+the first after a trim re-prefills everything kept after the system prompt. "New" messages are
+those after the last one the previous request held or the reply it generated (matched by
+content, tool-call ids and the end of the reasoning, so a reply sent back with its thinking
+cut still counts as the same message).
 
 `synthetic_game` plays a long game through the real `Context`, `ModelClient` and the stub,
-without a game or a kernel: turns at the field's per-turn sizes (../shared/FIELD.md §3: a short
-state text, a 640 px board image and a diff image per turn; 1.6 calls per turn as the Duck's
-traces; thinking ~1,200 tokens a call, a few replies running into the output cap; Python
-~550 characters; tool results ~1,200 characters), as many calls as `hours` of play at the
-field's ~70 generated tokens per second per stream.
+without a game or a kernel, at the field's per-turn sizes (docs/workbench.md lists them) for
+`hours` of play at the field's ~70 generated tokens per second per stream.
 """
 
 from __future__ import annotations

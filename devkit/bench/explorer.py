@@ -6,28 +6,14 @@ with an older version of it.
     duck bench explorer --games ../shared/community-games/environment_files \\
         --seeds 0 1 --max-actions 1000 --workers 2 --baseline d76980c --game-seconds 300
 
-Every (seed, game) is played in its own subprocess (devkit.bench.explorer_arms): a game that
-raises or hangs costs only itself, and `--game-seconds` caps a game's wall-clock time (its
-record is kept up to the kill and scored as it stands; such games are listed under
-`timeouts`). Records go to --out/<arm>/seed<N>/records/, with a score.json per seed.
-
-With `--baseline REF` the same games and seeds are also played by the explorer of git ref
-REF (checked out into a temporary git worktree, played through that code), interleaved
-with the current arm game by game. `--ref REF` plays the current arm from a ref too (the
-working tree otherwise: edits made during a long run would leak into it). The JSON then has the current arm's fields at the top
-level, the baseline's under "baseline", and "ratio" (current / baseline) of levels, level-1
-games, score and actions per completed level.
-
-Fields per arm: per game and seed the levels, the actions per completed level and the
-official score; per game the mean score, mean levels and mean actions per completed level;
-overall the score of each seed, their mean, minimum and spread (max - min), the games with
-level 1 completed (per seed and mean), the levels (per seed and mean), the actions per
-completed level (all actions spent on completed levels / their number), the number of
-whole-game RESETs (a RESET at level_actions 0: must be 0), errors and time-outs, and
-`score_sem`, the standard error of the mean score over the seeds. With a baseline,
-"paired" has the per-seed differences (score, levels) averaged, with their standard error. The
-official score needs human baselines: on folders whose metadata has placeholders (the
-community games) it means nothing; read levels and actions per level there.
+Every (seed, game) is played in its own subprocess (devkit.bench.explorer_arms), `--game-seconds`
+capping one (its record kept and scored as it stands, the game listed under `timeouts`).
+`--baseline REF` plays git ref REF's explorer (a temporary worktree) interleaved game by game
+and adds "baseline", "ratio" and "paired" (the per-seed differences, with their standard error);
+`--ref REF` plays the current arm from a ref too (else edits made during a long run leak in).
+Per arm: per game and seed the levels, actions per completed level and score; overall each
+seed's score, their mean, minimum, spread and `score_sem`; every field: docs/explorer.md. On
+folders without human baselines (the community games) read levels, not score.
 """
 
 from __future__ import annotations

@@ -73,6 +73,7 @@ def _calls(rec: Record) -> Iterator[list[tuple[dict[str, Any], Step, int]]]:
 def check_record(rec: Record) -> list[tuple[int, str, Claim]]:
     """(action index, which text, claim) for every claim about the record's boards."""
     from duck.agent.turn import call_facts
+    from duck.sandbox.host import CallResult
     out: list[tuple[int, str, Claim]] = []
     win = int(rec.header.get("win_levels") or 0)
     state = rec.header.get("state", "NOT_FINISHED")
@@ -85,7 +86,7 @@ def check_record(rec: Record) -> list[tuple[int, str, Claim]]:
     for call in _calls(rec):
         steps, level_before = [s for _, s, _ in call], call[0][2]
         obs = SimpleNamespace(grid=steps[-1].after, state=steps[-1].state, levels_completed=steps[-1].levels)
-        f = call_facts(SimpleNamespace(actions=[s.action for s in steps], steps=steps), SimpleNamespace(obs=obs),
+        f = call_facts(CallResult("ok", actions=[s.action for s in steps], steps=steps), SimpleNamespace(obs=obs),
                        level_before, steps[0].before)
         i = call[-1][0]["i"]
         if f.change is not None:

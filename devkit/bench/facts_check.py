@@ -5,17 +5,10 @@ the matching that wrote it (duck.game.animation).
 
 `check_change(text, before, after, frames, level)`: the parts of a change text (the kernel's
 `last_action_result['animation']`, or a turn's "Net change" line), each a list of `Claim`s.
-`check_animation_line(line, steps, level_before)`: the turn's "Animation" line. A part that
-is not understood is a false claim of kind `unknown`, so a new kind of fact cannot slip past.
-
-Kinds: `cells` (N cells changed away from the HUD border, in their bounding box), `moved`,
-`recoloured` (the same cells, one region in the new colour), `appeared`, `vanished` (the colour left or arrived in all of the region's cells), `resized`,
-`reshaped`, `split`, `merged`, `regrouped` (the regions named are exactly the group of
-same-colour regions that share cells across the two boards), `large`, `hud` (the border's
-changed cells and each colour's count of cells there), `hud_only`, `replaced`, `unchanged`,
-`size`, `frames`, `level_up` (the action completed the level, and the facts after it describe
-the frame before the switch), `mid_animation` (colours and box of cells seen only mid-way),
-`animation` (the animation line's counts, level-up and in-between frames).
+`check_animation_line(line, steps, level_before)`: the turn's "Animation" line. The rule: a
+part that is not understood is a false claim of kind `unknown`, so a new kind of fact cannot
+slip past. The kinds (`cells`, `moved`, ..., `animation`) and what each is checked against:
+docs/workbench.md, "The facts bench".
 """
 
 from __future__ import annotations

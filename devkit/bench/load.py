@@ -1,25 +1,17 @@
 """`duck bench load --games N --minutes M`: a full Kaggle wave on one machine (issues 17, 26).
 
-The scheduler's runner (scheduler.runner, the notebook's) plays N games at once (default: the
-serving plan's slots, 10 for Flash-Next at 128K) for M minutes (default 5) through the real
-agent, kernel and records, against the stub server in a process of its own (as vLLM is) with
-the latency model of a loaded GPU (devkit.stub.latency: the field's 169 · n^0.6 decode
-tokens/s, 11K prefill tokens/s) sized by the config's serving plan (its `--max-num-seqs` and
-KV pool: `--games 16` plans 16 slots, and the pool of 128K contexts then admits fewer at
-once, as vLLM would), streaming in chunks of the configured stream interval (or an MTP
-step), and a scripted model that reads the board and plays (devkit.stub.player). The games are the public ones
-(environment_files/, repeated as needed; a repeat is a second conversation, `pass` 1, 2, …) or,
-without them, the bundled ones.
+The scheduler's runner (the notebook's) plays N games at once (default: the serving plan's
+slots) for M minutes (default 5) through the real agent, kernel and records, against the stub
+server in a process of its own (as vLLM is) with the latency model of a loaded GPU
+(devkit.stub.latency) sized by the config's serving plan (its `--max-num-seqs` and KV pool),
+and a scripted model that reads the board and plays (devkit.stub.player). The games are the
+public ones (repeated as needed; a repeat is a second conversation) or, without them, the
+bundled ones.
 
-Prints JSON: {"games", "actions_per_game": {"min", "median"}, "turns_per_game": {"min",
-"median"}, "harness_share", "max_ready_wait_s", "cpu_s_per_action", "kernel_rss_mb":
-{"median", "max"}, "total_rss_mb", "errors", ...}. The timing definitions are
-devkit.doctor.turns' (harness share: the share of the games' wall time not spent waiting for the
-model server; a ready wait: how long an arrived reply waits for the harness before the game's
-next request leaves). CPU: this process (runner, agents, client, records) plus every kernel
-it started, not the stub server (reported apart as `server_cpu_s`); RSS: each kernel's peak,
-and the peak of this process plus its kernels, sampled every second. Writes the records and
-`load.json` under --out.
+Prints JSON: actions and turns per game, the harness share and the longest ready wait (as
+devkit.doctor.turns defines them), CPU seconds per action (this process and every kernel it
+started; the stub's apart, `server_cpu_s`), kernel and total RSS peaks, errors, the plan; the
+rest: docs/serving.md, "Load". Writes the records and `load.json` under --out.
 """
 
 from __future__ import annotations
@@ -36,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from duck.config import load_config
+from duck.files import fresh_run
 from duck.game.source import GameSource
 from devkit.doctor.turns import summarize
 from duck.paths import BUNDLED_GAMES, PUBLIC_GAMES
@@ -151,10 +144,7 @@ def start_server(latency: str, log_path: Path) -> tuple[subprocess.Popen, str, d
 def run(games: int, minutes: float, folder: str | Path, out: str | Path, latency: str = "default",
         overrides: list[str] = ()) -> dict[str, Any]:
     out = Path(out)
-    records = out / "records"
-    records.mkdir(parents=True, exist_ok=True)
-    for old in records.glob("*.jsonl"):
-        old.unlink()
+    records = fresh_run(out)
     # The model's games end at the deadline; with no fallback a model failure shows as an error.
     # The slots are the games played at once: the plan (max_num_seqs, KV pool) follows them.
     cfg = load_config(overrides=["agent.fallback=null", f"scheduler.slots={games}", *overrides])

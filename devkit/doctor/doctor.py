@@ -1,59 +1,18 @@
 """`duck doctor`: is this GPU machine ready to play, and how fast (issues 12, 35)?
 
-In order, each step recorded with what it found and how long it took; a failed step is
-reported and the doctor goes on wherever the next step can still run:
-
-0. `network`: before anything starts, the doctor moves itself (and so the server and the
-   games it starts) into a network namespace with only a loopback and no default route, as
-   Kaggle's rerun has no network (devkit.doctor.offline.isolate; `--network host` keeps the
-   machine's own, knowingly); where no namespace is permitted the step fails and says why;
-1. `gpu`: the NVIDIA driver and CUDA version (`nvidia-smi`), checked against what
-   `kaggle-dataset/vllm.lock` needs (duck.kaggle.inputs.check_driver, the notebook's check);
-2. `vllm_import`: `import vllm, torch` in vLLM's own venv (the python beside the `vllm`
-   executable, `--vllm-python`, `DUCK_VLLM_VENV` or ~/.cache/duck-arc3/vllm-<pin>), its
-   version against the lock's pin, torch's CUDA build and whether it sees a GPU;
-3. `serve`: `duck serve`'s server (duck.llm.serve.VLLMServer, the configured command) started
-   and timed until `/v1/models` lists the model and a smoke chat succeeds;
-4. `smoke_chat`: one more short chat, timed;
-5. `play`: `--streams` games (default: the plan's slots, 10 for Flash-Next; the bundled games,
-   or `--games DIR`, or `--only`, repeated as needed) played at once by the model through the
-   scheduler's runner, the agent and the kernel, for `--game-seconds` each; or with `--soak
-   [MINUTES]` (default 30) instead, `soak`: `--streams` Duck-shaped conversations for that
-   long with MTP and prefix caching on (devkit.doctor.soak), whose result says the rung the first
-   submission starts on (`start_rung`: 0 as planned, or 1 with MTP off, and why, as the
-   `kaggle.start_rung` line to put in notebook.py);
-6. `vllm_log`: the boot's vllm.log read for a download or a kernel compile (FlashInfer's
-   cubin fetches and JIT builds, vLLM's note that its precompiled kernels are missing, an
-   HTTP client that tried to go out: devkit.doctor.offline.SIGNS); any fails the doctor, by name;
-7. `isolation`: the sandbox's isolation layers on this machine (`duck.sandbox.wall.isolation.report()`,
-   the same as in every record header).
-
-Figures (`figures` in the JSON): decode throughput (generated tokens per second of play, from
-the server's `/metrics`; and per stream, from each call's decode time), the prefix-cache hit
-rate (from `/metrics`: `vllm:prefix_cache_hits` / `vllm:prefix_cache_queries` over the play),
-MTP's acceptance (`vllm:spec_decode_*`: tokens per engine step and the share of drafted
-tokens accepted), the tool-call failure rate (a reply with no call, a call the client dropped,
-or a call with empty arguments, `{}`: what a streaming parser that lost them leaves) and the
-median model latency per call (from the records), the KV cache's capacity in tokens (from
-`vllm:cache_config_info`) beside the plan's, and the harness share of wall time
-(devkit.doctor.turns).
-
-Checks (`checks`), the field's operating points on the RTX Pro 6000 (FIELD §4), each
-`{"value", "limit", "ok"}`: decode >= 600 tokens/s in total at 10 streams (`--min-decode-tps`;
-at another `--streams` the limit scales as the field's 169 · n^0.6 does), prefix-cache hit
-rate >= 0.9 (`--min-prefix-hit`), boot <= 720 s (`--max-boot-s`), tool-call failures <= 0.02
-(`--max-tool-failures`), and where the server drafts MTP tokens, >= 1.5 tokens accepted per
-step (`--min-mtp-tokens-per-step`: FIELD §4 measured 2.6-2.9; an untrained draft head ~1.5).
+In order, each step recorded with what it found and how long it took (a failed step is reported
+and the doctor goes on wherever the next step can still run): `network` (the doctor moves itself
+into a network namespace with no route out, as Kaggle's rerun has none: devkit.doctor.offline),
+`gpu` (the driver against kaggle-dataset/vllm.lock), `vllm_import` (vLLM's own venv against the
+lock's pin), `serve` (`duck serve`'s server until a smoke chat answers), `smoke_chat`, `play`
+(the plan's slots of games at once through the runner, the agent and the kernel; or `--soak`:
+devkit.doctor.soak), `vllm_log` (the boot's log free of downloads and kernel compiles) and
+`isolation` (the sandbox's layers on this machine). Its figures (decode, prefix-cache hits, MTP's
+tokens a step, tool-call failures, latency, the KV pool beside the plan's, the harness share) are
+checked against the field's operating points (FIELD §4, devkit.doctor.operating); each step,
+figure and limit: docs/serving.md, "Checking a GPU machine". `--sweep`: devkit.doctor.sweep.
 Printed and written to `OUT/doctor.json`; exit 0 when every step held and every check passed.
-
-The first-GPU sweep (`duck doctor --sweep`, ~50 min on the RTX Pro 6000: devkit.doctor.sweep):
-slots x context x MTP on/off on vLLM's own CUDA graphs, then PIECEWISE graphs and eager at
-the planned point; the best passing point and the graphs decided by decode and stability,
-in `OUT/sweep.json` with the config fields to set.
-
-Here, without a GPU, `--executable` takes the rehearsal's stand-in vLLM
-(devkit.rehearse.layout.write_standin): the same code path, small figures
-(tests/test_doctor.py).
+Without a GPU, `--executable` takes the rehearsal's stand-in vLLM (tests/test_doctor.py).
 """
 
 from __future__ import annotations

@@ -1,25 +1,18 @@
-"""The doctor's boot without a network (issue 35): no route out, and what vllm.log says was fetched or built.
+"""The doctor's boot without a network (issue 35): no route out; what vllm.log says was fetched or built.
 
-Kaggle's rerun has no network at all, so a boot that downloads a kernel or a file works on
-a development machine and fails (or stalls on retries) there. `isolate()` moves the doctor
-itself, and so the vLLM server and the games it starts after, into a network namespace of
-its own: only a loopback, up (the doctor talks to the server over 127.0.0.1), no default
-route; `unshare(CLONE_NEWNET)` as root, else a user namespace mapping this user to itself
-(where the kernel allows unprivileged user namespaces). Where neither is permitted (a
-container without CAP_SYS_ADMIN and with user namespaces off) it says so and the step fails;
-`duck doctor --network host` then runs on the machine's own network, knowingly.
+Kaggle's rerun has no network at all, so a boot that downloads a kernel or a file works on a
+development machine and fails (or stalls on retries) there. `isolate()` moves the doctor itself,
+and so the vLLM server and the games it starts after, into a network namespace of its own: only
+a loopback, up (the doctor talks to the server over 127.0.0.1), no default route;
+`unshare(CLONE_NEWNET)` as root, else a user namespace mapping this user to itself. Where neither
+is permitted it says so and the step fails (`duck doctor --network host` then runs on the
+machine's own network, knowingly).
 
 `scan(text)` reads a vllm.log for the lines the pinned vLLM 0.33.0 and FlashInfer 0.7.2 write
 when they fetch or compile at start-up (`SIGNS`; each names the file of its log call, and
-tests/test_doctor.py checks the fragment against the pinned venv). From their source
-(vllm/utils/flashinfer.py, flashinfer/jit/): without the precompiled kernels
-(flashinfer-cubin and flashinfer-jit-cache, what `vllm download-kernels` installs) FlashInfer
-is disabled by vLLM where nvcc or ninja is missing ("FlashInfer kernels are disabled"), and
-else builds each module it needs with nvcc at first use ("Building JIT module ...",
-minutes each) and fetches its cubins from NVIDIA's artifactory ("Fetching ... from https://",
-four tries with back-off, then "Max retries reached"). On SM 12.0 vLLM 0.33 also takes
-FlashInfer's GDN prefill kernel whatever that check says (a CuTe DSL kernel, compiled
-in-process: no nvcc, no network). docs/serving.md says what the dataset ships instead.
+tests/test_doctor.py checks the fragment against the pinned venv). What they do without the
+precompiled kernels, read in their source, and what the dataset ships instead: docs/serving.md,
+"FlashInfer offline".
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from duck.files import fresh_run
 from duck.game.source import GameSource
 from duck.llm import metrics as vllm_metrics
 from devkit.doctor.turns import calls, summarize
@@ -35,10 +36,7 @@ def play(cfg: Any, url: str, games: Path, only: list[str] | None, seconds: float
     from scheduler.runner import run_schedule
     source = Repeats(GameSource.offline(games))
     ids = game_list(source.source, n, only)
-    records = out / "records"
-    records.mkdir(parents=True, exist_ok=True)
-    for old in records.glob("*.jsonl"):
-        old.unlink()
+    records = fresh_run(out)
     before = vllm_metrics.fetch(url)
     t0 = time.monotonic()
     run_schedule(make_schedule("fixed", cfg.scheduler), ids, slots=len(ids), budget_s=seconds, source=source,

@@ -1,22 +1,12 @@
-"""`duck doctor --soak MINUTES`: the server under a run's load for a long while, with MTP and prefix caching on.
+"""`duck doctor --soak MINUTES`: the server under a run's load for long, MTP and prefix caching on.
 
-Why: MTP together with prefix caching on these hybrids (the DeltaNet state's "align" cache)
-crashed vLLM builds of August-September with an illegal memory access within ~20 minutes
-(FIELD §5, vllm issue 54173); 0.33 restructured that code and carries neither fix, and an
-NVFP4 build's MTP acceptance collapsed to ~1.5 tokens a step (a draft head that loaded
-without its trained weights). Only a long run on the GPU tells, before a nine-hour one.
-
-The load (`soak`): `streams` (10, the plan's slots) conversations at once through the real
-client (duck.llm.client, streaming, the python tool), each shaped like a Duck game: the
-agent's own system prompt (one long prefix every stream shares), then turns of the Duck
-traces (../shared/duck-traces, one game per stream, its passes one after the other: the
-turn prompt the Duck sent, a board image, a reply budget of that turn's thinking, text and
-code at 3 characters a token), each reply and its tool results kept in the history (so every request extends the
-last one: the prefix cache's case), a fresh conversation when the history nears the
-context budget or the image limit. Without the traces: board dumps and reply sizes drawn as
-the stub player's (median 800 tokens). It runs for `minutes`, stops early when the server
-dies, and reports from the server's /metrics (decode tokens/s, the prefix-cache hit rate,
-MTP's tokens per step) and from every reply (per-stream decode, failures, tool calls).
+Why: MTP with prefix caching on these hybrids crashed vLLM builds of August-September within ~20
+minutes (vllm issue 54173; 0.33 carries neither fix), and an NVFP4 build's MTP acceptance fell to
+~1.5 tokens a step (an untrained draft head): only a long run on the GPU tells. The load:
+`streams` conversations at once through the real client (duck.llm.client), each shaped like a
+Duck game (the agent's system prompt, then a Duck trace's turns, every request extending the
+last; without the traces, board dumps and the stub player's reply sizes), a fresh conversation
+near the context budget or the image limit. What it reports: docs/serving.md, "The soak".
 
 The rule for the first submission (`start_rung`): rung 0 (as planned: MTP on) when the soak
 with MTP on ran its whole time, the server never died, no request failed (an error or a

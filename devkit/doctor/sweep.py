@@ -1,34 +1,18 @@
 """`duck doctor --sweep`: the first-GPU sweep whose output sets the serving profile's defaults.
 
-On the RTX Pro 6000 (or any GPU with the profile's weights), within an hour: vLLM is booted
-once per entry of `BOOTS`, each time with room for the largest point (`--max-num-seqs` = the
-most slots + 1, `--max-model-len` = the longest context), and on each server the entry's
-points (slots x context per game) are played for `minutes` by that many games at once,
-through the doctor's own `play` (the scheduler's runner, the agent, the kernel):
+vLLM is booted once per entry of `BOOTS` (each with room for its largest point), and on each
+server the entry's points (slots x context per game) are played for `minutes` through the
+doctor's own `play`: MTP as planned and MTP off on vLLM's own CUDA graphs at every point of
+`POINTS`, then PIECEWISE graphs (rung 2's) and eager (rung 3's) at the planned point. Per point:
+the doctor's figures and checks (devkit.doctor.operating.checks) and whether the boot's vllm.log
+shows a download or a compile (devkit.doctor.offline.scan).
 
-* MTP as planned and MTP off, vLLM's own CUDA graphs, every point of `POINTS` (10 x 128K,
-  12 x 96K, 16 x 70K): which slots, context and MTP to serve;
-* the graphs at the planned point (the plan's slots and context), MTP as planned:
-  `PIECEWISE` (rung 2's graphs; the field's choice on 0.19, whose full graphs wedged) and
-  eager (`--enforce-eager`, rung 3: what the last rung costs). 0.33 resolves Flash-Next to
-  FULL_AND_PIECEWISE breakable CUDA graphs with torch.compile off, the 27B models to
-  FULL_AND_PIECEWISE compiled graphs (tests/conformance/test_vllm_engine_config.py); its GDN
-  and QSA ops are graph-splitting ops, so under PIECEWISE they run outside the graphs.
-
-Per point: the doctor's figures and checks (devkit.doctor.operating.checks: decode against the
-field's 169 · n^0.6 scaled from 600 at 10, prefix-cache hit >= 0.9, tool-call failures, the
-boot, MTP's tokens per step where it drafts) and whether the boot's vllm.log shows a
-download or a kernel compile (devkit.doctor.offline.scan). `best` is the passing point of the
-default graphs with the most decode tokens per second in total; `graphs` decides the graphs
-by evidence: PIECEWISE replaces vLLM's default when, at the planned point, its play held
-(no errors, the server alive, every check passed) and either its decode is at least
-`GRAPHS_MARGIN` (5%) above the default's or the default's did not hold. `set` holds the
-config fields that make the result the default (`scheduler.slots`, `agent.context_tokens`,
-`model.serve.max_model_len`, `model.serve.mtp_tokens`, and `model.serve.cudagraph_mode`
-when PIECEWISE won): put them into the profile (duck.config.profiles).
-
-Time: four boots (~9-10 min each for Flash-Next, FIELD §4) and 8 points x `minutes` (1.5 by
-default): ~50 min; a point past `BUDGET_S` is recorded as skipped.
+The rules: `best` is the passing point of the default graphs with the most decode tokens per
+second in total; `graphs` puts PIECEWISE in place of vLLM's default when, at the planned point,
+its play held (no errors, the server alive, every check passed) and either its decode is at
+least `GRAPHS_MARGIN` (5%) above the default's or the default's did not hold; `set` holds the
+config fields that make the result the default: put them into the profile
+(duck.config.profiles). Four boots and 8 points x `minutes`: ~50 min (docs/serving.md).
 """
 
 from __future__ import annotations

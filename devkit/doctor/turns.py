@@ -4,17 +4,13 @@ Each `model` event of a record is written the moment the agent has a reply (duck
 after the reply is added to the context), with the request's `latency_s` as the client
 measured it. So for call k, `arrived_k = t_k` and `sent_k = t_k - latency_s_k`, and:
 
-* model time: the sum of the calls' latencies (the server's queue, prefill and decode, and
-  the stream's transfer);
-* harness time: everything else between the game's first request and its last reply:
-  running the model's code (the kernel's start included), the game's steps, recording,
-  rendering the next prompt (board PNG included); failed requests count here too;
-* start-up: from the game's record being opened to its first request (creating the game,
-  which the source does one game at a time, and the first prompt), reported apart: it is
-  paid once per game, not per turn;
-* a ready wait: `sent_{k+1} - arrived_k`, how long a reply that has arrived waits for the
-  harness before this game's next request reaches the server (its code run, the next prompt
-  built); while it lasts the GPU has nothing from this game;
+* model time: the sum of the calls' latencies (queue, prefill, decode, the stream's transfer);
+* harness time: everything else between the game's first request and its last reply (the
+  model's code, the game's steps, recording, the next prompt; failed requests count here too);
+* start-up: from the record being opened to the first request (making the game, the first
+  prompt), reported apart: it is paid once per game, not per turn;
+* a ready wait: `sent_{k+1} - arrived_k`, how long an arrived reply waits for the harness before
+  this game's next request reaches the server: while it lasts the GPU has nothing from this game;
 * harness share: harness time / (harness + model time).
 
 `game_timing(record)` gives one game's figures; `summarize(records)` the run's.

@@ -40,7 +40,8 @@ MAX_ACTIONS = 300  # per game (play.max_actions): enough to play, few enough for
 # the tokens an engine step yields, in /metrics' spec-decode counters; default 2.7),
 # DUCK_STANDIN_EXIT_AT_ONCE (never come up), DUCK_STANDIN_LATENCY (answer as a loaded GPU
 # would: a devkit.stub.latency spec such as "speed=20"), DUCK_STANDIN_BOOT_S (take
-# this long to start listening, as vLLM loads its weights).
+# this long to start listening, as vLLM loads its weights), DUCK_STANDIN_BOOT_UNTIL (a file:
+# listen only once it exists, however long that takes).
 STANDIN = '''#!{python}
 """Stand-in for `vllm serve` (duck rehearse): the scripted stub server on vLLM's port."""
 import json, os, sys, threading, time
@@ -55,6 +56,8 @@ from devkit.stub.latency import LatencyModel
 from devkit.stub.models import FixedModel
 from devkit.stub.server import StubServer
 time.sleep(float(os.environ.get("DUCK_STANDIN_BOOT_S") or 0))
+while os.environ.get("DUCK_STANDIN_BOOT_UNTIL") and not os.path.exists(os.environ["DUCK_STANDIN_BOOT_UNTIL"]):
+    time.sleep(0.05)
 T0 = time.monotonic()
 LATENCY = os.environ.get("DUCK_STANDIN_LATENCY")
 ONCE = os.environ.get("DUCK_STANDIN_FAULT_ONCE")

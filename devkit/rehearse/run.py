@@ -1,46 +1,19 @@
 """A local rehearsal of a Kaggle run: the real notebook, end to end, on CPU.
 
-`duck rehearse --games DIR --budget-seconds N` lays out what Kaggle gives the notebook
-(an input folder with the competition data, our wheel dataset and the model weights; a
-working folder; the rerun's environment) and executes `notebook.ipynb` with nbclient in a
-fresh kernel. Nothing in our code is faked; what stands in for Kaggle is:
+`duck rehearse --games DIR --budget-seconds N` lays out what Kaggle gives the notebook (an input
+folder with the competition data, our wheel dataset and the model weights; a working folder; the
+rerun's environment) and executes `notebook.ipynb` with nbclient in a fresh kernel. The rule:
+nothing in our code is faked; only Kaggle is stood in for (the gateway: the official arc_agi app
+in competition mode; vLLM: a stand-in executable serving the stub's scripted model; a wheel
+dataset pinning what is installed here; a model folder with empty weights). `--policy
+FILE.py:Class` packs and plays your own policy; `--fault` adds a fault variant and `--mode
+interactive` rehearses a Save & Run All; `--fault all` runs every variant and both modes.
 
-* the gateway: the official arc_agi REST app in competition mode on 127.0.0.1 over DIR
-  (as duck.game.gateway serves it, plus the close hook Kaggle's gateway writes its submission
-  from, kept as JSON), with `KAGGLE_IS_COMPETITION_RERUN` set;
-* vLLM: a stand-in `vllm` executable that serves devkit.stub.server's scripted model on the
-  port `duck serve` asks for (it plays random valid actions through the agent's tool);
-* the wheel dataset: a `duck-dataset.json` and a `duck.lock` pinning what is already
-  installed here (so the notebook's offline `pip install --no-index` runs for real and has
-  nothing to do), and `src/` linking this repository's packages;
-* the weights: a folder with a `config.json` and an empty `.safetensors`, laid out like a
-  Kaggle Model, for the notebook's search to find.
-
-`--policy FILE.py:Class` rehearses your own policy: packed into the wheel dataset as
-`kaggle-dataset/build.py --policy` packs it (sha256 and all), played by the notebook in every
-game, with no model server started.
-
-Fault variants (`--fault`): `model-dies` (the stand-in exits mid-run, once), `model-hangs`
-(it stops answering, once), `no-model` (it never comes up), `crash-loop` (it exits soon
-after every boot served with MTP), `game-raises` (one game cannot be created, another
-raises mid-play), `gateway-slow` (the gateway comes up late and answers slowly). A model
-fault needs a budget with room for a restart (`--budget-seconds 90`). `--mode interactive` rehearses a Save & Run All instead (public games offline,
-placeholder submission). `--fault all` runs every variant and both modes.
-
-Checks: the notebook ran without a cell error; notebook.ipynb is in sync with notebook.py;
-every game the gateway lists was played (a record with actions; a broken game recorded
-with its error); the scorecard was closed (the gateway shows it); the notebook ended
-inside the budget; the outputs are where Kaggle expects them; vLLM was stopped; and each
-fault's own effect (the model marked down and restarted, every game unfinished at the
-outage parked, no explorer action, then model actions after the restart; a crash loop ending
-on the ladder's MTP-off rung; ...).
-Exit status 0 only when every check holds. A JSON report is printed and written to
-OUT/rehearsal.json.
-
-The pieces: `devkit.rehearse.layout` (the input and working folders, the stand-in vLLM, the
-kernel's environment), `devkit.rehearse.gateway` (the gateway child process),
-`devkit.rehearse.faults` (how each fault is made) and `devkit.rehearse.checks` (the report and
-its checks).
+Exit status 0 only when every check holds (the notebook ran, every listed game played, the
+scorecard closed, inside the budget, the outputs in place, vLLM stopped, each fault's own
+effect); a JSON report is printed and written to OUT/rehearsal.json. What stands in, each fault
+and each check: docs/workbench.md, "The rehearsal". The pieces: devkit.rehearse.layout,
+devkit.rehearse.gateway, devkit.rehearse.faults and devkit.rehearse.checks.
 """
 
 from __future__ import annotations

@@ -19,6 +19,7 @@ from duck.config import KernelConfig
 from duck.play.session import Session
 from duck.game.actions import MODEL_NAMES
 from duck.sandbox.actions import ActionHost, CallActions, parse
+from duck.sandbox.batch_guards import Guards
 from duck.sandbox.host import CallResult, Kernel
 
 
@@ -116,10 +117,7 @@ class ReplayKernel(Kernel):
     """A kernel that gives each snippet the cap recorded for it. `caps` holds (code, cap) per
     recorded call in order (`trace_caps`); a snippet takes the first entry with its code
     (entries before it were never run: a call skipped after an acting one); a snippet without
-    an entry is not capped. The recorded runs had no host guards, so the agent installs none
-    here (duck.sandbox.batch_guards.install reads `takes_guards`)."""
-
-    takes_guards = False
+    an entry is not capped. The recorded runs had no host guards, so it takes none."""
 
     def __init__(self, session: Session, config: KernelConfig, caps: list[tuple[str, RecordedCap]], *,
                  time_limit_s: float | None = None, deny_read: list[str] | tuple[str, ...] = ()) -> None:
@@ -127,6 +125,9 @@ class ReplayKernel(Kernel):
         self.host = CappedHost(session, time_limit_s)
         self.state.valid = self.host.names()
         self.caps = list(caps)
+
+    def install_guards(self, guards: Guards) -> bool:
+        return False
 
     def run(self, code: str, **kw: Any) -> CallResult:
         self.host.cap = None

@@ -1,30 +1,17 @@
 """`duck replay TRACES_DIR --games DIR --out RUN_DIR`: the Duck's recorded code, re-run.
 
-Every game-run of a duck-traces folder is started fresh and each recorded snippet is run,
-in order, through our kernel (the one our agent plays with: the Duck's variables and action
-names, ours added), following ../shared/duck-traces/README.md, "Replaying this code
-faithfully": each snippet is capped at its recorded number of actions
-(devkit.replay.caps.ReplayKernel: a snippet the Duck killed stops at its next `action()` after
-that), turns that ended because the run's 2,700 s were up stop the run's actions once their
-recorded actions are done, and the automatic RESETs are performed where the record has
-them. Actions go through `Session`, so the replay leaves normal records in RUN_DIR/records/.
+Every game-run of a duck-traces folder is started fresh and each recorded snippet is run, in
+order, through our kernel (the one our agent plays with: the Duck's variables and action names,
+ours added), following ../shared/duck-traces/README.md, "Replaying this code faithfully": each
+snippet is capped at its recorded number of actions (devkit.replay.caps.ReplayKernel), turns
+that ended because the run's 2,700 s were up stop once their recorded actions are done, and
+the automatic RESETs are performed where the record has them. Actions go through `Session`, so
+the replay leaves normal records in RUN_DIR/records/.
 
-RUN_DIR/replay.json, per run and overall:
-* `snippet_match`: snippets (with complete recorded action lists) whose executed actions
-  equal the recorded ones;
-* `run_identical`: runs (all lists complete) whose every snippet matched and whose final
-  levels and action count equal the record;
-* `stdout_match`: non-acting snippets that print, whose output (then the error, if any:
-  `shown`) equals the recorded `result` once timer values are normalised and set order is
-  ignored. Our kernel keeps the Duck's variables, not its texts (head-and-tail output cuts,
-  tracebacks with source lines, an animation summary in each action result), so this is
-  lower than in a replay in the Duck's own formats (experiments/LOG.md);
-* `call_ms` p50/p90/p99 of kernel calls; counts of outcomes (`kinds`: ok, error, syntax,
-  stopped = cut at the recorded count as the Duck's 30 s kill did, timeout, crash, empty),
-  exception classes (`error_kinds`) and time-outs (`timeouts`); mismatches,
-  each with a category, to explain the misses: `order` (iteration order of a set or dict
-  of strings: the Duck's interpreters were unseeded), `killed_call_timing` (see
-  `categorise`), `error_vs_ok`/`error_text`, `ours_<kind>` and `other`.
+RUN_DIR/replay.json, per run and overall: `snippet_match`, `run_identical` and `stdout_match`
+(snippets, runs and printed outputs equal to the recorded ones), call times, the outcomes, and
+each mismatch with a category that explains it (`order`, `killed_call_timing`, `error_vs_ok`,
+...); every field and category: docs/workbench.md, "The replay".
 """
 
 from __future__ import annotations

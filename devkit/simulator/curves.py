@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
+from duck.paths import PUBLIC_GAMES, SHARED
+
 
 @dataclass(frozen=True)
 class Run:
@@ -41,8 +43,7 @@ def load_baselines(path: Path) -> dict[str, tuple[int, ...]]:
 
 def default_baselines_path() -> Path:
     """The repo's environment_files/ when fetched, else ../shared/public-games.json."""
-    root = Path(__file__).resolve().parents[1]
-    for p in (root / "environment_files", root.parent / "shared" / "public-games.json"):
+    for p in (PUBLIC_GAMES, SHARED / "public-games.json"):
         if p.exists():
             return p
     raise FileNotFoundError("no baselines: pass --baselines (public-games.json or a games folder)")

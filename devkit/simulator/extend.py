@@ -1,35 +1,18 @@
 """A hazard model of the next level, fitted on the recorded curves, to extend them.
 
-The recorded runs stop at 45 minutes; the Kaggle schedule gives a game up to 132 minutes
-(and a fresh start on a level that no other recorded run reached has no curve to splice).
-Past the data the simulator draws the next level from this model:
+The recorded runs stop at 45 minutes, and a Kaggle schedule gives a game far longer (a fresh
+start on a level no recorded run reached has no curve to splice either). Past the data the
+simulator draws the next level from this model:
 
     hazard(game g, level class c, tau) = a_g * b_c * h(tau)
 
-* tau is the time since the last level (or since the game's start / a fresh start): the
-  quantity the scheduler watches. h is piecewise constant on TAU_EDGES; the last piece
-  (tau >= 1800 s) is fitted on 1800-2700 s and held constant beyond, i.e. past the data the
-  model is a per-game *constant* hazard at the tail rate. That is the defensible choice:
-  the within-game hazard falls from 300-900 s to 1800-2700 s (the Duck gets stuck), and a
-  constant tail neither invents a recovery nor extrapolates a decay the data cannot show.
-* c is 0 on level 1 and 1 on later levels: levels 2+ come much more slowly than a game's
-  level 1 (obs/exp 0.34 vs 2.04 under a one-rate-per-game model, passes 0-9).
-* a_g is per game, shrunk toward the pooled rate by a Gamma prior worth PRIOR_EVENTS
-  pseudo-events, so that a game never seen to complete a level keeps a small positive rate
-  (5 of 25 games completed nothing in 7.5 hours of play).
-
-Fitted by Poisson maximum likelihood (cyclic updates of the three factors); `fit_report`
-gives the numbers, including the log-likelihood against a per-game constant hazard.
-
-The fit on passes 0-9 (250 runs, 153 levels in 187.7 hours of play):
-  h(tau) by piece [0,300,600,900,1200,1800,inf) s = 1, 1.66, 1.27, 1.17, 0.80, 0.30
-  events per piece 38, 45, 25, 18, 19, 8 (expected 36.6, 43.3, 24.1, 17.3, 18.3, 7.7)
-  b(later levels) = 0.109; a_g from 0.074/h (never solved) to 8.6/h (sb26) at tau < 300 s
-  log-likelihood -128.8 (31 parameters, AIC 319.5) vs -208.9 for a per-game constant
-  hazard (25 parameters, AIC 467.7)
-Checks (tests/test_scheduler_extend.py): played from t=0 by the model alone the runs reach
-0.70 levels by 45 min (recorded: 0.61); extending the recorded runs from 45 to 132 min
-adds 0.19 levels per game.
+tau is the time since the last level (or since the start; in generated tokens: `fit_tokens`);
+h is piecewise constant on TAU_EDGES and its last piece is held beyond the data (a constant tail
+neither invents a recovery nor extrapolates a decay the data cannot show); c is level 1 or a
+later level; a_g is per game, shrunk toward the pooled rate by a Gamma prior of PRIOR_EVENTS
+pseudo-events, so a game never seen to complete a level keeps a small rate. Fitted by Poisson
+maximum likelihood (cyclic updates of the three factors); `fit_report` gives the numbers
+(`duck simulate --show-fit`); the fit and its checks are in docs/scheduler.md.
 """
 
 from __future__ import annotations

@@ -1,24 +1,18 @@
 """Replay progress curves under a scheduling policy and a throughput model, in virtual time.
 
-Why: the only honest way to compare schedules before spending a Kaggle run. A simulated game
-follows a trajectory in generated tokens (devkit.simulator.trajectories: the Duck's recorded runs;
-devkit.simulator.synthetic: the field's per-level medians and hazards); the server model
-(devkit.simulator.throughput) turns tokens into seconds for the games holding a slot, so a policy
-that keeps more games busy, or that wastes prefills, pays for it in time.
+A simulated game follows a trajectory in generated tokens (devkit.simulator.trajectories: the
+Duck's recorded runs; devkit.simulator.synthetic: the field's per-level medians); the server
+model (devkit.simulator.throughput) turns tokens into seconds for the games holding a slot, so
+a policy that keeps more games busy, or that wastes prefills, pays for it in time.
 
-A game holding a slot loops over turns: at its model request it may trim its context (a
-yield point, when the context passes `context_tokens - output_tokens`: back to
-`evict_to * context_tokens`, as the agent does) or land a preemption; then it prefills (the
-whole context after a trim or a resumption, the turn's new tokens otherwise), decodes the
-turn's tokens at the per-stream rate of the moment, runs its tool call, and reports actions
-and levels; a completed level is a yield point too. The policy is asked at every yield point,
-end and start, when a running game's tokens reach the `recheck` count the policy gave, and at
-its `wake_at`. At the scenario's end everything stops; a turn cut there counts for nothing.
-The slot rules are the runner's own (scheduler.book); a stop ends a game on the spot.
-
-Scores are percent (the official per-level score from the actions spent on each level and its
-human baseline, weighted by level). The idle slot share is the share of slot-seconds up to the
-end that no game held.
+A game holding a slot loops over turns: at its model request it may trim its context (a yield
+point, as the agent trims) or land a preemption; then it prefills (the whole context after a
+trim or a resumption, the turn's new tokens otherwise), decodes the turn at the per-stream rate
+of the moment, runs its tool call and reports actions and levels (a completed level is a yield
+point too). The policy is asked at every yield point, end and start, at the `recheck` count and
+at its `wake_at`; the slot rules are the runner's own (scheduler.book), and a stop ends a game on
+the spot. At the scenario's end everything stops; a turn cut there counts for nothing. Scores
+are percent, as the official score; the idle slot share is the slot-seconds no game held.
 """
 
 from __future__ import annotations

@@ -1,24 +1,15 @@
 """The synthetic curve set: games with the field's per-level token medians and completion
-hazards (FIELD.md §3), for an agent like the field's rather than the Duck.
+rate (FIELD.md §3), for an agent like the field's rather than the Duck.
 
 Per game: a public game's levels and human baselines (drawn uniformly from the 25), and a
 difficulty z ~ N(0, 1). Per level, in order (a level is reached only once the one before is
-completed):
-
-* the attempt completes with probability q = sigmoid(logit(Q_COMPLETE) + GAME_SPREAD * z):
-  Franzen's 557 of 725 attempts completed, spread over games (some are never solved);
-* a completing attempt takes T generated tokens, lognormal with the level's median
-  (L1 27K, L2 51K, L3 49K, L4-L5 56K, L6+ 67K) and sigma TOKEN_SIGMA = 0.3, so that the
-  chance a level is still completed, pooled over levels, halves at ~65K tokens spent on it
-  (published: 62K; tests/test_scheduler_simulate.py computes it: a Gaussian fall-off means
-  narrow times);
-* it takes A actions, ACTION_RATIO = 0.75 of the level's human baseline (the field's cleared
-  levels used 0.7-0.8x) times lognormal(0, ACTION_SIGMA); the actions accrue evenly over its
-  tokens; an attempt that never completes acts at the pace of a hypothetical completion.
-
-Turn sizes (generated tokens, context growth) are drawn from the Duck's recorded turns
-(devkit.simulator.traces.pooled_turns): the field's turns are longer (~2K tokens) but only the
-granularity of yields and stops depends on them.
+completed): the attempt completes with probability sigmoid(logit(Q_COMPLETE) + GAME_SPREAD * z);
+a completing attempt takes a lognormal number of generated tokens around the level's median
+(TOKEN_SIGMA) and ACTION_RATIO of the level's human baseline in actions (times a lognormal of
+ACTION_SIGMA), its actions accruing evenly over its tokens; an attempt that never completes
+acts at the pace of a hypothetical completion. Turn sizes are drawn from the Duck's recorded
+turns (devkit.simulator.traces.pooled_turns): only the granularity of yields and stops depends
+on them. The constants' sources and what they imply: docs/scheduler.md, "The simulator".
 """
 
 from __future__ import annotations

@@ -1,22 +1,18 @@
 """The Duck's recorded game-runs as turn-by-turn token curves (../shared/duck-traces).
 
-The harness recorded no token counts (duck-traces/README.md: "Token counts and per-request
-latency were not recorded"), only characters. They are converted with the chars-per-token
-measured on this tokenizer family (FIELD.md §3: English 3.5-4.2, code 2.2-2.7, tool results
-1.0-1.6), at the middle of each range:
+The harness recorded no token counts (duck-traces/README.md), only characters. They are
+converted with the chars-per-token measured on this tokenizer family (FIELD.md §3: English
+3.5-4.2, code 2.2-2.7, tool results 1.0-1.6), at the middle of each range:
 
 * generated tokens of a turn = (reasoning + visible text) / 3.8 + code / 2.5 + 16 per model
   response (the tool-call wrapper);
-* context growth of a turn = its generated tokens (past reasoning stays in the history, as the
-  field keeps it) + tool results / 1.3 + the turn's user message: its state text / 3.8 plus
-  402 tokens for the board image (Franzen's 640 px image).
+* context growth of a turn = its generated tokens (past reasoning stays in the history) + tool
+  results / 1.3 + the turn's user message: its state text / 3.8 plus 402 tokens for the board
+  image (Franzen's 640 px image).
 
-Everything else comes from the record as is: the actions after each turn, the levels
-completed after each turn, and the action number that completed each level (for the
-official per-level score). A run is 45 minutes of the Duck (Qwen3.6-27B): about 55K
-generated tokens in 47 turns (medians), far less than a game gets in a 9-hour run with 10
-slots (~200K), so most of what a scheduler sees of the Duck's curves in the Kaggle scenario
-is the extension (devkit.simulator.extend, fitted on these curves in tokens).
+Everything else comes from the record as is: the actions and levels after each turn, and the
+action number that completed each level (for the official per-level score). A 45-minute run is
+far shorter than a game's share of a 9-hour run: devkit.simulator.extend extends it.
 """
 
 from __future__ import annotations

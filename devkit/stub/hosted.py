@@ -1,20 +1,12 @@
 """`duck stub-server --hosted`: the stub as a strict hosted provider answers, for the tests of
 the `hosted` profile (duck.llm.provider).
 
-What it does that the vLLM stand-in does not:
-
-* a key: with `api_key` set, a chat without `Authorization: Bearer <key>` is 401 (the model
-  list stays public, as OpenRouter's is);
-* standard OpenAI fields only: a request field outside them (vLLM's `top_k`,
-  `chat_template_kwargs`), or one of `refuse_fields`, is 400 "Unrecognized request argument
-  supplied", as OpenAI answers; so is a message field it does not read (`reasoning_content`:
-  it reads past reasoning from `reasoning` or `reasoning_details`);
-* no `/tokenize` and no `/metrics` (404);
-* reasoning under `reasoning` only; `usage` with `cost` (USD, at `price` per million prompt
-  and completion tokens);
-* rate limits: every `rate_limit`-th chat request is 429 with `Retry-After: retry_after_s`;
-* `without`: "tools" answers as a model served without tool-call support does (text, no
-  tool call, whatever the request's tools); "images" refuses a request with an image (400).
+What it does that the vLLM stand-in does not: a key (`api_key`: a chat without it is 401, the
+model list stays public); standard OpenAI fields only (anything else, or one of `refuse_fields`,
+is 400 "Unrecognized request argument supplied"); no `/tokenize` and no `/metrics`; reasoning
+under `reasoning` only; `usage` with a `cost` (`price`); a 429 with `Retry-After` every
+`rate_limit`-th chat request; `without` tool calls or images. Each answer as a provider gives
+it: docs/hosted.md, "The stub as a provider".
 """
 
 from __future__ import annotations

@@ -1,33 +1,15 @@
 """A latency model for the stub server: how long a loaded vLLM takes to answer (issues 17, 26).
 
 The stub server answers at once unless it is given a `LatencyModel`; with one, every request
-goes through `Engine`, which makes it wait as a single GPU serving many games would:
-
-* **Admission.** At most `max_num_seqs` requests run at once and the running requests'
-  tokens (prompt + the reply's tokens, the most each will hold: vLLM allocates blocks as it
-  generates and preempts when they run out) must fit in the KV pool (`kv_tokens`; None: no
-  limit); the others wait in order (vLLM's waiting queue).
-* **Prefill (time to first token).** `ttft_base_s` plus the prompt tokens not in the prefix
-  cache (the stub's per-conversation cache emulation gives `cached_tokens`) at `prefill_tps`,
-  shared by the requests prefilling at the same moment. Cached prefixes cost nothing (and are
-  never evicted: the stub does not model the cache losing a game's prefix under pressure).
-* **Decode.** The field's measurement on the RTX Pro 6000 (FIELD §4, Qwen3.8-Flash-Next on a
-  patched vLLM with MTP and FP8 KV): the server generates `decode_tps_1 · n^decode_exponent`
-  tokens per second in total while n streams decode (169 · n^0.6: ~670 at 10 streams, ~890
-  at 16), so each stream gets `decode_tps_1 · n^(exponent - 1)`, flat in its context length.
-  n is read again at every chunk, so a stream slows down as others join and speeds up as
-  they finish.
-
-Defaults: the field's figures and the default serving profile's plan (duck.config.profiles, Flash-Next
-on the RTX Pro 6000): 169 · n^0.6 tokens/s, prefill 11,000 tokens/s, 0.05 s of scheduling
-before the first token, `max_num_seqs` 11 (10 slots + the health probe) and the plan's KV
-pool (~1.0M tokens). So an 800-token reply (the Duck's mean) takes ~12 s with 10 streams.
-`speed` divides every time (tests run the same model 20x faster).
-
-Streams are paced in chunks of `tokens_per_chunk`: `chunk_tokens` (vLLM's `--stream-interval`:
-the first chunk leaves with the first token) or, when larger, one engine step's tokens
-(`step_tokens`: with MTP vLLM sends what each step accepted, 2.7 tokens on average at
-interval 1), so the client parses as many chunks as it would from vLLM.
+goes through `Engine`, which makes it wait as a single GPU serving many games would: admission
+(at most `max_num_seqs` requests running, their tokens within the KV pool `kv_tokens`, the
+others waiting in order), prefill (`ttft_base_s` plus the uncached prompt tokens at
+`prefill_tps`, shared by the requests prefilling at once), and decode (the field's
+`decode_tps_1 · n^decode_exponent` tokens per second in total while n streams decode, n read
+again at every chunk). Streams are paced in chunks of `tokens_per_chunk`, so the client parses
+as many chunks as it would from vLLM. The defaults are the field's Flash-Next figures and the
+default profile's plan; `speed` divides every time (tests run the same model 20x faster).
+Each term, its default and its source: docs/workbench.md, "The latency model".
 """
 
 from __future__ import annotations

@@ -2,20 +2,11 @@
 
 The names and labels are vLLM's own, the same in 0.19.0 and 0.33.0 (vllm/v1/metrics/loggers.py,
 PrometheusStatLogger; vllm/v1/spec_decode/metrics.py; prometheus_client adds `_total` to
-counters), so what reads a real server's metrics
-(duck.lab.vllm_metrics, `duck doctor`) reads the stub's the same way:
-
-* `vllm:prefix_cache_queries_total` / `vllm:prefix_cache_hits_total`: prompt tokens looked up
-  in the prefix cache / found there (the stub's per-conversation cache emulation);
-* `vllm:prompt_tokens_total`, `vllm:generation_tokens_total`, `vllm:request_success_total`
-  (label `finished_reason`);
-* `vllm:num_requests_running`, `vllm:num_requests_waiting`, `vllm:kv_cache_usage_perc`
-  (from the latency model's engine when there is one, else the requests in flight);
-* `vllm:cache_config_info`: an info gauge whose labels include `block_size` and
-  `num_gpu_blocks` (the KV cache holds their product in tokens);
-* with MTP emulated (`spec`: drafted tokens a step and the tokens a step yields on average),
-  `vllm:spec_decode_num_drafts_total`, `..._num_draft_tokens_total` and
-  `..._num_accepted_tokens_total`, as vLLM's speculative decoding counts them.
+counters), so what reads a real server's metrics (duck.llm.metrics, `duck doctor`) reads the
+stub's the same way: the prefix cache's queries and hits (the stub's per-conversation cache
+emulation), tokens and requests, the KV cache's usage (from the latency model's engine when
+there is one) and capacity, and with MTP emulated (`spec`) the speculative-decoding counters.
+Each name: docs/workbench.md, "The stub server".
 """
 
 from __future__ import annotations

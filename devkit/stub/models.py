@@ -1,22 +1,16 @@
 """Scripted models for the stub server (`reply(request) -> dict`).
 
 * `FixedModel(replies)`: the given replies in order (then 410 Gone, or a loop; `requests` keeps
-  the request bodies it answered with a reply, for tests of what the model was sent). A reply is a
-  dict: `content`, `reasoning`, `code` (one `python` call) or `tool_calls`
-  ([{"name", "arguments"}]), `finish_reason`, and test knobs: `status` (answer with that
-  HTTP error), `delay_s` (before the first byte), `stall_s` (mid-stream, after the
-  reasoning), `fail` (the stream breaks after the reasoning: "error" an error chunk as vLLM
-  0.33 sends one, "drop" the connection reset, "end" the body ends without a finish reason),
-  or a callable `request -> dict`.
-* `TraceModel(turns)`: replays one Duck run from ../shared/duck-traces (turns as
-  devkit.stub.traces.load_trace gives them): each recorded model response in order, its
-  visible text as content, reasoning of the recorded length (the text itself was not
-  recorded), and its Python snippet as the tool call (the number of actions each snippet
-  executed in the record is the replay kernel's business: devkit.replay.caps).
+  the bodies it answered). A reply is a dict (`content`, `reasoning`, `code` or `tool_calls`,
+  `finish_reason`, and test knobs: docs/workbench.md) or a callable `request -> dict`.
+* `TraceModel(turns)`: replays one Duck run from ../shared/duck-traces: each recorded response
+  in order, its visible text as content, reasoning of the recorded length (the text itself was
+  not recorded), its Python snippet as the tool call (the number of actions each snippet played
+  is the replay kernel's business: devkit.replay.caps).
 * `SolutionModel(games_dir)`: plays the bundled games' solution.json, one conversation per game.
 * `ConversationModel(conversations)`: serves the replies of saved conversations
-  (duck.play.conversation) in order, one file per game, and checks each request against the
-  one recorded (`mismatches`): a conversation from a real run becomes a regression test.
+  (duck.play.conversation) in order, one file per game, and checks each request against the one
+  recorded (`mismatches`): a conversation from a real run becomes a regression test.
 """
 
 from __future__ import annotations

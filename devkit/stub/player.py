@@ -1,20 +1,16 @@
 """`PlayerModel`: a scripted model that plays like a model, for load tests (issue 17).
 
-Every game it is given makes progress, through the agent's real tool and kernel, with
-replies shaped like the Duck's: each turn is two calls, one that looks (reads the
-segmentation, diffs the board against the previous one, prints compact facts) and one that
-acts (picks actions by reading the board: small objects to click where the game takes
-clicks, else moves not yet tried on this board, remembered in the kernel's namespace; two
-actions per turn, as the Duck's ~137 actions in ~74 calls). A reply's size follows the Duck's
-calls (DESIGN §1c: ~800 tokens, 72% thinking): its total tokens are drawn from a lognormal
-with median `median_tokens` and spread `sigma`, seeded by the call's index in its
-conversation (the same sequence of sizes in every game, so that one game falling behind the
-others shows starvation, not a run of long replies), and the
-reasoning filler makes up the tokens that the notes and the code do not (60-80% of them). The notes use the
-agent's labels, so the notes machinery runs too.
+Every game it is given makes progress, through the agent's real tool and kernel, with replies
+shaped like the Duck's: each turn is two calls, one that looks (reads the segmentation, diffs
+the board, prints compact facts) and one that acts (small objects to click where the game takes
+clicks, else moves not yet tried on this board; two actions per turn, as the Duck's ~137 actions
+in ~74 calls). A reply's total tokens are drawn from a lognormal (median `median_tokens`, spread
+`sigma`) seeded by the call's index in its conversation: every game gets the same sequence of
+sizes, so a game that falls behind the others shows starvation, not a run of long replies. Its
+sizes and notes: docs/workbench.md, "The stub server".
 
-One conversation per `X-Duck-Session` (the agent sends `game:pass`); the model keeps no
-other state, so any number of games can share one server.
+One conversation per `X-Duck-Session` (the agent sends `game:pass`); the model keeps no other
+state, so any number of games can share one server.
 """
 
 from __future__ import annotations

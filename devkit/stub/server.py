@@ -1,38 +1,16 @@
 """A local OpenAI-compatible chat server driven by a scripted model, for tests and rehearsals.
 
-It speaks the part of vLLM's API the agent uses (`GET /v1/models`, `POST
-/v1/chat/completions`, streamed or not, with `usage` and `prompt_tokens_details`, and `POST
-/tokenize` with `messages` or `prompt`, answering vLLM's `{"count", "max_model_len", "tokens"}`),
-renders each prompt with the model's real chat template as vLLM applies it (duck.llm.render:
-../shared/qwen3.8/chat_template.jinja by default, read at run time) to count tokens with a
-stand-in tokenizer (devkit.stub.tokenizer), and emulates the
-prefix cache so that what the agent sends can be measured: `stats()` gives, per
-conversation, the share of each prompt that is a prefix of the previous one. It refuses
-what vLLM 0.19 refuses with HTTP 400 before generating: a history holding a tool call whose
-arguments are not valid JSON, a request the template raises on, and (with `max_model_len`)
-a prompt plus `max_tokens` longer than the context.
-
-The scripted models are in devkit.stub.models (`FixedModel`, `TraceModel`,
-`SolutionModel`), the prompt rendering in duck.llm.render, the Duck traces'
-reading in devkit.stub.traces.
-
-With a `LatencyModel` (devkit.stub.latency) it answers as slowly as a loaded vLLM
-would: time to first token and decode time follow the number of concurrent streams and the
-prompt (uncached) and generated tokens; without one it answers at once. `GET /metrics` gives
-Prometheus text with vLLM 0.19's metric names (devkit.stub.metrics: prefix-cache
-queries and hits, tokens, KV-cache capacity).
-
-`--hosted` answers as a strict hosted provider would (devkit.stub.hosted: a key,
-standard fields only, no `/tokenize`, 429s with Retry-After, usage with cost).
-
-`duck stub-server --port P --replies FILE` serves fixed replies (a JSON list of
-`{"content", "reasoning", "code"}` or `tool_calls`); `--traces DIR --game G --pass N` replays a
-Duck run; `--solutions DIR` plays the bundled games' solutions; `--conversation FILE...`
-replays saved conversations (duck.play.conversation; `--strict` refuses a request that
-differs from the recorded one); `--player` a scripted model that reads the board and plays
-(devkit.stub.player); `--latency default` (or `speed=20,kv_tokens=178000`:
-devkit.stub.latency: the field's Flash-Next figures and the default profile's KV pool)
-adds the latency model.
+It speaks the part of vLLM's API the agent uses (`GET /v1/models`, `POST /v1/chat/completions`,
+streamed or not, with `usage` and `prompt_tokens_details`, `POST /tokenize`, `GET /metrics`),
+renders each prompt with the model's real chat template as vLLM applies it (duck.llm.render) to
+count tokens with a stand-in tokenizer (devkit.stub.tokenizer), and emulates the prefix cache so
+that what the agent sends can be measured (`stats()`: per conversation, the share of each prompt
+that is a prefix of the previous one). The rule: it refuses with HTTP 400 what vLLM refuses
+before generating (a history holding a tool call whose arguments are not valid JSON, a request
+the template raises on, a prompt plus `max_tokens` past `max_model_len`). The scripted models:
+devkit.stub.models and devkit.stub.player; a loaded GPU's latency: devkit.stub.latency; a strict
+hosted provider (`--hosted`): devkit.stub.hosted. The command and its options: docs/commands.md
+and docs/workbench.md, "The stub server".
 """
 
 from __future__ import annotations

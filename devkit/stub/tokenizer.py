@@ -1,16 +1,15 @@
 """A stand-in for the served model's tokenizer: token counts with the field's chars/token per kind.
 
-No Qwen3.8 tokenizer is on this machine (no weights), and a flat chars/3.6 would hide what
-matters to the context's budget: that the same characters cost very different tokens by kind.
-This counts byte-level-BPE-like pieces so that, over the Duck's traces, English comes out at
-~3.6-3.8 characters per token, Python at ~2.4 and tool results (numbers, grids of colour
-letters) at ~1.6, inside or at the edge of the ranges measured on Qwen3.8's tokenizer (English
-3.5-4.2, code 2.2-2.7, tool results 1.0-1.6: ../shared/FIELD.md §3):
+No Qwen3.8 tokenizer is on this machine (no weights), and a flat chars/3.6 would hide that the
+same characters cost very different tokens by kind. This counts byte-level-BPE-like pieces so
+that, over the Duck's traces, English comes out at ~3.6-3.8 characters per token, Python at ~2.4
+and tool results (numbers, grids of colour letters) at ~1.6, inside or at the edge of the ranges
+measured on Qwen3.8's tokenizer (English 3.5-4.2, code 2.2-2.7, tool results 1.0-1.6: FIELD §3):
 
 * a special token (`<|im_start|>`, ...) or a think/tool tag is one token; a digit is one token
   (Qwen splits numbers into digits);
-* a word (lower case or capitalised) is one token per 10 letters, with its leading space; a run
-  of capitals or mixed case (a grid row, an identifier like `RGB`) one per letter;
+* a word is one token per 10 letters, with its leading space; a run of capitals or mixed case (a
+  grid row, an identifier like `RGB`) one per letter;
 * a run of spaces one per 8, a run of newlines one, any other symbol one per one or two.
 
 `count(text)` caches per message block (the text between two `<|im_start|>`), so a growing

@@ -1,35 +1,17 @@
 """The message history sent to the model: prefix-stable, trimmed with hysteresis under a budget.
 
 The server's prefix cache reuses the KV of any prompt prefix it has seen, so the cheapest
-history is one that only ever grows at its end (../shared/FIELD.md §2: 93.4% of the field's
-prompt tokens came from the cache). Here:
-
-* the system prompt and every past message are never rewritten; past reasoning stays (the
-  client sends it as `reasoning_content` and `reasoning`; only a cut reply's thinking is cut
-  to its tail, duck.llm.client.Reply.message);
-* a turn is one user message and the assistant/tool messages that follow it;
-* the prompt's size is the server's: its `usage` for what was sent last (`observe`), plus each
-  message appended since as the server's `/tokenize` counts it (cached per message content:
-  duck.llm.tokens.TokenCounter), or where it cannot count, estimates per kind (text, code,
-  tool result, image) calibrated on every exact count seen;
-* when the prompt plus the output cap would pass the budget, whole old turns right after the
-  system prompt are dropped in one block, down to the low-water mark (`evict_to` of the
-  budget), so the prompt changes once and the next ~half budget of growth reuses one cached
-  prefix. Never the current turn (the template then raises "No user query found"), and never
-  a history the template rejects: what remains starts with a turn's user message;
-* the same trim when the images would pass `max_images` (`model.serve.images_per_prompt`:
-  vLLM answers a prompt with more with HTTP 400): down to `evict_to` of them, asked by the
-  loop before it builds a turn (`fit(images=N)`), so the new turn's images have room, and
-  again before each request, so no request holds more;
-* no summary of what was dropped (the field saw no gain from summaries, FIELD §2), but one
-  fact line (prompts/trimmed.j2): the steps whose turns were removed, and that only messages
-  went (the Python session keeps every definition: `dir()` lists them). What must survive a
-  trim is the kernel's state (its own process) and the per-level memory: `carry`, a callable
-  returning one user message or None. The line and that message's text make one user message
-  placed right after the system prompt whenever old turns are trimmed.
-
-What goes into the messages (the prompt files, the turn's board image, what a call's
-actions did) is duck.agent.turn.
+history only ever grows at its end. The rule: the system prompt and every past message are
+never rewritten (past reasoning stays; only a cut reply's thinking is cut to its tail,
+duck.llm.client.Reply.message). A turn is one user message and the assistant/tool messages
+after it. The prompt's size is the server's (`usage`, then each new message's count:
+duck.llm.tokens). When the prompt plus the output cap would pass the budget, or its images
+`max_images` (asked by the loop before it builds a turn: `fit(images=N)`, and again before each
+request), whole old turns right after the system prompt go in one block, down to `evict_to`:
+never the current turn, never a history the template rejects, and no summary. One fact line
+(prompts/trimmed.j2) and `carry` (the per-level memory) make one user message placed right
+after the system prompt. The why of each rule: docs/agent.md, "The model's context"; what goes
+into the messages: duck.agent.turn.
 """
 
 from __future__ import annotations

@@ -1,42 +1,43 @@
 """The model-driven agent: one game, one kernel, one conversation (DESIGN §4).
 
-A turn is one user message (the facts of the last acting call, the step, level and valid
-actions, the board and the other images: duck.agent.turn) followed by model calls until the
-model's Python plays an action. Per solved level the memory (duck.agent.memory) goes into
-the first turn of every later level and, after a trim, right after the system prompt; the
-host's guards (duck.sandbox.batch_guards) are installed on the kernel. Control flow is by
-exceptions that carry their message: `Correction` (a reply without a usable tool call: back
-to the model), `TurnStalled` (too many calls without an action: a fresh turn), `ContextFull`
-(the turn alone outgrew the budget: dropped, a fresh turn), `ContextTooSmall` (no turn can
-fit) and `ModelDown` (the server keeps failing and cannot come back in time), both raised to
-duck.policies, which hands the game to the fallback, and the session's `PlayStopped`.
-
-An outage (`outage`, duck.policies.Parking: the health flag down, or
-`failures_before_fallback` failed requests in a row) parks the game, its slot freed and all
-else kept; when the server is back the turn goes on, its history sent again with one line
-saying the server restarted and nothing was played (prompts/correct.j2 `outage`).
-
-Everything the model sees and writes goes to the session's conversation file
-(duck.play.conversation): messages, evictions, requests, replies, failures, turn ends and
-changes of the model's `notes` dict (with the kernel's namespace and the level memory, all
-the memory there is).
+A turn is one user message (duck.agent.turn) followed by model calls until the model's Python
+plays an action. Per solved level the memory (duck.agent.memory) goes into the first turn of
+every later level and, after a trim, right after the system prompt; the host's guards
+(duck.sandbox.batch_guards) are installed on the kernel. Control flow is by exceptions that
+carry their message: `Correction` (a reply without a usable tool call: back to the model),
+`TurnStalled` (too many calls without an action: a fresh turn), `ContextFull` (the turn alone
+outgrew the budget: dropped, a fresh turn), `ContextTooSmall` (no turn can fit) and `ModelDown`
+(the server keeps failing and cannot come back in time), both raised to duck.policies, which
+hands the game to the fallback, and the session's `PlayStopped`. An outage (`outage`,
+duck.policies.Parking) parks the game, its slot freed and all else kept; when the server is
+back the turn goes on, its history sent again with one line saying so (prompts/correct.j2).
+Everything the model sees and writes goes to the conversation file (duck.play.conversation).
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 from duck.agent.context import Context, ContextFull
 from duck.agent.memory import LevelMemory
-from duck.agent.turn import (Correction, call_facts, count_images, python_tool, render, system_prompt, tool_calls,
+from duck.agent.turn import (CallFacts, Correction, call_facts, count_images, python_tool, render, system_prompt, tool_calls,
                              turn_images, turn_message)
 from duck.config import Config, KernelConfig
 from duck.game.actions import RESET
 from duck.llm.client import ContextOverflow, ModelClient, ModelError, join_urls, pick_url, request_seed
+from duck.llm.reply import Reply
 from duck.play.conversation import NULL
 from duck.play.session import PlayStopped, Session
 from duck.sandbox import batch_guards
 from duck.sandbox.host import Kernel
+
+
+class Outage(Protocol):
+    """How a game waits out its server's outage (duck.policies.Parking)."""
+
+    def down(self) -> bool: ...
+
+    def wait(self, session: Session, why: str) -> bool: ...
 
 
 class TurnStalled(Exception):
@@ -70,7 +71,8 @@ class AgentPolicy:
 
     def __init__(self, seed: int, config: Config, *, model_url: str | list[str] | None = None,
                  url_index: int | None = None, pass_: int = 0,
-                 kernel_factory: Callable[[Session, KernelConfig], Any] | None = None, outage: Any = None) -> None:
+                 kernel_factory: Callable[[Session, KernelConfig], Kernel] | None = None,
+                 outage: Outage | None = None) -> None:
         self.cfg = config.model_copy(deep=True)  # a shared config stays untouched
         self.outage = outage  # duck.policies.Parking (None: a failing server ends the model's play)
         self.seed, self.pass_, self.url_index = seed, pass_, url_index
@@ -91,7 +93,7 @@ class AgentPolicy:
         self.conv.begin(**_conversation_start(self.cfg, self.urls, self.tools))
         self.ctx = self._new_context()  # its system prompt is the file's first message
         kernel = self.kernel_factory(session, self.cfg.kernel)
-        batch_guards.install(kernel, batch_guards.from_config(self.cfg.agent))
+        kernel.install_guards(batch_guards.from_config(self.cfg.agent))
         kernel.start_soon()  # the worker starts while the first request is out
         try:
             self._loop(session, kernel)
@@ -107,7 +109,7 @@ class AgentPolicy:
                        evict_to=self.cfg.agent.evict_to, counter=counter, log=self.conv, carry=self.memory.carry,
                        max_images=self.cfg.model.serve.images_per_prompt)
 
-    def _loop(self, session: Session, kernel: Any) -> None:
+    def _loop(self, session: Session, kernel: Kernel) -> None:
         last, stalled, turn, full = None, 0, 0, 0
         while True:
             if reason := session.stop_reason():
@@ -151,7 +153,7 @@ class AgentPolicy:
                     last.auto_reset = True
             turn += 1
 
-    def _turn(self, session: Session, kernel: Any, turn: int, levels: int) -> Any:
+    def _turn(self, session: Session, kernel: Kernel, turn: int, levels: int) -> CallFacts:
         failures = 0
         for call in range(MAX_CALLS_PER_TURN):
             if call == NUDGE_AFTER_CALLS:
@@ -213,7 +215,7 @@ class AgentPolicy:
             self.conv.notes(turn, notes, self._notes_logged)
             self._notes_logged = dict(notes)
 
-    def _ask(self, session: Session, turn: int, call: int) -> Any:
+    def _ask(self, session: Session, turn: int, call: int) -> Reply:
         trimmed = self.ctx.fit()  # may drop old turns, or raise ContextFull
         # A trim loses the cached prefix anyway: the scheduler's point to hand the server slot
         # on; before any other request the game yields only if the scheduler preempted it.

@@ -1,29 +1,17 @@
 """Memory across levels and GAME_OVER, and the level bookkeeping: per solved level what it took,
 carried to later levels.
 
-The one text addition that helped in the field (+2.8 LB, FIELD §2): per solved level a short
-rule the model writes and the winning action tail, carried to later levels. Here, per solved
-level: the actions it took (every attempt, RESETs included), its GAME_OVERs, the last
-`tail` actions of the winning attempt (since the level began or its last RESET), and the rule
-the model is asked to state once, in the first turn of the next level, as a `Rule:` block of
-at most 5 lines in its reply (the visible text first, else the thinking; the block ends at
-its first blank line).
-
-Where the model sees it (prompts/memory.j2), without breaking the cached prefix:
-
-* appended to the first turn message of every later level: new text at the end of the
-  prompt, so nothing before it is prefilled again; it costs its own tokens;
-* after a trim of old turns, under the context's trim line right after the system prompt
-  (duck.agent.context; "Solved levels: none yet." before the first): a trim re-prefills
-  everything after the system prompt anyway, so the memory adds only its own tokens to that
-  prefill.
+Per solved level: the actions it took (every attempt, RESETs included), its GAME_OVERs, the
+last `tail` actions of the winning attempt and the rule the model is asked to state once, as a
+`Rule:` block in its reply (prompts/memory.j2). It goes at the end of the first turn message of
+every later level and, after a trim, under the trim line right after the system prompt
+(duck.agent.context), so it never breaks the cached prefix. Why these, and where:
+docs/agent.md, "The memory of solved levels".
 
 `LevelMemory` is also the one owner of the level bookkeeping: where the current level began
-(`start`, the game's action count then), its attempts and GAME_OVERs.
-
-The kernel is the other memory: its namespace (the model's functions) and the model's `notes`
-dict, kept for the whole game by the worker (the notes across restarts too), as the system
-prompt says.
+(`start`, the game's action count then), its attempts and GAME_OVERs. The kernel is the other
+memory: its namespace (the model's functions) and the model's `notes` dict, kept for the whole
+game by the worker (the notes across restarts too), as the system prompt says.
 """
 
 from __future__ import annotations

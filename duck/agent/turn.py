@@ -1,40 +1,18 @@
 """What the model is told: the prompt files (prompts/*.j2, rendered strictly), the one tool's
 schema and the reading of its calls, and the user message that opens a turn.
 
-A turn message holds facts only (prompts/turn.j2): how many actions the last acting call
-played (the call's tool message, right above, lists them and the guards that fired), the net
-change of the board over the WHOLE call (duck.game.change: cells, objects, the HUD border apart),
-its animations in one line, the outcome in accurate words (level completed, GAME_OVER and the
-level restarted, won), the step, the level, the actions spent on it, the valid actions
-(ACTION7 named UNDO); on a new level the per-level memory (duck.agent.memory). Every object
-fact is true of the two boards it names (`duck bench facts` checks them). Its images
-come first in the content, then the text, which lists them in order (vLLM puts a message's
-images before its text anyway):
-
-1. the board now, at `IMAGE_SCALE` (10x: 640 px, 402 tokens: duck.llm.vision; 10x beat 4x in
-   the field);
-2. a diff: the board with the cells the last call changed in colour and the rest dimmed, when
-   it changed away from the HUD border and stayed on the same level;
-3. after a level-up: the board that completed the level (the winning action's last frame
-   before the switch to the next level: DESIGN §1b), at `IMAGE_SCALE`; the net change and the
-   mid frames of that turn run up to it;
-4. after a GAME_OVER: the fatal frame, and the last-alive -> fatal diff when the fatal action
-   changed anything away from the HUD border;
-5. up to `ANIMATION_IMAGES` mid-animation frames that hold what the final board (after a
-   level-up: the board that completed the level) lost (duck.game.change.pick_frames), at
-   `ANIMATION_SCALE` (the open 3rd place's 4 at 4x), each captioned with its level, action
-   and frame.
-
-These are the field's (FIELD §2-3: each helped where it was added). The prompt never holds
-more than `model.serve.images_per_prompt` (vLLM refuses more): before a turn is built the
-history is trimmed so that its images fit (duck.agent.context), and only where a trim cannot
-make room are optional images left out. Every image is rendered from
-grids (duck.game.images), and the conversation file stores the grids, so it rebuilds each PNG
-bit for bit (duck.play.conversation).
-
-The tool message of a call is the kernel's (`CallResult.text`, duck.sandbox.render).
-
-The history these messages go into, and its token budget, is duck.agent.context.
+A turn message holds facts only (prompts/turn.j2): what the last acting call played, the net
+change of the board over the WHOLE call (duck.game.change), its animations in one line, the
+outcome, the step, the level, the actions on it and the valid actions (ACTION7 named UNDO); on
+a new level the per-level memory (duck.agent.memory). Every object fact is true of the two
+boards it names (`duck bench facts` checks them). Its images come first, then the text, which
+lists them in order: the board now (`IMAGE_SCALE`), a diff, the board that completed a level,
+the fatal frame after a GAME_OVER, up to `ANIMATION_IMAGES` mid-animation frames
+(`ANIMATION_SCALE`); which, when, and the field's evidence for each: docs/agent.md, "What the
+model sees". Images are rendered from grids (duck.game.images), so the conversation file
+rebuilds them bit for bit; the prompt never holds more than `model.serve.images_per_prompt`
+(duck.agent.context trims so that a turn's images fit). The tool message of a call is the
+kernel's (`CallResult.text`, duck.sandbox.render).
 """
 
 from __future__ import annotations
@@ -44,7 +22,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jinja2
 import numpy as np
@@ -55,6 +33,13 @@ from duck.game.change import (HUD_BORDER, Pick, animation_line, changed_inside, 
 from duck.game.images import render as render_image
 from duck.sandbox.batch_guards import BLOCK_FROM_LEVEL
 from duck.sandbox.render import OUTPUT_CHARS
+
+if TYPE_CHECKING:
+    from duck.config import Config
+    from duck.llm.reply import Reply
+    from duck.play.conversation import ConversationWriter
+    from duck.play.session import Session
+    from duck.sandbox.host import CallResult
 
 IMAGE_SCALE = 10  # the board at 640x640 px = 402 tokens on Qwen3-VL (duck.llm.vision)
 ANIMATION_IMAGES = 4  # mid-animation frames at most per turn
@@ -80,7 +65,7 @@ def render(name: str, **variables: Any) -> str:
     return _env().get_template(name).render(**variables).strip()
 
 
-def system_prompt(cfg: Any) -> str:
+def system_prompt(cfg: Config) -> str:
     """prompts/system.j2 for a config (what it says follows the switches it describes)."""
     a = cfg.agent
     return render("system.j2", call_timeout_s=cfg.kernel.call_timeout_s, output_chars=OUTPUT_CHARS,
@@ -104,9 +89,9 @@ class Correction(Exception):
 
 
 
-def tool_calls(reply: Any) -> list[tuple[str, str]]:
+def tool_calls(reply: Reply) -> list[tuple[str, str]]:
     """(call id, code) per tool call of a reply; raises Correction."""
-    if getattr(reply, "dropped", None):  # the client dropped an unreadable call: say why, run none
+    if reply.dropped:  # the client dropped an unreadable call: say why, run none
         raise Correction("dropped_call", reply.dropped[0]["why"])
     if not reply.tool_calls:
         raise Correction(f"cut_{reply.cut}" if reply.cut else "no_tool_call")
@@ -189,10 +174,11 @@ class CallFacts:
                 else "board changed" if self.change and self.change != "no cell changed" else "no visible change")
 
 
-def call_facts(r: Any, session: Any, level_before: int, before: np.ndarray, level_actions: int = 0) -> CallFacts:
-    """What call result `r` did. `r.steps` (duck.game.change.Step per action, from the real
-    kernel) gives the frames; a kernel without them gives only the boards before and after."""
-    steps = list(getattr(r, "steps", None) or [])
+def call_facts(r: CallResult, session: Session, level_before: int, before: np.ndarray,
+               level_actions: int = 0) -> CallFacts:
+    """What call result `r` did. `r.steps` (duck.game.change.Step per action played) gives the
+    frames; a result without them gives only the boards before and after."""
+    steps = list(r.steps)
     obs = session.obs
     final = steps[-1].after if steps else obs.grid
     f = CallFacts(list(r.actions), np.asarray(before), np.asarray(final), level=level_before + 1,
@@ -235,7 +221,7 @@ def _action(last: CallFacts, step: int) -> str:
     return f"action {step + 1} of the call ({name})" if last.count > 1 else name
 
 
-def turn_images(session: Any, last: CallFacts | None, room: int) -> list[Shown]:
+def turn_images(session: Session, last: CallFacts | None, room: int) -> list[Shown]:
     """The images of a turn message, in order (see the module docstring); at most `room`
     (the board always: the loop trims the history first so that it has room)."""
     obs = session.obs
@@ -263,8 +249,9 @@ def turn_images(session: Any, last: CallFacts | None, room: int) -> list[Shown]:
     return out + extra[:max(0, room - 1)]
 
 
-def turn_message(session: Any, last: CallFacts | None, stalled: int, first: bool, level_start: int, *,
-                 memory: str = "", ask_rule: int | None = None, room: int = 1 << 30, conv: Any = None) -> dict[str, Any]:
+def turn_message(session: Session, last: CallFacts | None, stalled: int, first: bool, level_start: int, *,
+                 memory: str = "", ask_rule: int | None = None, room: int = 1 << 30,
+                 conv: ConversationWriter | None = None) -> dict[str, Any]:
     """The user message that opens a turn: its images, then prompts/turn.j2. `conv` (the
     game's conversation writer) learns how each image was made."""
     obs, game = session.obs, session.game

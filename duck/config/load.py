@@ -42,17 +42,31 @@ def parse_value(text: str) -> Any:
         return text
 
 
-def one_line(error: ValidationError) -> str:
-    """pydantic's report as one line: `field: problem (got value)` for each problem."""
+def one_line(error: ValidationError, model: type[BaseModel] | None = None) -> str:
+    """pydantic's report as one line: `field: problem (got value)` for each problem; an unknown
+    field of `model` with the known ones nearest its name ("did you mean")."""
     parts = []
     for e in error.errors():
         where = ".".join(str(x) for x in e["loc"]) or "config"
         if e["type"] == "extra_forbidden":
-            parts.append(f"{where}: unknown field")
+            parts.append(f"{where}: unknown field{did_you_mean(e['loc'], model)}")
         else:
             got = f" (got {e['input']!r})" if e["type"] != "missing" and not isinstance(e["input"], dict) else ""
             parts.append(f"{where}: {e['msg'].removeprefix('Value error, ')}{got}")
     return "; ".join(parts)
+
+
+def did_you_mean(loc: tuple, model: type[BaseModel] | None) -> str:
+    """` (did you mean play.max_actions?)`: the fields of `model` at `loc` nearest its last name."""
+    from difflib import get_close_matches
+    for name in loc[:-1]:
+        field = model.model_fields.get(str(name)) if model else None
+        model = field.annotation if field and isinstance(field.annotation, type) else None
+    if model is None or not issubclass(model, BaseModel):
+        return ""
+    prefix = ".".join(str(x) for x in loc[:-1])
+    near = get_close_matches(str(loc[-1]), list(model.model_fields), n=2)
+    return f" (did you mean {' or '.join(f'{prefix}.{n}'.lstrip('.') for n in near)}?)" if near else ""
 
 
 def set_dotted(doc: dict[str, Any], dotted: str, value: Any) -> None:
@@ -125,7 +139,7 @@ def validate(model: type[M], doc: dict[str, Any]) -> M:
     try:
         return model.model_validate(doc)
     except ValidationError as e:
-        raise ConfigError(one_line(e)) from None
+        raise ConfigError(one_line(e, model)) from None
 
 
 # The fields the serving profile's memory plan (duck.config.profiles.plan) fills in when no file or

@@ -1,36 +1,15 @@
 """Serving profiles and the memory plan each one implies (DESIGN §1c, FIELD §4).
 
 A profile names one way of serving one model on one card: the checkpoint, its quantisation,
-the KV-cache dtype, speculative decoding, the context window and output cap. From it and the
-model's architecture (its config.json, or the shape the profile carries when no checkpoint
-is at hand) `plan()` derives what everything else uses, so that no second hand-set number
-exists anywhere:
-
-* the KV pool: what the card holds at `gpu_memory_utilization` after the weights, the
-  runtime's own overhead and the per-slot recurrent state, in tokens of KV. Only the
-  attention layers hold KV (Flash-Next: 12 of 48, 2 KV heads x 256: 12 KiB a token in FP8;
-  the 27B models: 16 of 64, 4 x 256: 64 KiB a token in BF16). The Gated DeltaNet layers hold
-  a fixed recurrent state per request instead (heads x key dim x value dim, plus the conv
-  window, which MTP's drafted tokens widen), whatever the context; with prefix caching a
-  game's cached prefix keeps one more such state (vLLM 0.33's "align" checkpoint), so a
-  slot costs two (Arch, plan's `prefix_checkpoints`);
-* the slots: how many games can hold a context at once. A game's context is a sawtooth: it
-  grows to the budget, then the trim (duck.agent.context) drops it to `low_water` of the
-  budget in one block, so on average a slot holds (1 + low_water) / 2 of the window. Slots =
-  the pool over that mean, capped at the profile's `max_slots` (decode per stream falls as
-  ~running^-0.4; the field ran 10-16). Flash-Next at 128K: 1.0M tokens / 95K = 10 slots,
-  Franzen's figure;
-* the context budget per game (`agent.context_tokens`, prompt plus output) = the window,
-  and vLLM's `--max-num-seqs` = the slots plus one for the health probe;
-* the host RAM plan: Kaggle's 176 GB less the n-gram table Flash-Next keeps in host RAM
-  (51 GB FP8 / 102 GB BF16), vLLM's own host memory and the harness's processes, and from
-  what is left the tmpfs quota per kernel (`kernel.disk_mb`, at most 256 MB).
-
-The runtime overhead (activations, CUDA graphs, MoE workspaces, the vision encoder) is not
-computable from a config: each profile carries one figure, fitted so that the plan gives the
-KV pool the field measured (FIELD §4: Flash-Next ~1.0M tokens at 0.96; Qwen3.8-27B-FP8 851K
-in BF16, 1.67M in FP8), with the state figures above. `duck doctor` reads the real pool off vLLM's `/metrics` on the first GPU; where it
-disagrees, that figure is the one to change.
+the KV-cache dtype, speculative decoding, the context window and output cap, and its restart
+ladder. From it and the model's architecture (its config.json, or the shape the profile carries
+when no checkpoint is at hand) `plan()` derives what everything else uses: the KV pool in
+tokens, the slots (games holding a context at once), the context budget per game, vLLM's
+`--max-num-seqs`, and the host RAM plan with the tmpfs quota per kernel. The rule: no second
+hand-set number exists anywhere. The one figure a profile carries that no config gives is its
+runtime overhead, fitted so that the plan gives the KV pool the field measured; where `duck
+doctor` reads another pool off a real server, that figure is the one to change. How each
+quantity is derived, with its figures: docs/serving.md, "The memory plan".
 
 Pure arithmetic over numbers and one optional file read (the checkpoint's config.json): it
 sits beside the config (duck.config resolves its unset fields from the plan) and imports

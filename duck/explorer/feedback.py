@@ -1,32 +1,17 @@
 """Click feedback: marks some games draw around the last click for many actions.
 
-About 50 of the 246 community games (built from one template) draw a ring and a cross
-around the last click point and animate them for 8-20 renders; arcengine renders one frame
-per action, so the mark outlives the click by that many actions, whatever they are. To a
-state graph every click then leads to a new state and keys that do nothing look effective
-(they advance the ring): lights-out and sequencing puzzles were never solved (lo01-04,
-sq01-05, sy01-04: level 1 in none of 2 seeds).
-
-`ClickFeedback` finds out whether a game does this (it is never assumed) and then gives
-the explorer a view of the board with the mark painted out. Evidence of a mark:
-* a key (not a click) pressed right after a click changes pixels only near that click,
-  point-symmetrically (a ring grows or shrinks; a piece moved one step is not symmetric:
-  where it left shows the floor, where it arrived the piece), or
-* a click far from the last one puts the pixels near the last one back as they were, and
-  what the last click had drawn there looks like what an earlier click drew elsewhere
-  (the same (dy, dx, colour) entries, over different colours or over the floor);
-and either way the mark shows a colour no board had before the first click (r11l moves a
-piece to the clicked point: it looks like a mark moving from click to click, but was there
-before). Contrary cases count against (a key right after a click changes nothing near it,
-a far click leaves the last click's change in place). A game draws click feedback after 3
-pieces of evidence outnumbering the contrary ones 3 to 1; measured on the public games'
-records, none does.
-
-The mark itself is learned per phase (actions since the click) from the board around a
-click kept while only the mark moves, compared with how that place looks once the next
-far click has ended the mark; until a phase is learned, the pixels near the click in the
-mark's colours stand for it. The view paints each mark pixel with the most common colour
-of the nearest pixels outside the mark, so a click's own change to a cell stays visible.
+About 50 of the 246 community games draw a ring and a cross around the last click and animate
+them for 8-20 actions: to a state graph every click then leads to a new state and keys that do
+nothing look effective. `ClickFeedback` finds out whether a game does this (it is never
+assumed) and then gives the explorer a view of the board with the mark painted out. Evidence
+of a mark: a key right after a click changes pixels only near it, point-symmetrically, or a far
+click puts the pixels near the last one back as they were; either way in a colour no board had
+before the first click. A game draws click feedback after 3 pieces of evidence outnumbering the
+contrary ones 3 to 1 (on the public games' records, none does). The mark is learned per phase
+(actions since the click); until a phase is learned, the pixels near the click in the mark's
+colours stand for it. The view paints each mark pixel with the most common colour of the
+nearest pixels outside it, so a click's own change to a cell stays visible. The evidence and
+the games that shaped it: docs/explorer.md, "Inside", and experiments/LOG.md (2026-12-01).
 """
 
 from __future__ import annotations

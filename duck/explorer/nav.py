@@ -1,34 +1,16 @@
 """Object-centric play for keyboard games: walk the avatar to things that look like goals.
 
-Once the keys are seen to move one object (duck.explorer.avatar), a state is described by
-what matters for walking: the avatar's position on a lattice (its step) plus a key of the
-rest of the board (`world`: the board without the avatar, its box showing what was last
-seen under it, and without the HUD: the same wherever the avatar stands). The navigator
-* picks targets among the objects of the board: not the avatar, the HUD, the background,
-  the floor (a colour walked on that covers a tenth of the board), long walls or colours
-  that killed; rare and distinct colours first, colours that completed a level first of
-  all; a large object (a row of markers, a pad) is one target per lattice cell on it;
-* plans a path on the lattice (Dijkstra): a move already seen in this world costs 1 (or is
-  impossible when it was blocked: a blocked move is a wall, not a new state); an unseen
-  move costs 1 onto floor colours, 1.5 onto unknown ones, 3 more where the same move was
-  blocked before in another world or on the same line with no wall in sight (an invisible
-  limit), is impossible onto colours that killed, and ends the path onto wall colours
-  (touching a door is a test too); the colours are those the box sweeps (the leading
-  strip, gap included, so a corridor between two nodes counts);
-* pushes boxes onto pads first when walking into an object moved it (duck.explorer.push);
-* with no target left, walks to the nearest place never stood on (the frontier);
-* sends the path's first key and learns from every transition (whoever chose it): floor,
-  wall and deadly colours, blocked moves, targets touched (walked onto: done in this
-  world; bumped: may be tried from another side), colours that completed levels, and an
-  avatar that vanished under something drawn over it.
-Colours, keys, boxes and the avatar carry over to the next level. It hands the turn back
-to the graph search (duck.explorer) when nothing is left to walk to, when it walks in
-circles (a place chosen from five times in one world; or `loop` + 1 times since the graph
-search last saw a new state or a RESET, for boards where something else changes at every
-step, a timer or a ghost replaying a walk, so that no world repeats; the graph search tells
-it with `progress()`) or when the level's walking budget is spent (half of `budget` on
-level 1; then `budget` after a level it completed, a quarter after one the graph search
-completed).
+Once the keys are seen to move one object (duck.explorer.avatar), a state for walking is the
+avatar's position on a lattice (its step) plus a key of the rest of the board (`world`: without
+the avatar and the HUD, the same wherever the avatar stands). The navigator picks targets among
+the board's objects (rare colours first, colours that completed a level first of all), plans a
+path on the lattice (Dijkstra; a blocked move is a wall, not a new state), pushes boxes onto
+pads (duck.explorer.push), with no target left walks to the nearest place never stood on, and
+learns from every transition, whoever chose it. Colours, keys, boxes and the avatar carry over
+to the next level. It hands the turn back to the graph search (duck.explorer) when nothing is
+left to walk to, when it walks in circles (also where a timer changes the board at every step:
+`loop`, told by `progress()`), or when the level's walking budget is spent. The targets, the
+path costs and the circles in detail: docs/explorer.md, "Inside".
 """
 from __future__ import annotations
 

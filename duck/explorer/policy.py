@@ -1,44 +1,17 @@
 """The explorer: a non-LLM policy, the embedded default and the model-driven agent's fallback.
 
-It explores a graph of states, one graph per level (duck.explorer.graph). A state is the
-board with its HUD masked: the edge lines where counters live (step counters, move budgets,
-timers, lives) are learned from the first transitions (duck.explorer.vision.HudTracker),
-so two boards that differ only in a counter are one state. Each state offers candidate
-actions: the keyboard actions (ACTION1-5 in a seed-shuffled order; ACTION7, an undo in some
-games, later) and clicks, one per object, in tiers (small objects first, then the parts of
-large structures, then large parts, then background; never the HUD; duck.explorer.vision).
-
-Every step goes to the cheapest untried (state, action): cost = shortest-path distance
-through the known graph (BFS; a RESET is a 1-step edge back to the level's start) + the
-action's rank cost (duck.explorer.rank: what the action's class did elsewhere, novelty,
-predicted outcomes, dead tiles, twin clicks).
-An action that changed nothing (outside the HUD) is remembered per state and never retried.
-One that ended in GAME_OVER is not followed again, except earlier in a later attempt when
-GAME_OVERs keep coming after the same number of actions (a move budget, not the action,
-ended the game), or at a high cost once nothing else is left; then a seeded random action.
-
-In keyboard games the keys usually move one object: once the first moves show which
-(duck.explorer.avatar), the navigator (duck.explorer.nav) walks it to goal-like objects
-and pushes boxes onto pads (duck.explorer.push), planning on the avatar's lattice instead
-of the state graph. The graph search keeps learning from every transition and takes the
-turn back when its own choice is a promising non-move action right here (an untried SPACE,
-a click of a class that did something: `nav_yield`), when the navigator has nothing left
-to walk to, walks in circles (also while the rest of the board keeps changing: a place
-walked from a third time with no new state since: `nav_loop`), or has spent the level's
-walking budget; and for good once a click has changed something (a game played with the
-mouse: sc25 cast spells by clicking, and walking to its objects only reordered the search,
-losing levels on 2 seeds of 5).
-
-Once transitions show a mark drawn around the last click for many actions (a ring, a
-cross: duck.explorer.feedback), the explorer plays on a view of the board without it; a key
-that never changed anything in `key_give_up` tries goes behind every click.
-
-RESET is sent after GAME_OVER (the only useful action then), or when going back to the
-level's start is the shortest route to an untried action; never as a level's first action
-nor twice in a row (both would restart the whole game outside competition mode). A
-per-level action cap (`level_cap`) ends play on a hopeless level. Deterministic for a seed.
-
-`duck bench explorer` measures it on a games folder over several seeds.
+It explores a graph of states, one graph per level (duck.explorer.graph): a state is the board
+with its HUD masked (duck.explorer.vision.HudTracker), and every step goes to the cheapest
+untried (state, action), the shortest-path distance through the known graph plus the action's
+rank cost (duck.explorer.rank). In keyboard games whose keys move one object
+(duck.explorer.avatar), the navigator (duck.explorer.nav) walks it to goal-like objects and
+pushes boxes onto pads (duck.explorer.push); the graph search takes the turn back for a
+promising non-move action right here, or when the navigator walks in circles or spends its
+budget. Once transitions show a mark drawn around the last click (duck.explorer.feedback), it
+plays on a view of the board without it. RESET is sent after GAME_OVER or as the shortest route
+to an untried action, never as a level's first action nor twice in a row (both would restart
+the whole game outside competition mode). Deterministic for a seed. The rules in detail:
+docs/explorer.md, "Inside"; `duck bench explorer` measures it on a games folder over seeds.
 """
 
 from __future__ import annotations

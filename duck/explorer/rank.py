@@ -1,24 +1,14 @@
 """The explorer's rank costs: which untried action of a state comes first.
 
-Every step of the explorer (duck.explorer.policy) goes to the cheapest untried (state,
-action): cost = shortest-path distance through the known graph + the action's rank cost,
-computed here. The rank cost learns from what this game showed:
-* a class of action (a key, or the colours + shape of a clicked object) that never changed
-  anything elsewhere is pushed back; one that did is pulled forward; one that ran an
-  animation and came back to the same state (a pour, a program run: a "test" whose outcome
-  depends on the state) is pulled forward most, so it is tried again after each change;
-* an action predicted to lead to an already known state (it changes the same pixels, from
-  and to the same colours, as it last did elsewhere: a toggle back, a move back) is pushed
-  back, and so is a click already tried often on this level (novelty);
-* the colours of the clicks on a level's winning path are pulled forward on the next levels;
-* one click (same object, same place) that changed nothing in `spot_dud` states of a level
-  goes back, though its class responds elsewhere (ft09's fixed tiles look like its switches);
-  an animation that left the board as it was (a run button) counts as a response.
-* a click whose twin was already tried in this state goes back (`twin_cost`): two clicks
-  are twins once they led from one state to the same new state, until they ever do
-  different things (the ring and the centre of one button, two parts of one switch; a
-  segmentation sees two objects, the game one). Prediction (above) cannot tell this when
-  a click's change depends on the state (s5i5's buttons grow a bar wherever it ends).
+Every step of the explorer (duck.explorer.policy) goes to the cheapest untried (state, action):
+cost = shortest-path distance through the known graph + the action's rank cost, computed here
+from what this game showed: a class of action (a key, or the colours and shape of a clicked
+object) that never changed anything is pushed back and one that did pulled forward (an
+animation that came back to the same state most); an action predicted to lead to a known
+state, or a click tried often on this level, is pushed back; the winning path's click colours
+are pulled forward on later levels; a click that changed nothing in `spot_dud` states of a
+level, or whose twin was tried in this state (`twin_cost`), goes back. Each rule and the game
+that asked for it: docs/explorer.md, "Inside".
 
 RankCosts is mixed into Explorer: it reads the explorer's options and memory (graph, hud,
 rng, keys_order, carried, win_cls, reversal, last_akey, death_lengths), set by Explorer.

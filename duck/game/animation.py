@@ -2,32 +2,16 @@
 the object facts of any change from one board to another.
 
 `change_parts(before, after)`: the facts of a change, each true of the two boards (a checker
-proves it over the public games: `duck bench facts`). Objects are the 4-connected
-one-colour regions of each board. Each region that holds a changed cell is matched to the
-regions of the same colour that share cells with it on the other board, and so on until the
-group is closed; a group then reads:
-
-* one region -> one region of the same shape elsewhere: `moved: Y9px (10,12)->(10,15)`
-  ((top,left) of each; two regions of one shape that do not overlap are paired the same way,
-  nearest first, when one lost its colour in all its cells and the other gained it in all);
-* one -> one of another size: `resized: Y78px at (61,4) -> Y76px at (61,6)`; of the same size
-  but another shape: `reshaped: ...`; one -> several: `split`; several -> one: `merged`;
-  several -> several: `regrouped` (a side of more than 3 regions is written `5 Y regions (40px)`);
-* a region whose colour left all of its cells: `vanished: Y9px at (10,12)`; one whose colour
-  arrived in all of its cells: `appeared: Y9px at (10,12)`; both on the same cells:
-  `recoloured: b80px at (16,24) -> R`;
-* a group with a region over SPRITE_MAX cells (walls, floors): its colour under `large regions
-  changed`;
-* a group that lies wholly in the HUD border (the outer HUD_BORDER rows and columns: move
-  counters, timers, life bars): not listed; the border's change is one `HUD:` part, its cells
-  changed and the counts of cells there of up to 3 colours whose count changed, fewest first
-  (`HUD: 2 cells changed, W 64 -> 62 cells`).
-
-The first part, `N cells changed in rows a-b, cols c-d`, counts the cells changed away from
-the HUD border and bounds them. `summarize_animation(before, frames)` adds the frame count and
-what was visible only mid-way; runs inside the kernel's worker after every action. An action
-that completed a level (its frames carry a higher `level`) is described up to its last frame
-before the switch to the next level, the board that completed the level (DESIGN §1b).
+proves it over the public games: `duck bench facts`). Objects are the 4-connected one-colour
+regions of each board; each region holding a changed cell is matched to the same-colour regions
+sharing cells with it on the other board until the group is closed, and a group is one fact
+(moved, resized, reshaped, split, merged, regrouped, vanished, appeared, recoloured; regions
+over SPRITE_MAX cells by colour only; the formats: docs/agent.md). The HUD border (the
+outer HUD_BORDER rows and columns) is one `HUD:` part, and the first part counts and bounds
+only the cells changed away from it. `summarize_animation(before, frames)` adds the frame count
+and what was visible only mid-way; it runs inside the kernel's worker after every action. An
+action that completed a level is described up to its last frame before the switch to the next
+level, the board that completed the level (DESIGN §1b).
 """
 
 from __future__ import annotations
@@ -172,7 +156,8 @@ def _hud(b: np.ndarray, a: np.ndarray, changed: np.ndarray, band: np.ndarray) ->
 
 def change_parts(before: Any, after: Any, border: int = HUD_BORDER) -> list[str]:
     """The facts of the change from `before` to `after` (boards of one shape that differ; each
-    a `Frame`, whose cached segmentation is reused, or an array): see the module docstring."""
+    a `Frame`, whose cached segmentation is reused, or an array), one part per group of regions;
+    each part's format: docs/agent.md, "The facts of a change"."""
     b, a = grid_of(before), grid_of(after)
     changed = b != a
     n_changed = int(changed.sum())

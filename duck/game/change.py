@@ -1,40 +1,18 @@
 """What a call's actions did to the board, as facts: the net change of the whole call, and
 which animation frames hold what the final board lost.
 
-The model sees one turn per acting call, and a call may play a batch of 30 actions. Before
-this module the turn reported the *last* transition of the batch (a 30-action batch came out
-as "2 cells changed in rows 61-62": its blocked final RIGHT touching the HUD). Here:
+The model sees one turn per acting call, and a call may play a batch of 30 actions, so the turn
+reports the call's net change (`net_change`: from the board before its first action to the board
+after its last), never its last transition alone. `Step` is one executed action as the host saw
+it (duck.sandbox.actions.CallActions.steps). The HUD border is the `border` outermost rows and
+columns (4 in the field's harness, FIELD §3): move counters, timers and life bars change there
+on every action, so a change only there is not a change of the puzzle.
 
-* `Step`: one executed action as the host saw it: the board before, every frame it returned
-  (the last is the new board), the state and levels after. The host collects a call's steps
-  (duck.sandbox.actions.CallActions.steps).
-* `net_change(before, after, border)`: the whole call's change, from the board before its
-  first action to the board after its last: cells, objects moved / appeared / vanished (the
-  animation summary's matching, duck.game.animation.change_parts) and whether anything changed
-  away from the HUD border.
-* The HUD border: the `border` outermost rows and columns (4 in the field's harness, FIELD §3:
-  "changed anywhere vs changed away from a 4-cell border (HUD bars)"). Move counters, timers and
-  life bars live there and change on every action; a change only there is not a change of the
-  puzzle.
-
-Animation frames that hold lost information, precisely. An action played from board `b`
-returns frames f_1..f_n, f_n the new board `a`. A *transient* cell of a mid frame f_i (i < n)
-is a cell away from the HUD border whose colour in f_i is neither its colour in `b` nor in `a`.
-f_i *holds information the final frame lost* when it has at least one transient cell AND it
-differs from `b` in more cells (away from the border) than `a` does. The first condition alone
-also takes every in-between position of a slide or a fall (bp35: 143 of 154 recorded actions),
-which shows only where a moving piece passed; the second is the field's rule (an in-between
-board that differs from the start more than the final board does, FIELD §3); together they keep
-flashes, pieces that appear and vanish again, and effects that undo themselves.
-`informative_frames` finds them; `pick_frames` chooses up to K of a call's (greedily the one
-showing the most transient cells in a colour not shown there yet, then in play order).
-
-A level-up. The action that completed a level (`completed_at`; the host plays none after it in
-the call) returns frames ending on the next level's first board; the board that completed the
-level is the frame before (`up_to_win`). Given the levels completed before the call, the
-animation line says so, and `pick_frames` and the line measure that action's mid frames
-against the board that completed the level, its frames first (the turn that asks the model for
-the level's rule); the turn shows that board and the net change up to it (duck.agent.turn).
+A mid frame f_i of an action from board `b` to `a` *holds what the final frame lost* when it has
+a transient cell (away from the border, in a colour neither `b` nor `a` has there) AND differs
+from `b` in more cells than `a` does: the first alone takes every in-between position of a slide
+(bp35: 143 of 154 recorded actions), the second is the field's rule (FIELD §3). `pick_frames`
+chooses up to K of a call's; a level-up is measured up to the board that completed the level.
 """
 
 from __future__ import annotations

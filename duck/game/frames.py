@@ -5,23 +5,9 @@ kernel (DESIGN §3). Its public surface is the Duck's (`.ascii`, `.segmentation`
 `.level`, `.shape`, `str()` = `AsciiFrameView(level=L, step=S, shape=64x64)`) so the Duck's
 recorded code runs unchanged, plus `.grid`, a read-only numpy array.
 
-`segment_with_labels(grid)` reproduces the Duck's segmentation bit for bit, because recorded snippets
-compare hashes and click on boundary corners copied from earlier output
-(../shared/duck-traces/README.md, "Sandbox API"):
-
-* nodes are the 4-connected equal-colour regions, numbered in row-major order of their
-  first cell; keys in the order id, color, hash, pixels, boundary, children;
-* `hash`: sha1 of `repr((letter, sorted cells relative to the bbox corner))`, 16 hex digits;
-* `boundary`: Moore-neighbour contour (clockwise, scan from NW after the W backtrack, stop
-  when the start is left again towards the second cell, iteration cap 8*pixels+16), reduced
-  to the cells where the direction changes;
-* `children`: B encloses A when A's first cell cannot reach the board edge outside B; A's
-  parent is its encloser that has the most enclosers itself (ties: lower id);
-* `adjacency_list`: sorted unique `[i, j]` pairs of regions sharing an edge.
-
-The Duck computed containment with one flood fill per region (~1 s on a busy board); here
-it comes from one depth-first search of the region graph (articulation points relative to
-a virtual "outside" node), which gives the same enclosers in a few milliseconds.
+`segment_with_labels(grid)` reproduces the Duck's segmentation bit for bit (its format:
+docs/agent.md), because recorded snippets compare hashes and click on boundary corners copied
+from earlier output (../shared/duck-traces/README.md, "Sandbox API").
 
 Connected components live in duck.game.regions, animation summaries in duck.game.animation.
 
@@ -172,8 +158,9 @@ def _enclosers(n: int, edges: np.ndarray, on_edge: np.ndarray) -> list[list[int]
 
 
 def segment_with_labels(grid: np.ndarray) -> tuple[dict[str, Any], np.ndarray]:
-    """The Duck's segmentation of one board (`Frame.segmentation`, see the module docstring),
-    and the region id of every cell (an int32 array like the grid)."""
+    """The Duck's segmentation of one board (`Frame.segmentation`), bit for bit (its format:
+    docs/agent.md, "The board's segmentation"), and the region id of every cell (an int32 array
+    like the grid)."""
     g = np.clip(np.asarray(grid), 0, 15).astype(np.int8)
     h, w = g.shape
     labels, n = label_regions(g)

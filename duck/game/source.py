@@ -187,6 +187,15 @@ def matches(game_id: str, names: Iterable[str]) -> bool:
     return game_id in names or game_id.split("-")[0] in names
 
 
+def offline_game_ids(games_dir: str | Path, only: Iterable[str] | None = None) -> list[str]:
+    """The ids of an environments folder's games that `only` names (all without it); GameError
+    (one line) when the folder is missing, a name matches no game, or it holds none."""
+    ids = GameSource.offline(games_dir).game_ids(only)
+    if not ids:
+        raise GameError(f"no games found under {games_dir}")
+    return ids
+
+
 class GameSource:
     """A set of games reachable through one `Arcade` and one scorecard."""
 
@@ -243,7 +252,11 @@ class GameSource:
             return ids
         unknown = [n for n in only if not any(matches(g, [n]) for g in ids)]
         if unknown:
-            raise GameError(f"no game named {', '.join(unknown)} among {len(ids)} games")
+            from difflib import get_close_matches
+            names = ids + sorted({g.split("-")[0] for g in ids})  # the ids and their 4-letter prefixes
+            near = get_close_matches(unknown[0], names, n=3)
+            raise GameError(f"no game named {', '.join(unknown)} among {len(ids)} games"
+                            + (f" (did you mean {', '.join(near)}?)" if near else ""))
         return [g for g in ids if matches(g, only)]
 
     def open_scorecard(self, tags: list[str] | None = None) -> str:

@@ -10,42 +10,10 @@
     finally:
         run.finish()                   # scorecard closed, vLLM stopped, outputs written
 
-Mode: during the competition rerun Kaggle sets `KAGGLE_IS_COMPETITION_RERUN`; the games
-are then reached through the gateway (`kaggle.gateway_url`, COMPETITION mode, one
-scorecard, one make() per game) and the gateway writes `submission.parquet` itself. Any
-other run (Save & Run All, a draft session) is interactive: it plays the public games
-offline from the competition's `environment_files/` and writes a placeholder
-`submission.parquet`, which Kaggle requires for the notebook to be submittable.
-
-The boot order: the server starts first (~9 minutes to be ready on Flash-Next, FIELD §4),
-and that time goes to what costs no action: the gateway's list, the scorecard, every game
-made ahead (duck.kaggle.prepare). A serving plan that does not fit the card starts nothing:
-the explorer plays.
-
-The policy: `play.policy` when set (`DUCK_PLAY__POLICY`: a name or `FILE.py:Class`), else
-the one packed into the wheel dataset (`kaggle-dataset/build.py --policy`, its sha256
-verified first: duck.kaggle.inputs), else the model agent. A policy other than the model
-agent starts no server; a user's plays inside the fallback and the runner's time limits.
-
-Nothing here may stop the notebook: every step catches what goes wrong, logs it, keeps it
-in `summary.json` and degrades. The model server (duck.kaggle.serving) is restarted after a
-crash or a wedge while time allows, each boot one rung of the profile's restart ladder (every
-boot in `summary.json`'s `model.boots`); meanwhile the model games park. No model server (it
-did not come up, or died with no time for another boot): the games are played by the
-explorer. A game that raises is recorded with its
-error and the others go on. The games end `kaggle.margin_s` before the notebook's budget
-(`kaggle.budget_s` in the rerun, `kaggle.interactive_budget_s` otherwise), and whatever
-happened the scorecard is closed and vLLM stopped.
-
-Outputs (under `kaggle.working_dir`, which Kaggle keeps): `submission.parquet` (interactive
-only), `duck/records/<game>.jsonl`, `duck/conversations/<game>.jsonl.gz` (every message of
-each game the model played: the only way to study a rerun; duck.play.conversation),
-`duck/score.json` (interactive), `duck/summary.json`, `duck/run.log`, `duck/vllm.log`.
-
-The steps are here; what they rely on: `duck.kaggle.inputs` (the mode, the config, the inputs,
-vLLM's offline install, the packed policy), `duck.llm.health` (the model-down flag, the probe),
-`duck.kaggle.play` (the gateway wait, the runner, the pool), `duck.kaggle.outputs` (summary.json,
-run.log, the placeholder submission), `duck.kaggle.notebook` (notebook.ipynb from notebook.py).
+The rule: nothing here may stop the notebook. Every step catches what goes wrong, logs it, keeps
+it in `summary.json` and degrades (no model server: the explorer plays; a game that raises is
+recorded, the others go on). Modes, policy, restarts, outputs: docs/kaggle.md. The steps rely on
+duck.kaggle.inputs, .play, .outputs and .serving, and duck.llm.health.
 """
 
 from __future__ import annotations

@@ -1,30 +1,17 @@
 """The notebook's model server across its boots: start, wait, watch, restart on the ladder.
 
-`Supervisor` owns the `vllm serve` process of a notebook run (duck.kaggle.run delegates to
-it) and the health flag the games read (duck.llm.health):
-
-* **Boots climb the ladder.** Each boot serves one rung of the profile's restart ladder
-  (duck.config.profiles.LADDER, duck.config.at_rung: 0 as planned, 1 MTP off, 2 MTP off with
-  PIECEWISE graphs, 3 MTP off and eager); the first is `kaggle.start_rung` (what `duck doctor
-  --soak` decided). A boot that did not come up, or that crashed or wedged within
-  `kaggle.climb_within_s` of being ready, sends the next boot one rung up; a crash later in
-  the run restarts on the same rung. The top rung is the last.
-* **Restarts as long as time allows.** After a crash or a wedge (the process ended, or
-  `kaggle.health_failures` one-token probes failed in a row) the server restarts while the
-  games' time left exceeds a boot (the longest boot of this run, else
-  `model.serve.ready_timeout_s`) plus `kaggle.restart_min_left_s` of play, and
-  `kaggle.restart` is on. Meanwhile the flag says "coming back" and the model games park
-  (duck.policies.Parking); when no restart can come in time it says "gone" and the explorer
-  takes them.
-* **MTP only when it works.** On a rung that drafts MTP tokens, once the server has generated
-  `kaggle.mtp_check_tokens` tokens the spec-decode counters of its `/metrics`
-  (duck.llm.metrics) say how many tokens an engine step yields; below
-  `kaggle.min_mtp_tokens_per_step` (an untrained draft head: ~1.5 or less) the server is
-  restarted one rung up (MTP off).
-* **Every boot is recorded** (`Boot`, in summary.json's `model.boots` and run.log): its rung,
-  the rung's settings, when it started, how long it took to be ready, its uptime, how it
-  ended, and the last lines of vllm.log that name the cause (an Xid, an illegal memory
-  access, out of memory, a traceback).
+`Supervisor` owns the `vllm serve` process of a notebook run (duck.kaggle.run delegates to it)
+and the health flag the games read (duck.llm.health). Each boot serves one rung of the profile's
+restart ladder (duck.config.profiles.LADDER), the first `kaggle.start_rung` (what `duck doctor
+--soak` decided); a boot that fails, or crashes or wedges within `kaggle.climb_within_s` of
+being ready, sends the next one a rung up, and a later crash restarts the same rung. After a
+crash or a wedge the server restarts while the games' time left exceeds a boot plus
+`kaggle.restart_min_left_s` of play; meanwhile the flag says "coming back" and the model games
+park (duck.policies.Parking), and when no restart can come in time it says "gone" and the
+explorer takes them. On a rung with MTP, below `kaggle.min_mtp_tokens_per_step` tokens a step
+(its /metrics: duck.llm.metrics) the server restarts a rung up. Every boot is a `Boot` in
+summary.json's `model.boots` and run.log. The rules in full: docs/serving.md, "Restarts in
+the notebook".
 """
 
 from __future__ import annotations

@@ -1,58 +1,16 @@
 """Paired A/B statistics over games: what `duck ab`, `duck ab-stats` and the calibration use.
 
 The data are scores (percent, as duck.play.scoring) of two arms, A (the baseline) and B (the
-variant), keyed by game and pass. A pass of arm A and the same pass of arm B form a *pair*:
-same game, same seed, run interleaved under the same conditions. Everything is B − A.
-
-Games are the unit
-------------------
-A competitor asks whether B will do better on the hidden games, games like these but not
-these. The passes of one game are not independent evidence about that: a near-deterministic
-policy repeats the same difference on every pass (one changed game would count as three coin
-flips). So every decision is made on one number per game, its mean paired difference d_g:
-
-* `delta`: the mean of d_g over games. Every game weighs the same, whatever its number of
-  passes, like the official score (a mean over games).
-* `p_value` (the decision): two-sided sign-flip test over games. Null: each game's mean
-  difference is as likely to be +x as −x (B no better and no worse than A on games like
-  these). The mean is recomputed with the games' signs flipped at random (all 2^m patterns
-  when at most 16 games differ, else `n_perm` random ones, p = (1 + hits) / (1 + n_perm));
-  tied games (d_g = 0) carry no information. `significant` and the page's banner follow it.
-* `ci95`: percentile bootstrap over games (whole games resampled with replacement): where
-  `delta` would fall for another draw of games like these. The percentiles are widened for
-  small samples (Hesterberg's "expanded percentile": tail areas of a t-interval's width).
-* `p_value_pairs` (secondary, labelled so on the page): the sign-flip over pairs. Null, the
-  sharp one: B changes nothing in any run of these very games, so each pair's difference is
-  as likely + as −. It says whether B did anything here, not whether it helps elsewhere, and
-  it counts a game's repeated difference once per pass.
-* per game: the mean difference, its t-interval over passes (none with a single pass), and
-  wins/losses/ties of B over A per pair; overall wins/losses/ties count games.
-
-Assumptions (what makes these numbers mean what they say)
--------------------------------------------------------------
-1. Games as a sample: the played games stand for a population of games like the hidden ones,
-   independently of one another; under the null each d_g is symmetric about 0. The test is
-   then exact whatever the (skewed, zero-inflated, heavy-tailed) shape of the scores.
-2. Pairs share conditions (same seed, same game, interleaved in time, same server load) and
-   nothing couples one game to another (no state carried between games or passes).
-3. Resolution: with m games that differ, the smallest two-sided p is 2/2^m: fewer than 6
-   differing games can never reach 5% (2/32 = 0.0625), whatever the effect. That is the
-   honest answer: five games are five observations.
-4. Adaptive passes (`duck ab --max-passes`) add passes to games whose difference is within
-   noise; the decision looks at the data, so the p-value is only approximately exact.
-5. Calibration (`duck bench calibration`: random A/A splits of the Duck's 10 passes
-   of the 25 public games, 1000 splits, alpha 0.05; see experiments/LOG.md, 2026-12-02, issue 39):
-   rejected under A/A (false positives; ±1.4% each): over games (the decision) 6.8% with 3
-   passes per arm, 4.1% with 5, 5.0% adaptive 3..5 (seeds 1 and 2: 5.0/5.7%, 4.5/4.5%,
-   5.5/5.3%: 5.8%, 4.4%, 5.3% pooled over 3000 splits); over pairs 5.8%, 3.4%, 6.3%. Power
-   of 25 games, a uniform +0.3 points: 17% (3 passes), 28% (5 passes); +1.0: 77%, 88% (over
-   pairs: 13%, 18%; 75%, 90%). The bootstrap interval misses 0 in 8.8% (3 passes) and 5.9%
-   (5 passes) of A/A splits: decide by `p_value`, read `ci95` as the size.
-6. Multiple comparisons: the per-game intervals are 95% each; among 25 games about one will
-   exclude 0 by chance. Judge a change by `delta`, `ci95` and `p_value`.
-7. Time: the Duck's passes 0-4 score higher than its passes 5-9 (1.95 vs 1.36; 5-9 ran in
-   later waves), so runs made at different times are not exchangeable. That is why `duck ab`
-   interleaves A and B; never compare an arm with an old run.
+variant), keyed by game and pass; a pass of A and the same pass of B form a *pair* (same game,
+same seed, run interleaved). Everything is B − A. The rule: games are the unit. A competitor
+asks whether B will do better on games like these but not these, and a near-deterministic
+policy repeats one difference on every pass, so every decision is made on one number per game,
+its mean paired difference d_g: `delta` (their mean), `p_value` (the decision: a two-sided
+sign-flip over games), `ci95` (a bootstrap over whole games, widened for small samples);
+`p_value_pairs`, the sign-flip over pairs, is secondary (the sharp null: B changes nothing in
+these very runs). Per game: the mean difference, its t-interval over passes, wins/losses/ties.
+Each test's null and method, the assumptions that make the numbers mean what they say, and the
+A/A calibration: docs/ab.md.
 """
 
 from __future__ import annotations

@@ -1,34 +1,17 @@
 """The served model's chat template, rendered as vLLM applies it: the one renderer (stub, export).
 
 `ChatTemplate.render(messages, tools, preserve_thinking, thinking)` gives the prompt text vLLM
-would feed the model, and its image count, so that a server can count prompt tokens and
-emulate the prefix cache on the real layout:
-
-* the template is the served model's, read at run time: by default Qwen3.8's
-  (`../shared/qwen3.8/chat_template.jinja`, byte-identical for Flash-Next and Qwen3.8-27B, the
-  default profiles); `QWEN36_TEMPLATE` is Qwen3.6's (the pinned vLLM 0.19's conformance runs).
-  `DUCK_SHARED_DIR` moves ../shared; `DUCK_CHAT_TEMPLATE` or a path given to `ChatTemplate`
-  names the file; it is never copied into the repository. When it is absent, a logged warning
-  and the old approximation of Qwen3.6's layout (`render_approx`) stand in, so a checkout
-  without ../shared still runs;
-* it is compiled as transformers' `apply_chat_template` does (a sandboxed jinja2
-  environment with `trim_blocks`, `lstrip_blocks`, loop controls, `raise_exception`,
-  `strftime_now` and a `tojson` that keeps non-ASCII and does not escape HTML);
-* the messages go through what the pinned vLLM (0.33) does before the template
-  (renderers/chat_utils): a content list stays a list of parts in its own order, a text part
-  as `{"type": "text", "text": ...}`, an image as `{"type": "image"}` (`ordered_content`;
-  vLLM 0.19 flattened it to one string with the image placeholders first, `string_content`,
-  which the approximation without a template still uses); past tool-call arguments are
-  `json.loads`ed (a failure is an HTTP 400 here: 0.19 answered so, 0.33 coerces them to `{}`
-  with a warning, and neither is what the agent should send), and a past reply's reasoning is
-  read from `reasoning` (or `reasoning_content`) and handed to the template as
-  `reasoning_content`;
-* the kwargs are the request's `chat_template_kwargs` with `add_generation_prompt=True`.
-
-Every image renders as the same `<|vision_start|><|image_pad|><|vision_end|>`; vLLM's prefix
-cache tells images apart by their content hash, so `keyed` returns the text with each
-image's hash after its pad, which is what prefix comparisons use.
-
+would feed the model, and its image count, so that a server can count prompt tokens and emulate
+the prefix cache on the real layout. The template is the served model's, read at run time
+(Qwen3.8's, `../shared/qwen3.8/chat_template.jinja`, by default; `QWEN36_TEMPLATE` is Qwen3.6's;
+`DUCK_SHARED_DIR`, `DUCK_CHAT_TEMPLATE` or a path name another) and never copied into the
+repository; without it a logged warning and the old approximation of Qwen3.6's layout
+(`render_approx`) stand in. The rule: render exactly what the pinned vLLM (0.33) renders: the
+template compiled as transformers' `apply_chat_template` compiles it, the messages prepared as
+vLLM's chat_utils prepares them (`ordered_content`), the request's `chat_template_kwargs` with
+`add_generation_prompt=True`. Each step, and where vLLM 0.19 differed: docs/testing.md, "The
+renderer". `keyed` returns the text with each image's content hash after its pad (every image
+renders as the same pad, and vLLM's prefix cache tells them apart by hash).
 """
 
 from __future__ import annotations

@@ -1,48 +1,19 @@
 """`duck serve`: the vLLM server for the serving profile (duck.config.profiles), as a supervised child.
 
 `command(serve, name)` builds the `vllm serve` command line of the profile the config was
-resolved with (DESIGN §1c, FIELD §4; `model.profile`: flash-next, qwen3.8-27b, qwen3.6-27b).
-Each flag, as named in vLLM 0.33's engine arguments:
+resolved with (`model.profile`; DESIGN §1c, FIELD §4): the tool-call and reasoning parsers,
+prefix caching (the agent's prompts are prefix-stable), the memory plan's limits, MTP only where
+the checkpoint holds its drafter (duck.llm.drafter), the settings the field found stable on the
+RTX Pro 6000, the rung of the restart ladder (`--rung N`), and `--chat-template` only when the
+model folder's template lacks the `preserve_thinking` branch (`pick_chat_template`). The image
+processor's cap (`MAX_PIXELS`: boards are at most 640 x 640) keeps vLLM from profiling a
+4096 x 4096 dummy image at start-up. Every flag and why: docs/serving.md, "The flags". The rule:
+the pinned vLLM's own parser reads every flag here for every profile (tests/conformance), and a
+plan that does not fit the card is an error (exit 2) before anything starts, `--dry-run` too.
 
-* `--tool-call-parser qwen3_coder --enable-auto-tool-choice`: Qwen3.6/3.8 and Flash-Next
-  write tool calls in the XML-like `<function=python><parameter=code>` format that parser reads;
-* `--reasoning-parser qwen3`: thinking comes back separately (`reasoning`), not in content;
-* `--enable-prefix-caching`: the agent's prompts are prefix-stable (duck.agent.context). On
-  these hybrids (Gated DeltaNet + attention) vLLM 0.33 derives the DeltaNet state's "align"
-  caching from it: a hit resumes from a state checkpoint at a prompt's end or on the block
-  grid, which `--prefix-match-unit` (ServeConfig.prefix_match_unit) can make finer;
-* `--enable-prompt-tokens-details`: `cached_tokens` in `usage`, the records' cache hit rate;
-* `--max-model-len`, `--gpu-memory-utilization`, `--max-num-seqs`, `--kv-cache-dtype`: the
-  profile's memory plan (duck.config.profiles.plan: FP8 KV except on Qwen3.6, vllm#26646);
-* `--speculative-config '{"method": "mtp", "num_speculative_tokens": N}'`: the native MTP head,
-  only where the checkpoint holds its tensors (duck.llm.drafter: else served without, said so);
-* `--engram-config '{"cpu_offload": true}'`: Flash-Next's n-gram table in host RAM;
-* `--stream-interval 1`: a chunk per token. Larger intervals made 0.19's streaming tool
-  parser lose calls (ServeConfig.stream_interval; tests/conformance measures 0.33);
-* `--mm-processor-kwargs '{"max_pixels": N}'`: the image processor's cap (boards are at most
-  640 x 640; without it vLLM profiles a 4096 x 4096 dummy image at start-up);
-* `--default-chat-template-kwargs '{"preserve_thinking": true}'`: for requests that send none;
-* what the field found stable on the RTX Pro 6000 (runs wedged or crashed after 8-42 min
-  otherwise): `--max-num-batched-tokens 8192`, the CUTLASS FP8 GEMM for the FP8 checkpoints (`--linear-backend cutlass`), and the PyTorch top-k/top-p sampler instead
-  of FlashInfer's (`VLLM_USE_FLASHINFER_SAMPLER=0`: FlashInfer's multi-CTA top-k kernel
-  livelocked Qwen3.6 under prefill bursts, vLLM issues #43885 and #49203);
-* the restart ladder (duck.config.profiles.LADDER; `--rung N`): MTP off, then piecewise CUDA graphs
-  (`--compilation-config '{"cudagraph_mode": "PIECEWISE"}'`), then `--enforce-eager`;
-* `--limit-mm-per-prompt '{"image": N, "video": 0}'`: one board image per turn in history;
-* `--chat-template`: only when the model folder's template lacks the `preserve_thinking`
-  branch (`pick_chat_template`): without it past thinking is dropped at every new user
-  message and every turn misses the prefix cache; the team's copy of the profile's template
-  (qwen3.8 or qwen3.6) is served instead.
-
-The pinned vLLM is 0.33.0 (torch 2.14, CUDA 13); its own argument parser reads every flag
-here for every profile in tests/conformance (pytest -m vllm). A plan that does not fit the
-card (duck.config.profiles.Plan.problems) is an error before anything starts: `duck serve` (and
-`--dry-run`, which prints the argv and the plan) exits 2 with it.
-
-`VLLMServer` starts it in its own process group with its output in a log file, is ready
-when `/v1/models` lists the model and a smoke chat succeeds, notices a crash (the process
-exited, with the log's tail in the error) and stops cleanly (SIGTERM to the group, then
-SIGKILL). Several GPUs: one server per GPU (`CUDA_VISIBLE_DEVICES`), ports counting up.
+`VLLMServer` starts it in its own process group with its output in a log file, is ready when
+`/v1/models` lists the model and a smoke chat succeeds, notices a crash (the log's tail in the
+error) and stops cleanly (SIGTERM to the group, then SIGKILL). Several GPUs: one server per GPU.
 """
 
 from __future__ import annotations

@@ -1,25 +1,17 @@
 """Token counts of the messages the agent sends: the server's own, estimates only where it cannot say.
 
 The context (duck.agent.context) decides a trim before it sends, so it needs each message's
-tokens as the served model counts them: its chat template around the message and its
-tokenizer over the text (Qwen3.8's tokenizer is not Qwen3.6's, and chars/token differs by
-kind: English 3.5-4.2, code 2.2-2.7, tool results 1.0-1.6 on that tokenizer, ../shared/FIELD.md
-§3), images included.
+tokens as the served model counts them, template and images included (chars per token differ by
+kind: English 3.5-4.2, code 2.2-2.7, tool results 1.0-1.6 on Qwen3.8's tokenizer, FIELD.md §3).
 
-* `TokenCounter.count(message)`: the server's count, from vLLM's `/tokenize` (POST `{base}/tokenize`
-  with `messages`; it renders the chat template and, from vLLM 0.17 on, expands each image's
-  placeholder through the multimodal processor). A message alone is no valid chat (the template
-  wants a user query), so it is counted as `[probe, message]` minus `[probe]` for one short user
-  probe (the system message as `[message, probe]`, with the tools: their header is its). Asked once per message content (a hash of the message is the cache key), so a
-  turn's new messages cost a few small requests and a history never goes back to the server.
-  The boundary between two messages differs by a few template tokens from the real prompt
-  (consecutive tool results share one user block); the server's `usage` of each request
-  re-anchors the total (duck.agent.context).
-* `Estimator`: where the server cannot count (no `/tokenize`, an error), tokens from
-  characters per kind — `text` (user text, the model's content and reasoning), `code` (tool
-  call arguments), `tool` (tool results), `image` (the vision tokens its size implies) — plus a
-  per-message overhead, each rate fitted by ridge least squares to every exact count seen: the
-  server's per-message counts and the `usage` differences between consecutive requests.
+* `TokenCounter.count(message)`: vLLM's `/tokenize` (POST `{base}/tokenize` with `messages`). A
+  message alone is no valid chat (the template wants a user query), so it is counted as
+  `[probe, message]` minus `[probe]` for one short user probe (the system message as
+  `[message, probe]`, with the tools). Asked once per message content (a hash is the cache key);
+  each request's `usage` re-anchors the total (duck.agent.context).
+* `Estimator`: where the server cannot count (no `/tokenize`, an error), tokens from characters
+  per kind (`text`, `code`, `tool`, `image`) plus a per-message overhead, each rate fitted by ridge
+  least squares to every exact count seen (per-message counts, `usage` differences).
 """
 
 from __future__ import annotations

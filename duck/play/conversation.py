@@ -48,7 +48,6 @@ import base64
 import gzip
 import json
 import logging
-import os
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -57,6 +56,7 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
+from duck.files import replacing
 from duck.game.frames import grid_png
 from duck.game.images import png_size
 from duck.game.images import render as render_image
@@ -213,10 +213,9 @@ class ConversationWriter:
         try:
             self._f.close()
             gz = self.path.with_name(self.path.name + ".gz")
-            tmp = gz.with_name(gz.name + ".part")
-            with open(self.path, "rb") as src, gzip.open(tmp, "wb", compresslevel=6) as dst:
+            with (replacing(gz) as tmp, open(self.path, "rb") as src,
+                  gzip.open(tmp, "wb", compresslevel=6) as dst):
                 shutil.copyfileobj(src, dst)
-            os.replace(tmp, gz)
             self.path.unlink()
             return gz
         except OSError as e:  # the live file is still there and readable

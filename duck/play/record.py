@@ -1,29 +1,17 @@
 """Per-game JSONL run records, written and flushed line by line as play happens.
 
-A record is the single source of truth for a game run: the score, the report and the
-replays are computed from it without re-running anything. A run killed mid-game keeps
-every line up to its last action, because each line is flushed before the next action
-is sent.
+A record is the single source of truth for a game run: the score, the report and the replays
+are computed from it without re-running anything. The rule: each line is flushed before the
+next action is sent, so a run killed mid-game keeps every line up to its last action.
 
-Lines (one JSON object each, `"type"` first):
-
-* `header`: game id, title, baselines, win_levels, policy, seed, config, versions, start time
-  and the initial board (`grid`).
-* `action`: `i` (actions so far, RESETs included), `action` ([id] or [6, x, y]),
-  `frames` (animation length), `hash` (of the final grid), `grid` (compact final grid, only
-  when it differs from the previous line's), `anim` (the animation's frames before the final
-  one, `pack_grid`, only when there are some), `levels`, `state`, `t` (seconds since
-  start), and optional `info` (anything the policy wants kept, e.g. the model turn, the
-  explorer's or a user policy's reason).
-* `event`: something worth keeping that is not an action (an error, a refused action, a
-  model-server failure, notes at a level's end): `kind`, `message`, optional `data`.
-* `end`: `reason`, `levels`, `actions`, `state`, `t`.
-
-Reading is forgiving and says so: a garbage or torn line anywhere is skipped and named in
-`Record.problems`, and every valid line after it is kept; a file that cannot be read at all
-becomes, in `read_records`, a record of that game with state ERROR and the problem, so one
-bad file never hides the others. Header fields registered in `HEADER_EXTRAS` by a higher
-layer (the sandbox's isolation report) are added to every header written.
+Lines (one JSON object each, `"type"` first): `header` (the game, its baselines, the policy,
+seed, config, versions and the initial board), `action` (one per action: its number, the action,
+the final board when it changed, the animation's frames before it, levels, state, time, the
+policy's `info`), `event` (what is worth keeping and is not an action: `kind`, `message`, `data`)
+and `end`. Every field: docs/runs.md, "Records". Reading is forgiving and says so: a garbage or
+torn line is skipped and named in `Record.problems`, the lines after it kept; a file that cannot
+be read becomes, in `read_records`, a record with state ERROR. Header fields registered in
+`HEADER_EXTRAS` by a higher layer (the sandbox's isolation report) go into every header written.
 """
 
 from __future__ import annotations

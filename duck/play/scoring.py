@@ -1,26 +1,15 @@
 """Official ARC-AGI-3 scoring computed from run records.
 
-The same arithmetic as `arc_agi.scorecard` (checked against it in tests):
+The same arithmetic as `arc_agi.scorecard` (checked against it in tests): a completed level
+scores min(115, 100·(baseline / actions)²), all actions spent on it counted; a game is the
+level-index-weighted mean over all its levels, capped at the weight share of the completed ones;
+the total is the mean over games, in percent, like the leaderboard.
 
-* a completed level scores min(115, 100·(baseline / actions)²), where `actions` are all
-  actions spent on that level, failed attempts and RESETs included;
-* a game is the level-index-weighted mean over *all* its levels (weight 1 for level 1, 2
-  for level 2, …; uncompleted levels score 0), capped at the weight share of the completed
-  levels (so 115% efficiency cannot buy unplayed levels);
-* the total is the mean over games. Percent units, like the leaderboard (Duck: 1.60).
-
-`score.json` keeps, beside our score, the toolkit's own scorecard (`toolkit_score`, overall
-and per game, from the `scorecard` event the host writes at each game's end) and flags every
-game where the two disagree (`disagrees`: [game ids], and `toolkit_disagrees` per game), so
-a record that does not tell the truth cannot raise a score unnoticed. Records with skipped
-lines or that could not be read are listed under `record_problems`.
-
-A run that did not play every game it meant to is `partial` (always present, true or false):
-`missing` lists the games the run folder's `run.json` names (duck.run.info) that have no
-record, `unfinished` those whose record ends short (no end line: killed; or stopped by Ctrl-C
-or a full disk: `record_finished`); `score` stays the mean over the games recorded, and
-`score_missing_as_0` counts every game of the run (a missing one as 0, as the competition
-does). `run_status` is run.json's status (running, complete, interrupted, disk_full).
+`score.json` keeps, beside our score, the toolkit's own scorecard (`toolkit_score`) and flags
+every game where the two disagree (`disagrees`), so a record that does not tell the truth cannot
+raise a score unnoticed. A run that did not play every game it meant to is `partial` (`missing`,
+`unfinished`; `score_missing_as_0` counts a missing game as 0, as the competition does). Every
+field: docs/runs.md, "score.json".
 """
 
 from __future__ import annotations
@@ -32,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterable
 
+from duck.files import write_whole
 from duck.play.record import Record, read_records
 
 LEVEL_CAP = 115.0
@@ -191,11 +181,5 @@ def write_score(run_dir: str | Path) -> dict:
     game with an error, never a reason to stop). Raises OSError when it cannot be written."""
     run_dir = Path(run_dir)
     doc = score_doc(run_dir)
-    path, tmp = run_dir / "score.json", run_dir / ".score.json.tmp"
-    try:  # whole or not at all: a full disk must not leave half a score.json
-        tmp.write_text(json.dumps(doc, indent=1))
-        os.replace(tmp, path)
-    except OSError:
-        tmp.unlink(missing_ok=True)
-        raise
+    write_whole(run_dir / "score.json", json.dumps(doc, indent=1))  # a full disk leaves no half score.json
     return doc

@@ -1,36 +1,22 @@
 """Playing every game of a folder and writing a run folder (`duck play`).
 
 A run folder holds `run.json` (what produced it: duck.run.info), `records/<game_id>.jsonl`
-(one per game, see duck.play.record), `conversations/<game_id>.jsonl.gz` (one per game a
-model played, see duck.play.conversation; `play.conversations` false: none) and `score.json`
-(see duck.play.scoring). The engine is pure Python under the GIL, so games run in separate
-processes when `play.workers > 1`; each worker opens its own `GameSource` (duck.run.games).
-
-Bad input is a `RunError` (one line, before anything is touched): an `--out` that is a file
-or cannot be created or written, no games folder, an `--only` naming no game, a policy file
-that cannot be used, `--policy llm` with no model server answering (unless
-`play.model_fallback`), a `--resume` of a folder without run.json. Old records are removed
-(`overwrite`) only once the new run has found its games and checked its folder.
-Where the sandbox's only file-system wall is file modes (no Landlock, no mount namespace:
-duck.sandbox.fallback), the games are played from a root-only copy, the records and
-conversations folders are closed to other users and the games' path is kept out of the
-command line, so the kernel's own uid can read none of them.
+(duck.play.record), `conversations/<game_id>.jsonl.gz` (duck.play.conversation) and
+`score.json` (duck.play.scoring); the games are played by duck.run.pool (shared with `duck ab`),
+in separate processes when `play.workers > 1`. The rule: bad input is a `RunError` (one line,
+before anything is touched), and old records are removed (`overwrite`) only once the new run
+has found its games and checked its folder.
 
 `interactive=True` (the `duck` command): the live progress (duck.run.progress) and Ctrl-C
-(duck.run.interrupt): the first stops every game at its next action and the run writes
-score.json marked partial (`run_status` "interrupted"); the second kills it at once. A full
-disk stops the run the same way (`run_status` "disk_full"). `resume=True` plays, with the
-run's own config from run.json, only the games the folder lacks or whose record ended short
-(duck.play.scoring.record_finished); the finished records are not touched, and a user policy
-file that changed since is refused (duck.run.provenance: run.json keeps its sha256 and a
-copy). The games are played by duck.run.pool (shared with `duck ab`); what the command says
-at the end is duck.run.summary.
+(duck.run.interrupt): the first stops every game at its next action and writes score.json marked
+partial, the second kills at once. `resume=True` plays, with the run's own config, only the
+games the folder lacks or whose record ended short. What the command says at the end is
+duck.run.summary. The folder, the bad inputs, the file-mode fallback and resuming: docs/runs.md.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import sys
 import tempfile
 from contextlib import ExitStack
@@ -38,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from duck.config import POLICIES, Config, load_config, with_values
-from duck.game.source import GameError, GameSource
+from duck.files import fresh_run, unwritable
+from duck.game.source import GameError, offline_game_ids
 from duck.play.record import read_record
 from duck.play.scoring import record_finished, score_doc, write_score
 from duck.run import games as game_runs, provenance
@@ -52,19 +39,6 @@ log = logging.getLogger(__name__)
 
 class RunError(ValueError):
     """Bad input to a run, said in one line."""
-
-
-def _writable_out(out: Path) -> None:
-    """`out/records` exists and takes a file, or RunError."""
-    if out.exists() and not out.is_dir():
-        raise RunError(f"--out {out} is a file, not a folder")
-    try:
-        (out / "records").mkdir(parents=True, exist_ok=True)
-        fd, probe = tempfile.mkstemp(dir=out / "records", prefix=".probe-")
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as e:
-        raise RunError(f"--out {out} cannot be written: {e.strerror or e}") from None
 
 
 def _check_policy(cfg: Config) -> Config:
@@ -150,14 +124,16 @@ def play_folder(games_dir: str | Path | None, out: str | Path, cfg: Config | Non
                        f"{cfg.agent.fallback or 'the fallback'} play instead)")
     if unreachable and cfg.agent.fallback is None:
         raise RunError(f"{unreachable}; play.model_fallback is set but agent.fallback is null")
-    _writable_out(out)
+    if why := unwritable(out, "records"):  # out/records exists and takes a file
+        raise RunError(why)
     info, entry, todo = _begin(out, cfg, info, ids, games_dir, command)
     if not todo:
         info["status"] = entry["status"] = "complete"
         entry["ended"] = now()
         write_info(out, info)
         return write_score(out) | {"resumed": []}
-    ends, reason = _play(games_dir, out, cfg, todo, interactive=interactive, unreachable=unreachable)
+    ends, reason = _play(games_dir, out, cfg, todo, interactive=interactive, unreachable=unreachable,
+                         before=len(ids) - len(todo))
     doc = _finish(out, info, entry, ends, reason)
     if resume:
         doc["resumed"] = todo
@@ -171,10 +147,7 @@ def _begin(out: Path, cfg: Config, info: dict | None, ids: list[str], games_dir:
     can write."""
     todo = ids if info is None else [g for g in ids if not record_complete(out / "records" / f"{g}.jsonl")]
     if info is None:
-        for f in (out / "records").glob("*.jsonl"):
-            f.unlink()
-        for f in (out / "conversations").glob("*.jsonl*"):  # (play_game replaces those it plays)
-            f.unlink()
+        fresh_run(out)
         info = new_info(cfg, command=command, out=out, games_dir=games_dir, games=ids)
         try:
             info["policy_files"] = provenance.record(cfg, out, ROOT)
@@ -236,12 +209,9 @@ def _fresh_plan(games_dir: Path, out: Path, games: list[str] | None, overwrite: 
     if not games_dir.is_dir():
         raise RunError(f"--games {games_dir}: no such folder")
     try:
-        ids = GameSource.offline(games_dir).game_ids(games)
+        return offline_game_ids(games_dir, games)
     except GameError as e:
         raise RunError(str(e)) from None
-    if not ids:
-        raise RunError(f"no games found under {games_dir}")
-    return ids
 
 
 def _resume_plan(out: Path, values: dict[str, Any], policy_changed_ok: bool) -> tuple[dict, Config, str, list[str]]:
@@ -280,13 +250,15 @@ def record_complete(path: Path) -> bool:
 
 
 def _play(games_dir: Path, out: Path, cfg: Config, ids: list[str], *, interactive: bool,
-          unreachable: str | None) -> tuple[list[dict], str | None]:
-    """Play `ids`; returns their end messages and what stopped the run (None: nothing)."""
+          unreachable: str | None, before: int = 0) -> tuple[list[dict], str | None]:
+    """Play `ids` (`before`: the run's games a resume leaves as they are); returns their end
+    messages and what stopped the run (None: nothing)."""
     workers = min(cfg.play.workers, len(ids))
     view = None
     if interactive:
-        title = (f"{len(ids)} games · policy {cfg.play.policy} · {cfg.play.workers} worker(s) · "
-                 f"{cfg.play.max_actions} actions each → {out}")
+        resumed = f" (a resume: {before} of the run's {before + len(ids)} finished before)" if before else ""
+        title = (f"{len(ids)} game{'' if len(ids) == 1 else 's'}{resumed} · policy {cfg.play.policy} · "
+                 f"{cfg.play.workers} worker(s) · {cfg.play.max_actions} actions each → {out}")
         view = RunView(ids, title=title)
         if unreachable:
             view.notice(f"{unreachable}: {cfg.agent.fallback} plays every game (play.model_fallback)")

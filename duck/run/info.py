@@ -27,6 +27,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from duck.config import Config, one_line, unset_dotted
+from duck.files import write_whole
 from duck.play.record import versions
 
 RUN_JSON = "run.json"
@@ -81,14 +82,7 @@ def new_info(cfg: Config, *, command: list[str] | None, out: Path, games_dir: Pa
 
 def write_info(out: Path, info: dict) -> None:
     """Write run.json whole (a temporary file renamed over it). Raises OSError."""
-    path = Path(out) / RUN_JSON
-    tmp = path.with_name(f".{RUN_JSON}.tmp")
-    try:
-        tmp.write_text(json.dumps(info, indent=1) + "\n", encoding="utf-8")
-        os.replace(tmp, path)
-    except OSError:
-        tmp.unlink(missing_ok=True)
-        raise
+    write_whole(Path(out) / RUN_JSON, json.dumps(info, indent=1) + "\n")
 
 
 def read_info(out: str | Path) -> dict | None:

@@ -58,14 +58,15 @@ class RunView:
     records; `notice(text)` a run-wide line (said once); `close()` ends the live table and
     prints the summary. `prog` starts every line (`duck play`, `duck ab`); `group(row name)`
     names a row's group (`duck ab`: the arm), whose mean scores the header line shows apart;
-    `add(names)` adds rows (the adaptive rounds of `duck ab`)."""
+    `unit` what a row is (`duck ab`: a run); `add(names)` adds rows (the adaptive rounds of `duck ab`).
+    Each score shown says what it is the mean over (the run's own score is duck.run.summary's)."""
 
     def __init__(self, games: list[str], *, title: str, stream: TextIO | None = None,
                  live: bool | None = None, prog: str = "duck play",
-                 group: Callable[[str], str] | None = None) -> None:
+                 group: Callable[[str], str] | None = None, unit: str = "game") -> None:
         self.stream = stream or sys.stderr
         self.live_mode = redraws(self.stream) if live is None else live
-        self.title, self.prog, self.group = title, prog, group
+        self.title, self.prog, self.group, self.unit = title, prog, group, unit
         self.rows = {g: Row(g) for g in games}
         self.notices: list[str] = []
         self.ended = 0
@@ -203,7 +204,7 @@ class RunView:
         c = self._counts()
         played = [r for r in self.rows.values() if r.state not in ("queued", "skipped")]
         mean = sum(r.score for r in played) / len(played) if played else 0.0
-        parts = [f"{c.get('done', 0)}/{len(self.rows)} games done"]
+        parts = [f"{c.get('done', 0)}/{len(self.rows)} {self.unit}s done"]
         for state, label in (("playing", "playing"), ("stopped", "stopped mid-game"), ("error", "with an error"),
                              ("disk_full", "cut by the full disk"), ("queued", "queued" if not final else "not started"),
                              ("skipped", "not started")):
@@ -212,7 +213,9 @@ class RunView:
         fell = sum(1 for r in self.rows.values() if r.fallback)
         if fell:
             parts.append(f"{fell} finished by the explorer: {UNREACHABLE}")
-        text = ", ".join(parts) + f"; mean score of these {len(played)} games {'' if final else 'so far '}{mean:.3f}%"
+        over = f"the {len(played)} {self.unit}{'' if len(played) == 1 else 's'}"
+        text = ", ".join(parts) + (f"; mean score {mean:.3f}% over {over} this command played" if final else
+                                   f"; mean score so far {mean:.3f}% over {over} started")
         if self.group is not None and played:
             groups: dict[str, list[float]] = {}
             for r in played:

@@ -2,7 +2,8 @@
 
 On a terminal (stdout is a tty) the live table gives way to the summary table of every game
 (duck.run.progress), then a few lines: warnings, the first policy traceback, the commands
-to run next, and the score last. Elsewhere (a pipe, a file), or with `--json`, stdout holds
+to run next, and last the run's score over all its games (a pipe: on stderr; a run whose every
+game errored has none: the error is last). Elsewhere (a pipe, a file), or with `--json`, stdout holds
 the summary as JSON (what scripts and tests read) and the lines go to stderr. The "next"
 commands name duck as the user ran it (duck.run.info.duck_command: `.venv/bin/duck` as in the
 README, or `duck` on PATH).
@@ -84,16 +85,25 @@ def after_play(out: Any, doc: dict, *, as_json: bool, verbose: bool, interrupted
         more = "" if verbose or len(shown) == 1 else f" (and {len(shown) - 1} more: duck -v play shows them all)"
         say(f"{game}: the policy raised{more}:\n{text}")
     code = _ending(out, doc)
-    if code == 0 and errors and len(errors) == doc.get("played"):
-        say(f"error: every game ended in an error ({errors[0]['error']}); nothing was measured")
-        code = EXIT_FAILED
     if terminal:
         print("next: " + " · ".join(next_commands(out, doc)))
-        levels = sum(v["levels"] for v in doc["games"].values())
-        print(f"score {doc['score']:.3f}% (mean over {len(doc['games'])} games; {levels} level"
-              f"{'' if levels == 1 else 's'} completed"
-              f"{'; partial' if doc.get('partial') else ''}) → {out}")
+    if code == 0 and errors and len(errors) == doc.get("played"):  # no score: the error is the last line
+        say(f"error: every game ended in an error ({errors[0]['error']}); nothing was measured")
+        return EXIT_FAILED
+    # The last line: the run's score over all its games (after a resume too), not that of those just played.
+    print(score_line(out, doc) if terminal else f"duck play: {score_line(out, doc)}",
+          file=sys.stdout if terminal else sys.stderr)
     return interrupted_code if code == -1 else code
+
+
+def score_line(out: Any, doc: dict) -> str:
+    """`score 14.463% (the run's score: mean over its 3 games; 7 levels completed) → RUN`."""
+    levels = sum(v["levels"] for v in doc["games"].values())
+    missing, short = len(doc.get("missing") or []), len(doc.get("unfinished") or [])
+    partial = f"; partial: {missing} not played, {short} stopped mid-game" if doc.get("partial") else ""
+    n = len(doc["games"])
+    return (f"score {doc['score']:.3f}% (the run's score: mean over its {n} game{'' if n == 1 else 's'} "
+            f"recorded; {levels} level{'' if levels == 1 else 's'} completed{partial}) → {out}")
 
 
 def _ending(out: Any, doc: dict) -> int:

@@ -14,18 +14,21 @@ between two actions, so model code cannot catch, skip or undo them.
 
 Each guard that fires puts one line in the action result (`guard`), which the call's tool
 message shows (duck.sandbox.render), right above the next turn. The agent installs the guards on its kernel
-(`install`, from `agent.guards`); a kernel without them (the replays of the Duck's recorded
+(`Kernel.install_guards`, from `agent.guards`); a kernel without them (the replays of the Duck's recorded
 code) plays every action it is asked to, as the Duck's harness did.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from duck.game.change import HUD_BORDER, changed_inside
+
+if TYPE_CHECKING:
+    from duck.config import AgentConfig
 
 
 BLOCK_FROM_LEVEL = 2  # Franzen's: level 1 is for probing
@@ -60,17 +63,6 @@ class Guards:
                 f"this is level {level})")
 
 
-def from_config(agent: Any) -> Guards:
+def from_config(agent: AgentConfig) -> Guards:
     """The guards an agent config asks for (`agent.guards`: both, or none)."""
     return Guards() if agent.guards else Guards(stop_on_no_effect=False, block_from_level=0)
-
-
-def install(kernel: Any, guards: Guards) -> bool:
-    """Put `guards` on a kernel's action host (duck.sandbox.host.Kernel.host); True when the
-    kernel has one and takes guards (a replay of the Duck's recorded calls, `takes_guards =
-    False`, replays the Duck, which had none)."""
-    host = getattr(kernel, "host", None)
-    if host is None or not hasattr(host, "guards") or getattr(kernel, "takes_guards", True) is False:
-        return False
-    host.guards = guards if guards.active else None
-    return host.guards is not None

@@ -31,6 +31,7 @@ from duck.game.source import Observation
 from duck.play.session import Session
 from duck.sandbox import render, trust, wire
 from duck.sandbox.actions import ActionHost, CallActions
+from duck.sandbox.batch_guards import Guards
 from duck.sandbox.lifecycle import WRITE_DEADLINE_S, WorkerProcess
 from duck.sandbox.state import GameState
 
@@ -133,6 +134,11 @@ class Kernel(WorkerProcess):
     def append(self, text: str, obs: Observation) -> None:
         """A history entry for the board the game shows now (`text`: the action that led to it)."""
         self.state.append(text, obs, self.session.game.actions, self.host.level_number())
+
+    def install_guards(self, guards: Guards) -> bool:
+        """Put the batch guards (duck.sandbox.batch_guards) on the action host; True when they are on."""
+        self.host.guards = guards if guards.active else None
+        return self.host.guards is not None
 
     def act(self, action: Action, info: dict[str, Any] | None = None) -> Observation:
         """An action taken by the host itself (the RESET after GAME_OVER, or a policy acting

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from duck.config import Config
-from duck.game.source import GameError, GameSource
+from duck.game.source import GameError, GameSource, offline_game_ids
 from duck.lab.ab.config import ARMS, policy_options
 from duck.play.session import play_game
 from duck.policies import make_policy
@@ -111,12 +111,9 @@ def run_units(units: list[tuple[str, int]], *, out: Path, games_dir: Path, confi
 def select_games(games_dir: Path, only: list[str] | None) -> list[str]:
     """The experiment's games: those of `games_dir` that `only` names (all without it)."""
     try:
-        ids = GameSource.offline(games_dir).game_ids(only)
+        return offline_game_ids(games_dir, only)
     except GameError as e:
         raise SystemExit(str(e)) from None
-    if not ids:
-        raise SystemExit(f"no games found under {games_dir}")
-    return ids
 
 
 def parse_shard(text: str | None) -> tuple[int, int] | None:

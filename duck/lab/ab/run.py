@@ -1,50 +1,18 @@
 """Paired A/B experiments: `duck ab`, `duck ab-stats`, `duck ab-merge`.
 
-`duck ab --a A.toml --b B.toml --games DIR --passes N --out OUT` plays every game of DIR
-N times with each config. Pass p uses seed p in both arms; the two runs of one (game, pass)
-are queued next to each other (who goes first alternates), so with W workers they run at
-the same time, starting on the same model endpoint (`model.urls[k % len]`, k the unit's
-place in its shard; the LLM policy fails over to the others), under the same load. The
-results are paired per game and pass and compared with duck.lab.stats (B − A; games are the
-unit: the sign-flip over games decides, the bootstrap over games gives the interval, the
-pair-level sign-flip is a secondary line; per-game wins/losses). With `--max-passes M > N`,
-games whose difference is still within noise get one more pass per round, up to M, while
-`--budget-s` lasts. `--set-a`/`--set-b` take several overrides each; `--max-actions` sets
-`play.max_actions` of both arms.
+`duck ab --a A.toml --b B.toml --games DIR --passes N --out OUT` plays every game of DIR N times
+with each config. The rule: the two runs of one (game, pass) share seed p and are queued next to
+each other (who goes first alternates), so they run at the same time, on the same endpoint,
+under the same load. The results are paired per game and pass and compared with duck.lab.stats
+(games are the unit). `--max-passes M` adds passes to games still within noise; a finished
+(game, pass, arm) is never replayed (the same command resumes); `--shard i/n` and `duck
+ab-merge` split an experiment over machines; `duck ab-stats` computes the same JSON from existing
+results. The folder, resuming, shards and ab-stats's inputs: docs/ab.md.
 
-While it plays, `duck ab` shows what `duck play` shows (duck.run.progress: a live table on a
-terminal, a line per finished run elsewhere), one row per arm, pass and game (`A p0 <game>`),
-the header with runs done / playing / queued and each arm's mean score so far. Ctrl-C (or
-SIGTERM) stops every game at its next action, starts no queued one, keeps every finished
-record, prints the command that resumes (the same one) and exits 130; a second Ctrl-C kills
-at once. At the end stdout holds ab.json exactly (on a terminal only with `--json`), and the
-verdict is the last line.
-
-Folder layout (each `OUT/<arm>/pNNN` is an ordinary run folder: `duck report` works on it):
-
-    OUT/plan.json                      the two configs, games, passes, shard, policy files' sha256
-    OUT/<arm>/policy/<file>.py         a copy of an arm's own policy file (--policy FILE.py:Class)
-    OUT/a/p000/records/<game>.jsonl    arm A, pass 0 (seed 0); OUT/b/... the same for B
-    OUT/ab.json                        {"delta", "ci95", "p_value", "p_value_pairs", "nulls", "games", ...}
-    OUT/report.html                    summary, config difference, forest plot, per-game table
-
-A finished (game, pass, arm) is never replayed: rerunning the same command resumes, and a
-rerun with a larger `--max-passes` adds adaptive passes. `--shard i/n` (1-based) plays the
-units k with k % n == i-1 of the fixed passes, for one machine of n; `duck ab-merge --out
-OUT SHARD_DIR...` gathers the shards (then `duck ab` on OUT may add adaptive passes).
-`model.urls` is not part of an experiment's identity: shards (and resumes) on other nodes
-may have other endpoints. experiments/slurm/ runs the shards and the merge on Slurm.
-
-`duck ab-stats A B` computes the same JSON from existing results: run folders (any folder
-with records/ below it; runs are paired by their header's pass, or by seed when passes
-repeat) or files in the format of duck-traces/runs.jsonl (`game_id`, `pass`,
-`final_score`), with optional pass filters and pairing by order for A/A splits. With one
-argument it recomputes an OUT folder of `duck ab`.
-
-The pieces: duck.lab.ab.config (the arms' configs and policy options), duck.lab.ab.play (playing the
-paired units), duck.lab.ab.scores (scores from folders and files) and duck.lab.ab.results (ab.json,
-report.html, merging shards, ab-stats); this module runs an experiment (`run_ab`) and holds
-the commands, and re-exports the pieces' public names.
+The pieces: duck.lab.ab.config (the arms' configs and policy options), duck.lab.ab.play (playing
+the paired units), duck.lab.ab.scores (scores from folders and files) and duck.lab.ab.results
+(ab.json, report.html, merging shards, ab-stats); this module runs an experiment (`run_ab`),
+holds the commands and re-exports the pieces' public names.
 """
 
 from __future__ import annotations
@@ -140,7 +108,7 @@ def run_ab(args: argparse.Namespace, *, interactive: bool = False) -> dict[str, 
     if interactive:
         title = (f"{len(games)} games × {args.passes} passes × 2 arms · {workers} worker(s) · "
                  f"{configs['a'].play.max_actions}/{configs['b'].play.max_actions} actions (A/B) → {out}")
-        view = RunView([], title=title, prog="duck ab", group=lambda name: name.split()[0])
+        view = RunView([], title=title, prog="duck ab", group=lambda name: name.split()[0], unit="run")
     common = dict(out=out, games_dir=games_dir, configs=configs, games=games, game_seconds=args.game_seconds)
     ends: list[dict] = []
     with Runner(view, workers=workers, interactive=interactive, kill_line=lambda: _killed(args)) as runner:
@@ -198,8 +166,10 @@ def summary_lines(doc: dict[str, Any], out: Path) -> list[str]:
     """The verdict in a few lines, the last thing `duck ab` says."""
     lo, hi = doc["ci95"]
     text, _ = verdict(doc)
-    lines = [f"duck ab: B − A = {doc['delta']:+.3f} points, 95% interval [{lo:+.3f}, {hi:+.3f}] "
-             f"(bootstrap over games); games B better / worse / tied {doc['wins']} / {doc['losses']} / {doc['ties']}"]
+    lines = [f"duck ab: mean score over the {doc['n_games']} games (each the mean of its passes): "
+             f"A {doc['a_mean']:.3f}%, B {doc['b_mean']:.3f}%; B − A = {doc['delta']:+.3f} points, 95% "
+             f"interval [{lo:+.3f}, {hi:+.3f}] (bootstrap over games); games B better / worse / tied "
+             f"{doc['wins']} / {doc['losses']} / {doc['ties']}"]
     if doc.get("p_value_pairs") is not None:
         lines.append(f"duck ab: secondary: p = {doc['p_value_pairs']:.3g} over pairs (sharp null: B changes "
                      f"nothing in any run of these games)")

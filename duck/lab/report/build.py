@@ -1,53 +1,27 @@
 """The per-game scoring report of a run folder: `duck report RUN_DIR`.
 
-Writes `report.html` (one self-contained file: CSS inline, plots and frames embedded as
-base64 PNG, no script, no network; it opens from a Kaggle output folder), `report.md`
-(the same numbers without images) and `player.html` (duck.lab.report.player: every action's
-board of every game, its animation frames, the action and why, the model's turn; one static
-page with its script inline; `--no-player`: none). Each game's section links to its place in
-the player. Everything comes from the records (duck.play.record) and
-duck.play.scoring; nothing is re-run.
-
-Sections: the overall score; a table per game (levels, actions, score, time, model calls and
-tokens when a model played, errors, the Duck's per-game mean for public games); then per game
-the levels (actions versus the human baseline, score per level, time), plots of levels over
-time and over actions and of actions versus baseline, the first and last frame of every level
-reached, the notes at each level's end, the errors and time-outs, and, when the game has a
-conversation file (RUN/conversations/, duck.play.conversation), the conversation: where the
-actions went per level and every turn (duck.lab.report.conversation).
-
-What the report reads from a record beyond actions (all optional):
-* model use: `event` lines of kind `model` (one per model call; `data` with `prompt_tokens`,
-  `completion_tokens`, `total_tokens`, `reasoning_tokens`, or those inside `data.usage`), or,
-  when there are no such events, per-action `info` (`info.model` or `info` itself) with the
-  same token keys and `calls`/`model_calls` counts;
-* notes: `event` lines of kind `notes` (`message` text; `data` a string or a dict of named
-  sections, optionally `data.level`); the last one of each level is shown;
-* problems: `event` kinds naming an error, a time-out, a refusal or a failure (`error`,
-  `timeout`, `model_timeout`, `refused`, ...); any other kind (except `scorecard`) is listed
-  under "other events".
-
-A level's "last frame" is the board before the action that completed it: a record keeps only
-each action's final board, which for a level-up is already the next level's first board.
-
-The header comes from the run folder's run.json (duck.run.info: the command, status, times,
-commit, policy, serving profile, machine, versions, missing games; duck.lab.report.runinfo).
-`duck report A B` compares two run folders game by game instead (duck.lab.report.compare:
-compare.html and compare.md).
+Writes `report.html` (one self-contained file: CSS inline, plots and frames embedded as base64
+PNG, no script, no network; it opens from a Kaggle output folder), `report.md` (the same numbers
+without images) and `player.html` (duck.lab.report.player; `--no-player`: none). Everything comes
+from the records (duck.play.record) and duck.play.scoring; nothing is re-run. `duck report A B`
+compares two run folders game by game instead (duck.lab.report.compare). The sections and what
+the report reads from a record beyond actions: docs/runs.md, "The report".
 
 The pieces: duck.lab.report.views (what the records say, game by game), duck.lab.report.plots
-(frames and plots as PNG) and duck.lab.report.html (the `Report` of a run folder, rendered as
-HTML and Markdown); this module holds the entry points (`build_report`, `write_report`) and
-the `duck report` command.
+(frames and plots as PNG), duck.lab.report.html (the `Report` of a run folder, rendered as HTML
+and Markdown) and duck.lab.report.runinfo (the header, from run.json); this module holds the
+entry points (`build_report`, `write_report`) and the `duck report` command.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
+from duck.files import unwritable
 from duck.play.record import read_records
 from duck.lab.report.html import Report, report_html, report_markdown
 from duck.lab.report.runinfo import load_info
@@ -69,7 +43,7 @@ def build_report(run_dir: str | Path, duck_summary: str | Path | None = None) ->
 
 def write_report(run_dir: str | Path, out: str | Path | None = None, *,
                  duck_summary: str | Path | None = None, frames: bool = True,
-                 conversations: bool = True, player: bool = True) -> dict[str, Path]:
+                 conversations: bool = True, player: bool = True, gifs: bool = True) -> dict[str, Path]:
     report = build_report(run_dir, duck_summary)
     out = Path(out) if out else Path(run_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -77,11 +51,21 @@ def write_report(run_dir: str | Path, out: str | Path | None = None, *,
     report.player = player
     paths["html"].write_text(report_html(report, frames, conversations), encoding="utf-8")
     paths["md"].write_text(report_markdown(report), encoding="utf-8")
+    if gifs:  # one per game, to share (duck.lab.report.gif); the player links to each
+        from duck.lab.report.gif import FOLDER, write_gif
+        for v in report.views:
+            if "grid" in v.record.header:
+                write_gif(v.record, out / FOLDER / f"{v.record.game_id}.gif")
+        paths["gif"] = out / FOLDER
     if player:
         from duck.lab.report.player import player_data
         from duck.lab.report.player_page import player_html
+        data = player_data(report.views, Path(run_dir).name)
+        for g in data["games"]:
+            if (out / f"gif/{g['id']}.gif").is_file():
+                g["gif"] = f"gif/{g['id']}.gif"
         paths["player"] = out / "player.html"
-        paths["player"].write_text(player_html(player_data(report.views, Path(run_dir).name)), encoding="utf-8")
+        paths["player"].write_text(player_html(data), encoding="utf-8")
     return paths
 
 
@@ -100,8 +84,14 @@ def _cmd(args: argparse.Namespace) -> int:
         paths = write_comparison(runs[0], runs[1], args.out)
     else:
         paths = write_report(runs[0], args.out, duck_summary=args.duck_summary, frames=not args.no_frames,
-                             conversations=not args.no_conversations, player=not args.no_player)
+                             conversations=not args.no_conversations, player=not args.no_player,
+                             gifs=not args.no_gifs)
     print(json.dumps({k: str(v) for k, v in paths.items()}))
+    what = f"the comparison of {runs[0]} (A) and {runs[1]} (B)" if len(runs) == 2 else \
+        f"the report of {runs[0]}"
+    names = ", ".join(p.name + ("/" if p.is_dir() else "") for p in paths.values())
+    where = "" if args.out else " (--out DIR writes it elsewhere)"
+    print(f"duck report: wrote {what} into {paths['html'].parent}/: {names}{where}", file=sys.stderr)
     return 0
 
 
@@ -117,18 +107,8 @@ def _summary_file(path: Path) -> None:
 
 def _writable(out: str | None) -> None:
     """--out must be a folder that can be made and written: one line, before any work."""
-    if out is None:
-        return
-    path = Path(out)
-    if path.exists() and not path.is_dir():
-        raise SystemExit(f"--out {out} is a file, not a folder")
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        probe = path / ".duck-probe"
-        probe.write_text("")
-        probe.unlink()
-    except OSError as e:
-        raise SystemExit(f"--out {out} cannot be written: {e.strerror or e}") from None
+    if out is not None and (why := unwritable(out)):
+        raise SystemExit(why)
 
 
 def register(sub: Any) -> None:
@@ -146,6 +126,8 @@ def register(sub: Any) -> None:
                    help="leave the conversation views out of report.html (smaller file)")
     p.add_argument("--no-player", action="store_true",
                    help="write no player.html (the step-through player of every action's board)")
+    p.add_argument("--no-gifs", action="store_true",
+                   help="write no GIFs (gif/<game>.gif: each game as an animated GIF to share; `duck gif`)")
     p.set_defaults(func=_cmd)
 
 

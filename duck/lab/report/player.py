@@ -2,28 +2,13 @@
 game, with its animation frames, the action, why it was chosen, and for a model's game the
 turn's code and output.
 
-One static page (duck.lab.report.player_page: inline script and style, no server, no
-network, no file read at run time) that opens from the run folder and in the Kaggle output
-viewer. Its data are one JSON block (`<script type="application/json" id="duck-player">`,
-`player_data` here), per game:
-
-* `boards`: every board of the game in order, the first one, then per action its animation
-  frames (when the record kept them: `anim`, duck.play.record) and its final board, as one
-  base64 stream of differences (`encode_boards`: per board a varint count of runs, and per
-  run a varint skip, a varint length and the run's colours, two 4-bit colours a byte; the
-  first board against an all-0 board). A move changes a few cells: ~5-20 bytes a board.
-* per step (0 is the start, then one per action; columns): `a` the action (`UP`,
-  `CLICK x y`), `lv` levels completed after it, `st` its state (N, W, G: NOT_FINISHED, WIN,
-  GAME_OVER), `fr` its animation length, `nf` the frames before the final one kept in
-  `boards`, `t` seconds since the start, `r` an index into `rt` (why: the explorer's recorded
-  reason when `explorer.trace` is on, a user policy's `self.reason`, a model's turn),
-  `tn` the model turn that sent it (-1: none).
-* `marks`: where each level starts, each GAME_OVER and the win (step indexes); `ev`: the
-  record's events after each step (errors, refusals, the fallback taking over);
-  `turns`: per model turn its code and output (cut at `MAX_TEXT` characters).
-
-The page's script decodes the stream (tests/test_report_player.py does the same in Python
-and checks it against the records).
+One static page (duck.lab.report.player_page: inline script and style, no server, no network,
+no file read at run time) that opens from the run folder and in the Kaggle output viewer. Its
+data are one JSON block (`player_data` here): per game every board as one base64 stream of
+differences (`encode_boards`: ~5-20 bytes a board), a column per step field (the action, levels,
+state, frames, time, why, the model turn), the level starts, GAME_OVERs and the win, the
+record's events and the model's turns. The format: docs/runs.md, "The player's data"; the page's
+script decodes the stream, and tests/test_report_player.py checks it against the records.
 """
 
 from __future__ import annotations

@@ -160,6 +160,7 @@ function choose(i, step, f) {
   G = D.games[i]; cache = null; prepare(G);
   $("game").value = String(i);
   text("gameinfo", `policy ${G.policy} · seed ${G.seed} · pass ${G.pass} · score ${G.score} · ${G.a ? G.a.length - 1 : 0} actions · ${G.title}`);
+  $("gif").href = G.gif || ""; $("gif").style.display = G.gif ? "" : "none";
   $("slider").max = G.a ? G.a.length - 1 : 0;
   $("marks").innerHTML = "";
   (G.marks || []).forEach(mk => {
@@ -205,7 +206,8 @@ def player_html(data: dict[str, Any]) -> str:
 <html lang="en"><head><meta charset="utf-8"><title>duck player: {run}</title><style>{CSS}</style></head>
 <body>
 <h1>Player: {run} <span class=muted>(<a href="report.html">report</a>)</span></h1>
-<div><label>game <select id=game></select></label> <span id=gameinfo class=muted></span></div>
+<div><label>game <select id=game></select></label> <span id=gameinfo class=muted></span>
+<a id=gif title="this game as an animated GIF, to share (duck gif)">GIF</a></div>
 <noscript><p>The player needs JavaScript; report.html shows each level's first and last frame without it.</p></noscript>
 <div id=main>
 <div id=left><canvas id=board width=512 height=512></canvas>

@@ -10,6 +10,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from duck.paths import REPO
+
 
 def load_info(run_dir: Path) -> dict[str, Any] | None:
     """run.json of a run folder, or None (absent or unreadable: the report goes on without it)."""
@@ -21,8 +23,8 @@ def load_info(run_dir: Path) -> dict[str, Any] | None:
 
 
 def header_rows(info: dict[str, Any] | None, recorded: list[str]) -> list[list[str]]:
-    """[label, value] rows: the command, status, times, commit, profile, policy, machine, versions,
-    and which games the run meant to play but has no record of."""
+    """[label, value] rows: the command, status, times, commit, policy, the serving profile (a model's
+    run only), machine, versions, and which games the run meant to play but has no record of."""
     if info is None:
         return [["run.json", "none: what produced this folder is not recorded (a run older than run.json)"]]
     cfg = info.get("config") or {}
@@ -41,9 +43,9 @@ def header_rows(info: dict[str, Any] | None, recorded: list[str]) -> list[list[s
             ["status", str(info.get("status"))],
             ["started / ended (UTC)", f"{info.get('started')} / {info.get('ended') or '–'}"],
             ["commit", commit],
-            ["policy", f"{play.get('policy')} · seed {play.get('seed')} · {play.get('max_actions')} actions per game · "
-                       f"{play.get('workers')} worker(s)"],
-            ["serving profile", profile],
+            ["policy", f"{shown(play.get('policy'))} · seed {play.get('seed')} · "
+                       f"{play.get('max_actions')} actions per game · {play.get('workers')} worker(s)"],
+            *([["serving profile", profile]] if play.get("policy") == "llm" else []),  # (no model, none)
             ["games", f"{len(info.get('games') or [])} from {info.get('games_dir')}"],
             ["machine", f"{m.get('host')} · {m.get('os')} · {m.get('cpus')} CPUs · {m.get('memory_gb')} GB"
                         + (f" · {', '.join(m['gpus'])}" if m.get("gpus") else "")],
@@ -56,6 +58,20 @@ def header_rows(info: dict[str, Any] | None, recorded: list[str]) -> list[list[s
         rows.append(["resumed", f"{r.get('started')} → {r.get('ended') or '–'}: {len(r.get('games') or [])} games, "
                                 f"{r.get('status')}"])
     return rows
+
+
+def shown(value: Any) -> Any:
+    """A value as a report shows it: a path of this machine relative to the checkout or the current
+    folder where it lies inside one, else under `~/`; a policy file elsewhere (`/x/y.py:Class`) by
+    its file's name (run.json keeps the whole path)."""
+    if not isinstance(value, str) or not value.startswith("/"):
+        return value
+    path, colon, cls = value.rpartition(":") if value.count(":") == 1 else (value, "", "")
+    p = Path(path)
+    for base in (REPO, Path.cwd(), Path.home()):
+        if p.is_relative_to(base):
+            return f"{'~/' if base == Path.home() else ''}{p.relative_to(base)}{colon}{cls}"
+    return f"{p.name}{colon}{cls}" if colon else value
 
 
 def flat(doc: Any, prefix: str = "") -> dict[str, Any]:
@@ -72,7 +88,8 @@ def config_difference(a: dict[str, Any] | None, b: dict[str, Any] | None) -> lis
     """[field, A's value, B's value] for every config field (and the commit) the two runs differ in."""
     fa = flat((a or {}).get("config") or {})
     fb = flat((b or {}).get("config") or {})
-    rows = [[k, json.dumps(fa.get(k)), json.dumps(fb.get(k))] for k in sorted(set(fa) | set(fb)) if fa.get(k) != fb.get(k)]
+    rows = [[k, json.dumps(shown(fa.get(k))), json.dumps(shown(fb.get(k)))]
+            for k in sorted(set(fa) | set(fb)) if fa.get(k) != fb.get(k)]
     ca, cb = ((x or {}).get("git") or {} for x in (a, b))
     if ca.get("commit") != cb.get("commit") or ca.get("dirty") != cb.get("dirty"):
         rows.insert(0, ["commit", f"{str(ca.get('commit'))[:12]}{' dirty' if ca.get('dirty') else ''}",
