@@ -1,25 +1,15 @@
 """The host half of `action(...)`: read the names the model wrote, step the game through the
-`Session` (which records every action), and answer in the Duck's result format.
+`Session` (which records every action), and answer in the Duck's result format, key for key
+(../shared/duck-traces/README.md, "Sandbox API": recorded Duck code prints them).
 
-The result dicts follow ../shared/duck-traces/README.md ("Sandbox API", `action(actions)`)
-key for key, because recorded Duck code prints them (DESIGN §3: the model-facing variables
-stay the Duck's). The rules that matter for play:
-
-* a batch stops after an action that completes a level, ends the game or wins it, at a
-  later action the game does not allow now (`invalid_action`), and when play must stop
-  (`stopped`: `should_stop`, the session's budget, deadline or stop); after such a result
-  further calls in the same snippet do nothing (`previous_<reason>`), so code cannot act blind
-  on a board it has not looked at;
-* the host owns the clock: a stop (the session's, or the call's limit: `CallActions.deadline`)
-  is applied here, between two actions, never by killing the worker mid-step;
-* after GAME_OVER only RESET plays.
-
-Names (`MODEL_NAMES`: the Duck's, plus UNDO, CLICK and clicks written as the results display
-them, `'MOUSE(row=20, col=20)'`) are duck.game.actions'. The guards against wasted actions
-(`ActionHost.guards`, installed by the agent: duck.sandbox.batch_guards) are checked here
-between two actions; every executed action's frames go into `CallActions.steps`
-(duck.game.change.Step) for the turn's facts. The replay of the Duck's recorded code caps its
-calls in a subclass of its own (`duck replay`'s kernel).
+A batch stops after an action that completes a level, ends the game or wins it, at a later
+action the game does not allow now (`invalid_action`), and when play must stop (`stopped`: the
+session's budget, deadline or stop, or the call's own limit, `CallActions.deadline`, checked
+between two actions); after such a result further calls of the snippet play nothing
+(`previous_<reason>`): code cannot act blind on a board it has not looked at. After GAME_OVER
+only RESET plays. Names are duck.game.actions' (`MODEL_NAMES`); the guards against wasted actions
+(duck.sandbox.batch_guards) are checked between two actions; every executed action's frames go
+into `CallActions.steps` for the turn's facts. `duck replay` caps its calls in a subclass.
 """
 
 from __future__ import annotations

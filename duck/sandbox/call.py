@@ -130,7 +130,8 @@ def format_error(exc: BaseException) -> str:
         pairs = pairs[:30] + pairs[-30:]
     stack = traceback.StackSummary.extract(iter(pairs), lookup_lines=False)
     keep = [f for f in stack if f.filename.startswith("<cell-")]
-    if stack and not stack[-1].filename.startswith("<cell-") and not stack[-1].filename.startswith(_SANDBOX_DIR):
+    last = stack[-1].filename if stack else "<cell-"
+    if not last.startswith("<cell-") and not last.startswith(_SANDBOX_DIR):
         keep.append(stack[-1])
     out = ["Traceback (most recent call last):\n"] + traceback.format_list(keep)
     out += traceback.format_exception_only(exc)
@@ -190,7 +191,7 @@ def execute(w: Worker, code: str, filename: str) -> tuple[str | None, str | None
         compiled = carry.compile_cell(code, filename)
     except (SyntaxError, ValueError) as e:
         return "syntax", "".join(traceback.format_exception_only(e)).rstrip()
-    linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)  # tracebacks show the source
+    linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)  # tracebacks show it
     try:
         w.armed = True
         try:

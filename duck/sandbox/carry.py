@@ -64,7 +64,9 @@ def _plain(v: Any, depth: int = 0) -> Any:
 
 
 def unplain(v: Any) -> Any:
-    return tuple(unplain(x) for x in v) if type(v) is list else v
+    if type(v) is not list:
+        return v
+    return tuple(unplain(x) if type(x) is list else x for x in v)
 
 
 class Dumper:
@@ -149,10 +151,11 @@ class Dumper:
 
     def other(self, v: Any, t: type, d: int) -> list[Any]:
         if id(v) in self._view_ids():  # a game view: by its place, with what its frames have computed
-            frames = [v] if isinstance(v, Frame) else [getattr(v, "frame", None), getattr(v, "before_frame", None),
-                                                      *getattr(v, "frames", ())]
+            frames = [v] if isinstance(v, Frame) else [getattr(v, "frame", None),
+                                                      getattr(v, "before_frame", None), *getattr(v, "frames", ())]
+            frames = [f for f in frames if isinstance(f, Frame) and id(f) in self.view_ids]
             caches = [[self.view_ids[id(f)], k, self.ref(getattr(f, k), d)] for f in frames
-                      if isinstance(f, Frame) and id(f) in self.view_ids for k in CACHES if getattr(f, k) is not None]
+                      for k in CACHES if getattr(f, k) is not None]
             return ["view", self.view_ids[id(v)], caches]
         if t is complex:
             return ["c", v.real, v.imag]
@@ -225,7 +228,8 @@ class Dumper:
             raise Unsupported(f"a {t.__name__} (its class derives from a library class)")
         if issubclass(t, BaseException):
             raise Unsupported(f"a {t.__name__} (an exception)")
-        slots = [s for c in t.__mro__ for s in c.__dict__.get("__slots__", ()) if s not in ("__dict__", "__weakref__")]
+        slots = [s for c in t.__mro__ for s in c.__dict__.get("__slots__", ())
+                 if s not in ("__dict__", "__weakref__")]
         try:
             state = object.__getattribute__(v, "__dict__")
         except AttributeError:
@@ -250,9 +254,10 @@ class Dumper:
             raise Unsupported(f"the class {c.__name__} (it derives from a library class)")
         slots = c.__dict__.get("__slots__")
         slots = [slots] if isinstance(slots, str) else list(slots) if slots is not None else None
-        attrs = [[k, self.ref(x, d)] for k, x in c.__dict__.items()
-                 if k not in SKIP_ATTRS and not isinstance(x, (types.MemberDescriptorType, types.GetSetDescriptorType))]
-        return ["cls", c.__name__, c.__qualname__, self._refs(c.__bases__, d), slots, c.__dict__.get("__doc__"), attrs]
+        made = (types.MemberDescriptorType, types.GetSetDescriptorType)  # (type() makes these again)
+        attrs = [[k, self.ref(x, d)] for k, x in c.__dict__.items() if k not in SKIP_ATTRS and not isinstance(x, made)]
+        return ["cls", c.__name__, c.__qualname__, self._refs(c.__bases__, d), slots, c.__dict__.get("__doc__"),
+                attrs]
 
 
 def base_ok(b: Any, ours: bool) -> bool:
@@ -265,7 +270,8 @@ def base_ok(b: Any, ours: bool) -> bool:
 def inert(k: Any) -> bool:
     """Hashed by CPython or numpy, never by the model's code (its classes hash as `type` does)."""
     t = type(k)
-    if t in PLAIN or t in (complex, bytes, range, slice, types.FunctionType, type, types.ModuleType) or k is Ellipsis:
+    if t in PLAIN or t in (complex, bytes, range, slice, types.FunctionType, type, types.ModuleType) \
+            or k is Ellipsis:
         return True
     if t in (tuple, frozenset):
         return all(inert(x) for x in k)

@@ -169,7 +169,8 @@ class Kernel(WorkerProcess):
         self.state.settled()
 
     # --- running code ----------------------------------------------------------------
-    def run(self, code: str, *, timeout_s: float | None = None, info: dict[str, Any] | None = None) -> CallResult:
+    def run(self, code: str, *, timeout_s: float | None = None,
+            info: dict[str, Any] | None = None) -> CallResult:
         """Run one snippet; `info` goes into the record with each action it plays."""
         self.started()
         t0 = time.monotonic()
@@ -219,8 +220,8 @@ class Kernel(WorkerProcess):
                 self._sync()
             worker_has = self.state.synced
             try:
-                self.send({"op": "run", "code": code, "call": self.calls, "head": call.head, "tail": call.tail,
-                           "timeout": timeout, "valid": self.state.valid})
+                self.send({"op": "run", "code": code, "call": self.calls, "head": call.head,
+                           "tail": call.tail, "timeout": timeout, "valid": self.state.valid})
                 got = self.recv(call.limit())  # the worker names the call's process before it runs anything
                 if got is None:
                     return None, "hung"
@@ -274,8 +275,8 @@ class Kernel(WorkerProcess):
         self.kill()
         self.start()
         kind = "timeout" if crash == "hung" or call.interrupted_at is not None else "crash"
-        error_kind = ("hung" if crash == "hung" else crash if crash.startswith(("protocol", "its temp", "exit "))
-                      else f"exit {status}")
+        error_kind = ("hung" if crash == "hung" else
+                      crash if crash.startswith(("protocol", "its temp", "exit ")) else f"exit {status}")
         res = CallResult(kind, restarted=True, actions=list(call.actions.executed), error_kind=error_kind)
         res.stdout = call.stdout(call.tail_text, call.total)
         res.stdout_total = call.total or len(res.stdout)
@@ -292,7 +293,8 @@ class Kernel(WorkerProcess):
                          result=trust.clean(done.get("result")), action_results=results,
                          actions=list(call.actions.executed),
                          error_kind=trust.text(ended, 100) if ended is not None else None,
-                         notes_error=trust.text(done["notes_error"], 500) if done.get("notes_error") else None)
+                         notes_error=trust.text(done["notes_error"], 500) if done.get("notes_error")
+                         else None)
         res.stdout = call.stdout(trust.text(done["tail"], call.tail), done["total"])
         res.stdout_total = done["total"]
         notes = done.get("notes")
@@ -322,7 +324,8 @@ class Kernel(WorkerProcess):
             result = self.host.terminal_result(len(msg.get("actions") or []))
         else:
             try:
-                result, done, end = self.host.run_batch(msg["actions"], call.actions, info)  # checked by trust.check
+                # (the request checked by trust.check)
+                result, done, end = self.host.run_batch(msg["actions"], call.actions, info)
             except Exception as e:  # noqa: BLE001 - the game or our code failed: tell the snippet
                 result, done, error = {}, [], "action failed in sandbox host."
                 self.session.event("error", f"kernel action failed: {type(e).__name__}: {e}",

@@ -1,19 +1,14 @@
-"""The kernel's worker process, host side: start it, end it, restart it, and watch what it
-leaves (processes, threads, files).
+"""The kernel's worker and each call's process, host side: start, end, restart, what they leave.
 
-Starting: a uid of its own where the host is root (`isolation.UidLease`), a temp dir, the
-plan of the layers (`isolation.plan`: limits, mounts, Landlock, seccomp), a memory cgroup
-where one can be made, then `process.spawn` and the worker's `ready` message with the layers
-it verified (reported once in a `sandbox` event, again when a restart got other ones).
-Ending: `process.end` (by pid, group and uid, every wait with a time-out), then its cgroup,
-what its uid left outside the temp dir where nothing kept it in, the temp dir. After each
-call: processes it left are killed, a thread it left means a restart, and where no tmpfs
-bounds the temp dir its size and files are counted against `kernel.disk_mb` and
-`kernel.disk_inodes` (`over_quota`), and also on a clock whatever the traffic: a thread
-(`_watch`) walks it every QUOTA_CHECK_S and kills the worker past the quota (issue 37: a call
-printing every 0.1 s was never checked until it ended). Clean-up cannot crash: every step of
-`kill()` and `close()` is caught and recorded, and the uid lease is always released. The
-threat model and the layers: duck/sandbox/__init__.py.
+Starting: a uid of its own where the host is root (`isolation.UidLease`), a temp dir, the plan of
+the layers (`isolation.plan`), a memory cgroup where one can be made, then `process.spawn` and the
+worker's `ready` with the layers it verified (a `sandbox` event, again when a restart got other
+ones). Each call: `begin_call(pid)` (a pidfd of the call's process, the quota's clock:
+duck.sandbox.wall.clock), `signal_call`, `end_call` (killed, waited for); then what it left: a
+process is killed (none can be where the kernel refuses new ones), and where no tmpfs bounds the
+temp dir it is counted once (`over_quota`). Ending: `process.end` (by pid, group and uid, every
+wait with a time-out), its cgroup, what its uid left outside the temp dir, the temp dir. Clean-up
+cannot crash: every step is caught and recorded, and the uid lease is always released.
 """
 
 from __future__ import annotations
@@ -52,6 +47,7 @@ class WorkerProcess:
         self._starting: threading.Thread | None = None  # start_soon()'s thread
         self.quota_hit: str | None = None  # why the clock killed the worker (taken by the next crash)
         self.clock: clock.Clock | None = None  # the quota's, while a call runs
+        self.watches: clock.Watches | None = None  # its inotify watches of the temp dir (kept across calls)
         self.call_pid: int | None = None  # the process of the call under way (duck.sandbox.call)
         self.call_fd = -1  # and a pidfd of it: never a reused pid
         self.last_call: int | None = None  # the last one, a zombie until the worker's next message
@@ -68,8 +64,9 @@ class WorkerProcess:
         self.workdir = tempfile.mkdtemp(prefix="duck-kernel-")
         if uid is not None:
             os.chown(self.workdir, uid, uid)
-        plan = isolation.plan(workdir=self.workdir, uid=uid, memory_mb=self.cfg.memory_mb, disk_mb=self.cfg.disk_mb,
-                              disk_inodes=self.cfg.disk_inodes, hide=self.hide, off=self.cfg.layers_off)
+        plan = isolation.plan(workdir=self.workdir, uid=uid, memory_mb=self.cfg.memory_mb,
+                              disk_mb=self.cfg.disk_mb, disk_inodes=self.cfg.disk_inodes, hide=self.hide,
+                              off=self.cfg.layers_off)
         if "cgroup" in self.cfg.layers_off or os.geteuid() != 0:
             plan["cgroup_off"] = "turned off" if os.geteuid() == 0 else "not root"
         else:
@@ -83,7 +80,8 @@ class WorkerProcess:
             self.kill()
             raise RuntimeError(f"the kernel worker did not start{': ' + log if log else ''}")
         if layers != self.layers:  # the first start, or a restart that got other layers
-            self.event("sandbox", f"kernel worker confined in {(time.monotonic() - t0) * 1000:.0f} ms", layers)
+            ms = (time.monotonic() - t0) * 1000
+            self.event("sandbox", f"kernel worker confined in {ms:.0f} ms", layers)
             self.layers = layers
         self.tmpfs = layers.get("disk_quota", "").startswith("on: tmpfs")
 
@@ -128,12 +126,17 @@ class WorkerProcess:
         stops the next: each is recorded as an `error` event."""
         uid = self.lease.uid if self.lease else None
         self.end_call()
+        if self.watches is not None:
+            self.watches.close()
+            self.watches = None
         worker, self.worker, self.proc = self.worker, None, None
         cg, self.cgroup = self.cgroup, None
         workdir, self.workdir = self.workdir, None
         shared = uid is not None and self._shared_writable()
-        steps = (("end the worker", lambda: self._end(worker, uid)), ("remove its cgroup", lambda: cgroup.remove(cg)),
-                 ("remove its files in the shared folders", lambda: shared and quota.remove_owned(uid, skip=workdir)),
+        steps = (("end the worker", lambda: self._end(worker, uid)),
+                 ("remove its cgroup", lambda: cgroup.remove(cg)),
+                 ("remove its files in the shared folders",
+                  lambda: shared and quota.remove_owned(uid, skip=workdir)),
                  ("remove its temp dir", lambda: workdir and quota.remove_tree(workdir)))
         for what, step in steps:
             try:
@@ -234,7 +237,8 @@ class WorkerProcess:
         self._unwatch()
         if self.call_pid is None:
             return
-        pid, fd, self.call_pid, self.call_fd, self.last_call = self.call_pid, self.call_fd, None, -1, self.call_pid
+        pid, fd, self.last_call = self.call_pid, self.call_fd, self.call_pid
+        self.call_pid, self.call_fd = None, -1
         if self.lease is None:  # no uid of its own: its children are found by descent
             process.kill_all(process.descendants(pid))
         try:
@@ -254,8 +258,10 @@ class WorkerProcess:
         workdir, pid, uid = self.workdir, self.call_pid, self.lease.uid if self.lease else None
         paths = [workdir, *(quota.SHARED if uid is not None and self._shared_writable() else ())]
         self.quota_hit = None
+        if self.watches is None:
+            self.watches = clock.Watches()
         self.clock = clock.Clock(lambda on_dir: self._usage(workdir, pid, on_dir), self._limit(), paths, pid,
-                                 self.call_fd, isolation.FILE_MB << 20)
+                                 self.call_fd, isolation.FILE_MB << 20, self.watches)
         self.clock.start()
 
     def _unwatch(self) -> None:
@@ -272,9 +278,11 @@ class WorkerProcess:
             return None
         # Where the kernel itself refuses new processes (RLIMIT_NPROC for the uid, or the seccomp
         # rule) there is nothing to look for; the scan of /proc costs ~8 ms.
-        no_children = "one process" in self.layers.get("limits", "") or self.layers.get("seccomp", "").startswith("on")
+        no_children = ("one process" in self.layers.get("limits", "")
+                       or self.layers.get("seccomp", "").startswith("on"))
         uid = self.lease.uid if self.lease else None
-        others = [] if no_children else [p for p in process.leftovers(self.proc.pid, uid) if p != self.last_call]
+        others = [] if no_children else [p for p in process.leftovers(self.proc.pid, uid)
+                                         if p != self.last_call]
         if process.kill_all(others):
             return f"{len(others)} process(es) started by your code outlived the call and were ended"
         return None

@@ -1,23 +1,16 @@
 """Host process control: starting a worker, and ending it whatever its code did (host side).
 
-Why (issue 30): model code once called `os.setpgid(0, <host's pgid>)`, then slept in an
-atexit handler, stopped itself or swallowed its time-outs; the host's `killpg(worker pid)` hit
-an empty group and its `wait()` had no time-out, so `duck play` never ended. Here:
-
-* the worker starts in a session of its own (`start_new_session`): it has no controlling
-  terminal (no TIOCSTI into the user's shell) and cannot join the host's process group, since
-  setpgid only reaches groups of its own session (seccomp denies setpgid and setsid as well);
-* its plan travels over the pipe, never on its command line (which any process can read);
-* `end()` kills it by pid, by its own group and by its uid, and every wait has a time-out:
-  a worker the kernel cannot reap (stuck in uninterruptible sleep) is reported, never waited on.
-* a host that dies takes its workers with it, even a SIGKILLed one whose worker is frozen
-  between calls: the worker asks for SIGKILL at its parent's death (PR_SET_PDEATHSIG,
-  duck.sandbox.wall.confine), and since that signal follows the thread that forked, every worker
-  is forked from one thread that lives as long as the process (`_popen`), never from the
-  short-lived thread of `start_soon` or a game's;
-* `probe()` starts a worker that only confines itself (duck.sandbox.probe: the same
-  `confine()`, without numpy) and says what it verified: the layer report of every record
-  header (duck.sandbox.wall.isolation.report) comes from it.
+Model code once joined the host's process group, then slept at exit, stopped itself or swallowed
+its time-outs, and `duck play` never ended (issue 30). So: the worker starts in a session of its
+own (no controlling terminal, no way into the host's group; seccomp denies setpgid and setsid
+too); its plan travels over the pipe, never on its command line; `end()` kills by pid, group and
+uid, and every wait has a time-out (a worker the kernel cannot reap is reported, never waited on).
+A host that dies takes its workers with it: each asks for SIGKILL at its parent's death
+(PR_SET_PDEATHSIG), and since that signal follows the forking thread, every worker is forked from
+one thread that lives as long as the process (`_popen`), never from start_soon's or a game's.
+`ready()` takes the worker's first messages (the id maps of its user namespace, written here:
+`map_ids`; its verified layers); `probe()` starts a worker that only confines itself
+(duck.sandbox.probe): the layer report of every record header comes from it.
 """
 
 from __future__ import annotations
@@ -73,11 +66,12 @@ def _popen(*args: Any, **kw: Any) -> subprocess.Popen:
     return forker.submit(subprocess.Popen, *args, **kw).result()
 
 
-def spawn(cfg: dict[str, Any], workdir: str, max_message: int, module: str = "duck.sandbox.worker") -> Started:
+def spawn(cfg: dict[str, Any], workdir: str, max_message: int,
+          module: str = "duck.sandbox.worker") -> Started:
     """Start `python -m MODULE RFD WFD` in `workdir` and send it `cfg` (its plan)."""
     h2w_r, h2w_w = os.pipe()
     w2h_r, w2h_w = os.pipe()
-    err_r, err_w = os.pipe()  # its stderr: a pipe whose capacity caps it (issue 37: a file on the host's disk)
+    err_r, err_w = os.pipe()  # its stderr: a pipe, whose capacity caps it (issue 37: not a file)
     try:
         proc = _popen(
             [sys.executable, "-s", "-m", module, str(h2w_r), str(w2h_w)],

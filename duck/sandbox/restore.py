@@ -23,8 +23,8 @@ from typing import Any, Callable
 import numpy as np
 
 from duck.game.frames import Frame
-from duck.sandbox.carry import (BUILTIN_BASES, CACHES, HEAD, PLAIN, SKIP_ATTRS, END, MAGIC, MAX_DEPTH, MAX_NODES,
-                                base_ok, inert, module_named, resolve, unplain, compile_cell, complete)
+from duck.sandbox.carry import (BUILTIN_BASES, CACHES, END, HEAD, MAGIC, MAX_DEPTH, MAX_NODES, PLAIN, SKIP_ATTRS,
+                                base_ok, compile_cell, complete, inert, module_named, resolve, unplain)
 
 _KEPT: list[Any] = []  # what a failed load built: never collected, so no finalizer of the model's runs
 
@@ -68,7 +68,7 @@ class Loader:
     def __init__(self, head: Any, data: memoryview, ns: dict[str, Any], view: Callable[[list], Any]) -> None:
         _check(type(head) is dict, "not a table")
         self.nodes, self.roots, self.cells = head.get("nodes"), head.get("roots"), head.get("cells")
-        _check(type(self.nodes) is list and type(self.roots) is dict and type(self.cells) is dict, "not a table")
+        _check((type(self.nodes), type(self.roots), type(self.cells)) == (list, dict, dict), "not a table")
         _check(all(type(k) is str and type(v) is str for k, v in self.cells.items()), "bad cells")
         self.data, self.ns, self.view = data, ns, view
         self.objs: dict[int, Any] = {}
@@ -146,8 +146,8 @@ class Loader:
         return k
 
     def blob(self, off: Any, size: Any) -> memoryview:
-        _check(type(off) is int and type(size) is int and 0 <= off and 0 <= size and off + size <= len(self.data),
-               "bytes out of the blob")
+        _check(type(off) is int and type(size) is int and 0 <= off and 0 <= size
+               and off + size <= len(self.data), "bytes out of the blob")
         return self.data[off:off + size]
 
     def build(self, n: list[Any]) -> Any:
@@ -156,10 +156,10 @@ class Loader:
             _check(type(a[0]) in PLAIN, "not a value")
             return a[0]
         if tag in ("L", "T", "S", "F"):
-            items = [unplain(x) for x in a[0]]
+            items = [unplain(x) if type(x) is list else x for x in a[0]]
             return {"L": list, "T": tuple, "S": set, "F": frozenset}[tag](items)
         if tag == "D":
-            return {unplain(k): unplain(v) for k, v in a[0]}
+            return {unplain(k) if type(k) is list else k: unplain(v) if type(v) is list else v for k, v in a[0]}
         if tag == "t":
             return tuple(self.get(r) for r in a[0])
         if tag == "f":
@@ -265,7 +265,7 @@ class Loader:
         tag = n[0]
         if tag == "obj":
             cls = self.get(n[1])
-            _check(cls in self.made and not issubclass(cls, BaseException), "an instance of no class of the model's")
+            _check(cls in self.made and not issubclass(cls, BaseException), "an instance of no class of its")
             base = next(b for b in cls.__mro__ if b in BUILTIN_BASES)
             return base.__new__(cls)
         if tag == "dq":
@@ -291,7 +291,8 @@ class Loader:
         elif tag == "view":
             for spec, name, ref in a[1]:
                 frame, value = self.view(spec), self.get(ref)
-                _check(isinstance(frame, Frame) and name in CACHES and type(value) is CACHES[name], "a frame's cache")
+                _check(isinstance(frame, Frame) and name in CACHES and type(value) is CACHES[name],
+                       "a frame's cache")
                 Frame.__dict__[name].__set__(frame, value)
         elif tag == "cell" and a[0] is not None:
             obj.cell_contents = self.get(a[0])
@@ -313,7 +314,8 @@ class Loader:
             _check(type(state) is dict, "an instance's attributes")
             object.__setattr__(obj, "__dict__", state)
         for name, ref in a[2]:
-            desc = next((c.__dict__[name] for c in type(obj).__mro__ if type(name) is str and name in c.__dict__), None)
+            desc = next((c.__dict__[name] for c in type(obj).__mro__ if type(name) is str and name in c.__dict__),
+                        None)
             _check(type(desc) is types.MemberDescriptorType, "a slot")
             desc.__set__(obj, self.get(ref))
         if a[3] is not None:

@@ -55,7 +55,8 @@ class GameState:
             text, step, level = self.entries[i]
             frames = self.anims.get(i) or (self.last_anim if (i == end - 1 and text and self.last_anim)
                                            else [self.grids[i]])
-            items.append({"a": text, "s": step, "l": level, "n": len(frames), "shape": list(frames[-1].shape)})
+            items.append({"a": text, "s": step, "l": level, "n": len(frames),
+                          "shape": list(frames[-1].shape)})
             blobs += [np.ascontiguousarray(f, dtype=np.int8).tobytes() for f in frames]
         return {"entries": items, "last_result": self.last_result, "valid": self.valid}, b"".join(blobs)
 

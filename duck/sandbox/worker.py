@@ -37,7 +37,8 @@ RECURSION_LIMIT = 10_000
 
 
 class Worker:
-    def __init__(self, reader: wire.Reader, wfd: int, cfg: dict[str, Any], guard: Guard, seccomp: bool) -> None:
+    def __init__(self, reader: wire.Reader, wfd: int, cfg: dict[str, Any], guard: Guard,
+                 seccomp: bool) -> None:
         self.reader, self.wfd, self.cfg, self.guard, self.seccomp = reader, wfd, cfg, guard, seccomp
         self.entries: list[HistoryEntryView] = []
         self.transitions: list[TransitionView] = []
@@ -45,7 +46,7 @@ class Worker:
         self.last_result: dict[str, Any] = {}  # `last_action_result`
         self.valid: list[str] = []
         self.notes: dict[str, Any] = {}
-        self.saved = b""  # the namespace the last call left (duck.sandbox.carry): parsed by the next call only
+        self.saved = b""  # the namespace the last call left (duck.sandbox.carry): only the next call parses it
         self.ns: dict[str, Any] = {}  # the call's namespace (in the call's process)
         self.armed = False
         self.pending = False
@@ -121,8 +122,9 @@ class Worker:
         return self.request({"op": "action", "actions": normalize_actions(actions)})
 
     def request(self, msg: dict[str, Any]) -> dict[str, Any]:
-        """Ask the host for something it answers by playing (`action()`): the result comes back with the new boards as a delta and the game variables are
-        refreshed (the host keeps its own record of the results for the tool message)."""
+        """Ask the host for something it answers by playing (`action()`): the result comes back with
+        the new boards as a delta and the game variables are refreshed (the host keeps its own
+        record of the results for the tool message)."""
         if self.ended:
             raise call.StopSnippet()
         self.armed = False  # a time-out during the host's work is delivered afterwards
@@ -248,7 +250,8 @@ class Worker:
                     self.entries, self.transitions, self.last_anim = [], [], []
                 self.apply(msg, blob)
                 last = self.last_result  # the last call's last result, if its action is the last entry
-                if last.get("executed") and self.entries and last.get("action_num") == self.entries[-1].frame.step:
+                if last.get("executed") and self.entries and \
+                        last.get("action_num") == self.entries[-1].frame.step:
                     self.summarized(dict(last))
                 self.write({"op": "synced", "n": len(self.entries)})
             elif op == "run":

@@ -26,7 +26,7 @@ from typing import Callable, Iterator
 
 from duck.sandbox.wall.quota import Usage
 
-POLL_S = 0.02  # the longest the clock sleeps between looks at its watches and statfs
+POLL_S = 0.25  # the longest the clock sleeps between looks at statfs (its watches wake it at once)
 WALK_MIN_S, WALK_MAX_S = 0.5, 5.0  # a walk at least this often near the quota, and far below it
 STOP_WAIT_S = 1.0  # how long the host waits to see the call's process stopped
 # inotify: what changes a folder's content (created, deleted, moved, written, its own removal)
@@ -72,22 +72,36 @@ def stopped(pid: int, pidfd: int) -> Iterator[None]:
         signal.pidfd_send_signal(pidfd, signal.SIGCONT)
 
 
+class Watches:
+    """One inotify instance for a worker's temp dir, kept across its calls (closing one with
+    watches costs ~10 ms: the kernel waits for a grace period) and `close()`d with the worker."""
+
+    def __init__(self) -> None:
+        self.fd = _libc.inotify_init1(_IN_NONBLOCK | _IN_CLOEXEC)  # -1: none (then walks every POLL_S)
+        self.dirs: dict[int, str] = {}  # watch -> its folder's path
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
 class Clock:
     """Watches one call's process: `walk(on_dir)` counts its disk use (duck.sandbox.wall.quota,
-    calling `on_dir(fd)` per folder), `limit` is the quota, `paths` where it writes. `hit`: why it
-    was killed (None while under); `walks`: how many walks it made."""
+    calling `on_dir(fd, path)` per folder), `limit` is the quota, `paths` where it writes, `watches`
+    the worker's. `hit`: why it was killed (None while under); `walks`: how many walks it made."""
 
-    def __init__(self, walk: Callable[[Callable[[int, str], None] | None], Usage], limit: Usage, paths: list[str],
-                 pid: int, pidfd: int, file_bytes: int) -> None:
+    def __init__(self, walk: Callable[[Callable[[int, str], None] | None], Usage], limit: Usage,
+                 paths: list[str], pid: int, pidfd: int, file_bytes: int, watches: Watches) -> None:
         self.walk, self.limit, self.paths, self.pid, self.pidfd = walk, limit, paths, pid, pidfd
         self.file_bytes = file_bytes  # the most one file can hold (RLIMIT_FSIZE)
         self.used = Usage()
         self.hit: str | None = None
         self.walks = 0
         self._stop = threading.Event()
+        self._wake = os.pipe()  # stop() wakes the thread at once
         self._thread = threading.Thread(target=self._run, name="kernel-quota", daemon=True)
-        self._ino = _libc.inotify_init1(_IN_NONBLOCK | _IN_CLOEXEC)  # -1: none (then walks every POLL_S)
-        self._dirs: dict[int, str] = {}  # watch -> its folder's path
+        self._ino, self._dirs = watches.fd, watches.dirs
         self._reset()
 
     def _reset(self) -> None:
@@ -100,9 +114,11 @@ class Clock:
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join()
-        if self._ino >= 0:
-            os.close(self._ino)
+        os.write(self._wake[1], b"x")
+        if self._thread.ident is not None:
+            self._thread.join()
+        for fd in self._wake:
+            os.close(fd)
 
     def _watch(self, fd: int | None, path: str) -> bool:
         """Watch a folder (by its open fd, or its path); False (and walks every POLL_S) if it cannot be."""
@@ -155,9 +171,8 @@ class Clock:
 
     def _events(self, wait: float) -> None:
         """Take what the watches saw within `wait` seconds: files and folders created, files written."""
-        if self._ino < 0 or not select.select([self._ino], [], [], wait)[0]:
-            if self._ino < 0:
-                self._stop.wait(wait)
+        ready = select.select([fd for fd in (self._ino, self._wake[0]) if fd >= 0], [], [], wait)[0]
+        if self._ino not in ready:
             return
         data = b""
         try:

@@ -1,32 +1,17 @@
 """The worker confining itself at start-up, before it reads any model code (worker side).
 
-The host starts the worker as its own user (root on Kaggle and in CI), in a session of its
-own, with a plan (`duck.sandbox.wall.isolation.plan`) sent over the pipe (never on a command line,
-which every process on the machine can read); `confine(plan)` applies, in this order, every
-layer the machine allows and returns what it verified, layer by layer ("on ..." or "off: why"):
-
-1. the memory cgroup the host made for it (`duck.sandbox.wall.cgroup`), joined while root;
-2. namespaces (root with CAP_SYS_ADMIN only): network (no interface but a down loopback),
-   IPC (no SysV object outlives the kernel) and a private mount namespace, in which a tmpfs
-   with a size and an inode cap is mounted on the temp dir (the disk quota), empty read-only
-   tmpfs hide the games folders, the run's records, /dev/shm, /dev/mqueue and /var/tmp, /proc
-   is mounted again with hidepid (other users' processes invisible), and the Python
-   installation is re-exposed when one of its parent folders is closed to other users (pyenv
-   under /root: a tmpfs on /root holding only the bind-mounted .pyenv);
-3. hard resource limits (address space, file size, open files, no core files; one process
-   for the worker's uid: no thread, no child), set while still privileged;
-4. the drop to the worker's own unprivileged uid and gid (no supplementary groups), checked,
-   then the file modes checked: a root-only probe file and the hidden folders must be closed;
-5. no_new_privs, always (Landlock refuses a process without it or CAP_SYS_ADMIN: as root
-   without CAP_SYS_ADMIN, in a Kaggle-like container, it once failed while reported on);
-6. Landlock: reads only beneath the Python installation and the system libraries, writes
-   only beneath the temp dir (and /dev/null); no TCP; no signals outside the sandbox;
-7. the seccomp filter (`duck.sandbox.wall.seccomp`).
-
-Each layer is verified right after it is applied (`duck.sandbox.wall.verify`: a probe that must
-fail, or the kernel's own word), and only a verified layer is reported on. Nothing here
-trusts the model: it has not run yet. A layer that cannot be applied is reported, never
-silently skipped; the host records what the worker reports.
+`confine(plan)` applies, in this order, every layer the machine allows (the plan came over the
+pipe: duck.sandbox.wall.isolation.plan) and returns what it verified, layer by layer ("on ..." or
+"off: why"): the memory cgroup the host made, joined while root; namespaces: network, IPC and a
+private mount namespace with a tmpfs of the quota's size and inodes on the temp dir, the games,
+the run folder, /dev/shm, /dev/mqueue and /var/tmp hidden, /proc with hidepid and the Python
+installation re-exposed where its parent is closed (as root with CAP_SYS_ADMIN, or without it in
+a user namespace of its own whose id maps the host writes, issue 48); hard limits, set while
+privileged; the drop to its own uid, checked, then the file modes; no_new_privs, always; Landlock
+(reads: Python and the system libraries; writes: the temp dir); the seccomp filter's worker part.
+Each layer is verified right after it is applied (duck.sandbox.wall.verify) and only a verified
+layer is reported on; one that cannot be applied is reported, never skipped. The threat model:
+docs/sandbox.md.
 """
 
 from __future__ import annotations

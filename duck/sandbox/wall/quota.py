@@ -1,23 +1,16 @@
 """The worker's disk use where no tmpfs bounds it (host side): bytes, inodes and folder depth of
-its temp dir, the files it holds open or mapped after deleting them, and what its uid owns in
-the world-writable folders outside it; and removing a tree of any depth.
+its temp dir, the files a call's process holds open or mapped after deleting them, and what its
+uid owns in the world-writable folders outside it; and removing a tree of any depth.
 
-Why: without a mount namespace (root without CAP_SYS_ADMIN, as on Kaggle) the temp dir is a
-plain folder on the host's disk. Measured by size alone it missed 900K empty folders (kernel
-memory the data quota never counted; their cleanup took 155 s), an unlinked open file, and
-hundreds of MB in /dev/shm and /tmp (issue 30). Issue 37 found the walk dodged: a path longer
-than PATH_MAX was skipped, a deleted file kept only by a memory map was never counted, and
-without CAP_SYS_PTRACE `/proc/<pid>/fd` read as empty. Now:
-
-* `tree()` walks by descriptors (openat/scandir of a folder's fd: no path grows with the depth),
-  counts folders nested deeper than `MAX_DEPTH` and anything it cannot read as over the quota
-  (`Usage.unseen`: what went unseen, never a silent zero);
-* `unlinked_open_files()` counts deleted files held open (`/proc/<pid>/fd`) and deleted files
-  kept by a memory map (`/proc/<pid>/maps`); where the host lacks CAP_SYS_PTRACE it reads them
-  with this thread's file-system uid set to the worker's (`setfsuid`: per thread, the worker
-  made itself dumpable in duck.sandbox.wall.confine), and where even that fails the usage is unseen;
-* `remove_tree()` removes without recursion: 989 nested folders raised RecursionError out of
-  `shutil.rmtree` and the host's clean-up (issue 37).
+Without a mount namespace the temp dir is a plain folder on the host's disk: issue 30 found 900K
+empty folders, an unlinked open file and hundreds of MB in /dev/shm uncounted; issue 37 a path
+beyond PATH_MAX skipped, a deleted file kept by a memory map, /proc/<pid>/fd empty without
+CAP_SYS_PTRACE. So `tree()` walks by descriptors (no path grows with the depth) and counts folders
+deeper than MAX_DEPTH and anything unreadable as over (`Usage.unseen`, never a silent zero);
+`unlinked_open_files()` reads /proc/<pid>/fd and maps, as the process's uid where the host lacks
+CAP_SYS_PTRACE (`setfsuid`, per thread; each call's process is born dumpable), unseen where even
+that fails; `remove_tree()` removes without recursion (989 nested folders raised RecursionError).
+When it runs: duck.sandbox.wall.clock, and docs/sandbox.md.
 """
 
 from __future__ import annotations

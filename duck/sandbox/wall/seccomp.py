@@ -24,12 +24,13 @@ LOW32 = 0xFFFFFFFF
 
 _DENY_ALWAYS = (
     # other processes
-    "ptrace", "process_vm_readv", "process_vm_writev", "kcmp", "pidfd_open", "pidfd_send_signal", "pidfd_getfd",
-    "tkill", "setpriority", "sched_setaffinity", "sched_setscheduler", "sched_setparam", "sched_setattr",
+    "ptrace", "process_vm_readv", "process_vm_writev", "kcmp", "pidfd_open", "pidfd_send_signal",
+    "pidfd_getfd", "tkill", "setpriority", "sched_setaffinity", "sched_setscheduler", "sched_setparam", "sched_setattr",
     "ioprio_set", "process_madvise",
     # programs, mounts, namespaces, the kernel's own
     "fork", "vfork", "execve", "execveat", "mknod", "mknodat", "mount", "umount2", "pivot_root", "chroot",
-    "unshare", "setns", "move_mount", "open_tree", "open_tree_attr", "fsopen", "fsmount", "fsconfig", "fspick",
+    "unshare", "setns", "move_mount", "open_tree", "open_tree_attr", "fsopen", "fsmount", "fsconfig",
+    "fspick",
     "mount_setattr", "listmount", "statmount", "bpf", "perf_event_open", "userfaultfd", "io_uring_setup",
     "io_uring_enter", "io_uring_register", "keyctl", "add_key", "request_key", "init_module", "finit_module",
     "delete_module", "reboot", "kexec_load", "kexec_file_load", "swapon", "swapoff", "acct", "settimeofday",
