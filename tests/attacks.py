@@ -515,7 +515,7 @@ try:
         os.mkdir(f'd{{n}}'); n += 1
 except OSError as e:
     print('stopped after', n, e)
-print('ESCAPED folders' if n > 20000 else 'capped', n)  # kernel.disk_inodes is 16384
+print('ESCAPED folders' if n > 4096 else 'capped', n)  # kernel.disk_inodes is 1024
 """),
     Attack("x32-syscall-abi", "memory", """{unguard}
 ct = __import__('ctypes')

@@ -290,9 +290,9 @@ def confine(plan: dict[str, Any], map_ids: Callable[[], bool] | None = None) -> 
         layers["uid"] = "off: " + ("not root" if not root else "turned off")
     if "/proc hides" in layers["mounts"] and uid is not None and (err := verify.hidepid(int(plan["host_pid"]))):
         layers["mounts"] = f"off: {err}"
-    # SIGKILL when the host dies: frozen between calls, the worker would never read the EOF
-    # on its pipe. After the uid drop, which clears it; a host that died before this line
-    # shows as another parent.
+    # SIGKILL when the host dies (a worker blocked on its pipe, or a call's process in a loop,
+    # would outlive a host killed without its clean-up). After the uid drop, which clears it; a
+    # host that died before this line shows as another parent.
     _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     if os.getppid() != parent:
         os._exit(1)
