@@ -23,7 +23,7 @@ import pytest
 from duck.config import KernelConfig
 from duck.play.record import read_record
 from duck.sandbox import process
-from duck.sandbox.wall import clock, isolation, quota
+from duck.sandbox.wall import isolation, quota
 import posture
 from attacks import ATTACKS, UNGUARD
 from test_sandbox_attacks import new_kernel
