@@ -185,3 +185,13 @@ def test_a_large_array_travels_and_a_larger_namespace_is_cut_by_name(make_kernel
     r = k.run("import numpy as np\nmid = np.arange(10**6)")
     assert k.run("print(int(mid.sum()))").stdout == f"{sum(range(10**6))}\n"
     assert np.arange(3).sum() == 3
+
+
+def test_what_a_call_was_told_reaches_the_next_one_without_an_action(make_kernel):
+    """The worker outlives each call's process: a result that added no board (a refused action)
+    reaches it too, before the next call (the Duck's bp35 replay printed a stale one)."""
+    k = make_kernel()
+    k.run("action('UP')")
+    k.run("r = action({'action': 'MOUSE', 'row': 1, 'col': 1})\nprint(r['executed'])")
+    r = k.run("print(last_action_result['executed'], last_action_result.get('error', '')[:40])")
+    assert r.stdout.startswith("False "), r.text

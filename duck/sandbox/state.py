@@ -39,11 +39,6 @@ class GameState:
             self.last_anim = list(obs.frames)
             self.anims[len(self.entries) - 1] = self.last_anim
 
-    @property
-    def behind(self) -> bool:
-        """Whether the worker lacks entries."""
-        return self.synced < len(self.entries)
-
     def delta(self) -> tuple[dict[str, Any], bytes]:
         """The entries the receiver lacks (from `synced`) with every animation frame of each
         action the worker has not had yet, or, after a restart, of the last action only; then
