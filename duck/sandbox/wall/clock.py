@@ -170,17 +170,16 @@ class Clock:
         return True
 
     def _events(self, wait: float) -> None:
-        """Take what the watches saw within `wait` seconds: files and folders created, files written."""
+        """Take what the watches saw within `wait` seconds (one read: a flood is judged as it comes):
+        files and folders created, files written; new folders are watched unless a walk is due."""
         ready = select.select([fd for fd in (self._ino, self._wake[0]) if fd >= 0], [], [], wait)[0]
         if self._ino not in ready:
             return
-        data = b""
         try:
-            while chunk := os.read(self._ino, 65536):
-                data += chunk
+            data = os.read(self._ino, 1 << 16)
         except BlockingIOError:
-            pass
-        at = 0
+            return
+        at, folders = 0, []
         while at + _EVENT.size <= len(data):
             wd, mask, _, size = _EVENT.unpack_from(data, at)
             raw, at = data[at + _EVENT.size:at + _EVENT.size + size], at + _EVENT.size + size
@@ -189,10 +188,13 @@ class Clock:
                 self._blind = True
             elif mask & IN_CREATE and mask & IN_ISDIR:
                 self._created += 1
-                self._new_folder(path)
+                folders.append(path)
             elif mask & (IN_CREATE | IN_MODIFY | IN_CLOSE_WRITE):
                 self._created += bool(mask & IN_CREATE)
                 self._written.add(path)
+        if self.used.inodes + self._created <= self.limit.inodes:  # (else the walk watches them)
+            for path in folders:
+                self._new_folder(path)
 
     def _due(self) -> bool:
         """Whether what was seen since the last walk could pass the quota, or a walk is due anyway."""
