@@ -195,3 +195,12 @@ def test_what_a_call_was_told_reaches_the_next_one_without_an_action(make_kernel
     k.run("r = action({'action': 'MOUSE', 'row': 1, 'col': 1})\nprint(r['executed'])")
     r = k.run("print(last_action_result['executed'], last_action_result.get('error', '')[:40])")
     assert r.stdout.startswith("False "), r.text
+
+
+def test_strings_count_toward_the_cap_too(make_kernel):
+    """A namespace of text past the cap (the JSON of its table, not only its raw bytes) loses its
+    last variables, named, and keeps the rest (the worker would refuse the whole blob)."""
+    k = make_kernel(memory_mb=2048)
+    r = k.run("a = 1\nwords = ['x' * 1000] * 1000\nz = 'y' * (130 << 20)")
+    assert "z (the variables take more than 128 MB)" in r.text and not r.restarted, r.text
+    assert k.run("print(a, len(words), 'z' in globals())").stdout == "1 1000 False\n"

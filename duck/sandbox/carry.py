@@ -300,12 +300,21 @@ def resolve(module: Any, qualname: str) -> Any:
 def dump(ns: dict[str, Any], skip: set[str], views: Callable[[], dict[int, list]], limit: int
          ) -> tuple[bytes, list[str]]:
     """The blob for `ns` (its names but `skip`'s), and "name (why)" for each left out."""
-    dumper, dropped = Dumper(views, limit), []
+    dumper, dropped, starts = Dumper(views, limit), [], []
     for name in sorted(k for k in ns if isinstance(k, str) and k not in skip and not k.startswith("__")):
+        at = (name, len(dumper.nodes), len(dumper.data))
         why = dumper.add(name, ns[name])
         if why:
             dropped.append(f"{name} ({why})")
-    return dumper.blob(), dropped
+        elif name in dumper.roots:
+            starts.append(at)
+    blob = dumper.blob()
+    while len(blob) > limit and starts:  # (its strings count too: the last names go until it fits)
+        name, n, d = starts.pop()
+        del dumper.roots[name], dumper.nodes[n:], dumper.data[d:]
+        dropped.append(f"{name} (the variables take more than {limit >> 20} MB)")
+        blob = dumper.blob()
+    return blob, dropped
 
 
 def complete(data: bytes) -> bool:
