@@ -515,7 +515,7 @@ try:
         os.mkdir(f'd{{n}}'); n += 1
 except OSError as e:
     print('stopped after', n, e)
-print('ESCAPED folders' if n > 20000 else 'capped', n)  # kernel.disk_inodes is 16384
+print('ESCAPED folders' if n > 4096 else 'capped', n)  # kernel.disk_inodes is 1024
 """),
     Attack("x32-syscall-abi", "memory", """{unguard}
 ct = __import__('ctypes')
@@ -613,5 +613,53 @@ for flags in (0o20200000 | os.O_WRONLY, 0o20000000 | os.O_RDWR):
         fd = os.open('.', flags, 0o600); print('ESCAPED O_TMPFILE', fd); os.close(fd)
     except OSError as e:
         print('denied', e)
+""", survives=True),
+    # --- issue 48: reservations by another name, a walk that can be watched, limits lifted ------
+    Attack("ioctl-reserves-space", "limits", """{unguard}
+fcntl, struct = __import__('fcntl'), __import__('struct')
+fd = os.open('reserved', os.O_RDWR | os.O_CREAT, 0o600)
+resv = struct.pack('hhqqiI4i', 0, 0, 0, 64 << 20, 0, 0, 0, 0, 0, 0)  # struct space_resv: 64 MB from 0
+for name, req in (('FS_IOC_RESVSP64', 0x4030582a), ('FS_IOC_RESVSP', 0x40305828), ('FS_IOC_ZERO_RANGE', 0x40305839),
+                  ('XFS_IOC_ALLOCSP64', 0x40305824)):
+    try:
+        fcntl.ioctl(fd, req, resv); print('ESCAPED', name, os.fstat(fd).st_blocks * 512)
+    except OSError as e:
+        print('denied', name, e)
+os.close(fd); os.unlink('reserved')
+""", survives=True),
+    Attack("sync-and-syncfs", "limits", """{unguard}
+ct = __import__('ctypes')
+libc = ct.CDLL(None, use_errno=True)
+libc.syscall.restype = ct.c_long
+nr = {{'x86_64': (162, 306), 'aarch64': (81, 267)}}[__import__('platform').machine()]
+print('ESCAPED sync' if libc.syscall(nr[0]) == 0 else 'denied sync', ct.get_errno())
+fd = os.open('.', os.O_RDONLY)
+print('ESCAPED syncfs' if libc.syscall(nr[1], fd) == 0 else 'denied syncfs', ct.get_errno())
+""", survives=True),
+    Attack("inotify-watches-the-quota-walk", "limits", """{unguard}
+ct = __import__('ctypes')
+libc = ct.CDLL(None, use_errno=True)
+fd = libc.inotify_init1(0)
+print('ESCAPED inotify', fd) if fd >= 0 else print('denied inotify', ct.get_errno())
+""", survives=True),
+    Attack("prctl-clears-pdeathsig-and-dumpable", "process", """{unguard}
+ct = __import__('ctypes')
+libc = ct.CDLL(None, use_errno=True)
+sig = ct.c_int(-1)
+for option, what in ((1, 'parent-death signal'), (4, 'dumpable'), (0x59616d61, 'ptracer')):  # SET_PDEATHSIG, ...
+    r = libc.prctl(option, 0, 0, 0, 0)
+    print('denied', what, ct.get_errno()) if r != 0 else print('set', what)
+libc.prctl(2, ct.byref(sig), 0, 0, 0)  # PR_GET_PDEATHSIG
+print('ESCAPED: no parent-death signal' if sig.value == 0 else 'kept', sig.value, libc.prctl(3, 0, 0, 0, 0))
+""", survives=True),
+    Attack("cpu-soft-limit-raised-to-hard", "limits", """{unguard}
+res = __import__('resource')
+soft, hard = res.getrlimit(res.RLIMIT_CPU)
+try:
+    res.setrlimit(res.RLIMIT_CPU, (hard, hard))
+except (ValueError, OSError) as e:
+    print('denied', e)
+soft = res.getrlimit(res.RLIMIT_CPU)[0]
+print('ESCAPED unlimited CPU' if soft == res.RLIM_INFINITY or soft > 3600 else 'bounded', soft)
 """, survives=True),
 ]

@@ -10,9 +10,9 @@
   then under `capsh --drop=cap_sys_admin`, which removes the capability from the bounding set
   before the command is executed.
 * `docker`: root without CAP_SYS_ADMIN and without CAP_SYS_PTRACE, Docker's default set (so most
-  likely Kaggle's): `wrap(cmd, "docker")`, as above with `capsh --drop=cap_sys_admin,cap_sys_ptrace`.
-  The host then cannot read another uid's /proc/<pid>/fd as root (issue 37: its disk count read
-  zero there); duck.sandbox.wall.quota reads it as the worker's uid.
+  likely Kaggle's), and no new namespace (Docker's seccomp profile): `wrap(cmd, "docker")`. The
+  host cannot read another uid's /proc/<pid>/fd as root (issue 37) and the worker makes no user
+  namespace (issue 48): its disk quota is the host's count. In `kaggle` it makes one: a tmpfs.
 
 `current()` says which posture this process is in; `available()` whether the wrapped postures
 can be started here (root, unshare and capsh present) and why not.
@@ -77,9 +77,26 @@ def _exposures() -> list[tuple[str, list[str]]]:
     return sorted((top, sorted(names)) for top, names in groups.items())
 
 
+# Docker's default seccomp profile, the part that matters here: without CAP_SYS_ADMIN no new
+# namespace (unshare, setns, clone with a namespace flag; clone3 ENOSYS so libc uses clone),
+# so no user namespace either. Loaded (no_new_privs first, as libseccomp does) before capsh.
+NO_NAMESPACES = """import errno, os, sys
+import pyseccomp as sc
+f = sc.SyscallFilter(defaction=sc.ALLOW)
+for name in ("unshare", "setns"):
+    f.add_rule(sc.ERRNO(errno.EPERM), name)
+for flag in (0x20000, 0x2000000, 0x4000000, 0x8000000, 0x10000000, 0x20000000, 0x40000000):
+    f.add_rule(sc.ERRNO(errno.EPERM), "clone", sc.Arg(0, sc.MASKED_EQ, flag, flag))
+f.add_rule(sc.ERRNO(errno.ENOSYS), "clone3")
+f.load()
+os.execvp(sys.argv[1], sys.argv[1:])
+"""
+
+
 def wrap(cmd: list[str], which: str = "kaggle") -> list[str]:
     """`cmd` in posture `which` (kaggle: root without CAP_SYS_ADMIN; docker: without
-    CAP_SYS_PTRACE as well), with the Python installation open to other users."""
+    CAP_SYS_PTRACE as well, and Docker's seccomp profile: no namespace), with the Python
+    installation open to other users."""
     lines = ["set -e"]
     for top, names in _exposures():
         for i, name in enumerate(names):
@@ -89,8 +106,9 @@ def wrap(cmd: list[str], which: str = "kaggle") -> list[str]:
         for i, name in enumerate(names):
             dst = shlex.quote(os.path.join(top, name))
             lines += [f"mkdir {dst}", f'mount --move "$st/{i}" {dst}', f'rmdir "$st/{i}"']
+    seccomp = f"{shlex.quote(sys.executable)} -c {shlex.quote(NO_NAMESPACES)} " if which == "docker" else ""
     # rmdir, never rm -r: a staging folder that still held a bind mount must not be emptied.
     script = "\n".join(['st=$(mktemp -d /tmp/duck-posture-XXXXXX)', *lines[1:], 'rmdir "$st"',
                         f'export {ENV}={which}',
-                        f'exec capsh --drop={DROPPED[which]} -- -c \'exec "$0" "$@"\' "$@"'])
+                        f'exec {seccomp}capsh --drop={DROPPED[which]} -- -c \'exec "$0" "$@"\' "$@"'])
     return ["unshare", "-m", "--propagation", "private", "--", "sh", "-ec", script, "sh", *cmd]

@@ -128,7 +128,10 @@ def test_attack_snippets_through_duck_play(open_place, tmp_path, which):  # noqa
 PARENT_CMDLINE = """import sys
 os = sys.modules['os']
 try:
-    print('host says:', open(f'/proc/{os.getppid()}/cmdline').read().replace('/', '|'))
+    pid = os.getppid()  # the first ancestor that is not the sandbox's own worker is the host
+    while 'duck.sandbox' in (cmd := open(f'/proc/{pid}/cmdline').read()):
+        pid = int(open(f'/proc/{pid}/stat').read().rsplit(')', 1)[1].split()[1])
+    print('host says:', cmd.replace('/', '|'))
 except OSError as e:
     print('host hidden:', e)
 """
@@ -137,7 +140,7 @@ except OSError as e:
 @pytest.mark.parametrize("which", [*POSTURES, "docker", "file-modes"])
 def test_one_attack_through_duck_play(open_place, tmp_path, which):  # noqa: F811 - the fixture
     """The default suite's quick version, in each posture ("docker": without CAP_SYS_PTRACE as
-    well; "file-modes": root without CAP_SYS_ADMIN and Landlock turned off, the fallback). Without
+    well; "file-modes": the docker posture with Landlock turned off, the fallback). Without
     a mount namespace the run's folders are 0700 (issue 37: Landlock does not mediate inotify
     or stat, the records were watchable). Attacks that used to break the host
     (a forged record line through /proc, a kill of the host, a lone surrogate in notes, a hang
@@ -156,7 +159,7 @@ def test_one_attack_through_duck_play(open_place, tmp_path, which):  # noqa: F81
     server, url = serve([*replies, {"content": "the host", "code": PARENT_CMDLINE}], tmp_path)
     extra = ['kernel.layers_off=["landlock"]'] if which == "file-modes" else []
     try:
-        play, leftovers = play_reaped("kaggle" if which == "file-modes" else which,
+        play, leftovers = play_reaped("docker" if which == "file-modes" else which,
                                       ["--games", str(games), "--policy", "llm", "--model-url", url,
                                        "--max-actions", "10", "--out", str(out),
                                        "--set", "model.retries=0", "model.backoff_s=0.01", *extra],
@@ -171,7 +174,7 @@ def test_one_attack_through_duck_play(open_place, tmp_path, which):  # noqa: F81
     assert not any(canary in text for text in run_texts(out))
     said = tool_messages(out)
     assert len(said) >= len(replies) + 1 and not any("ESCAPED" in m for m in said), said
-    if which != "full":
+    if which in ("docker", "file-modes"):  # (in kaggle the worker's own user namespace hides them, where it may)
         for folder in (".", "records", "conversations"):
             assert stat.S_IMODE((out / folder).stat().st_mode) == 0o700, folder
     if which == "file-modes":

@@ -123,7 +123,7 @@ SECCOMP_PROBE = r"""
 import ctypes, errno, fcntl, os, signal, socket, sys
 from duck.sandbox.wall import confine, seccomp
 confine._import_pyseccomp()
-seccomp.load()
+seccomp.load(seccomp.BOTH, os.getpid())
 libc = ctypes.CDLL(None, use_errno=True)
 libc.syscall.restype = ctypes.c_long
 out = {}
@@ -153,12 +153,26 @@ tried("setxattr", lambda: os.setxattr(sys.argv[1], "user.x", b"1"))
 tried("shmget", lambda: raw(29, 0, 4096, 0o1600))
 tried("io_setup", lambda: raw(206, 8, ctypes.addressof(ctypes.c_ulong(0))))
 tried("timer_create", lambda: raw(222, 1, 0, ctypes.addressof(ctypes.c_int(0))))
+tried("sync", lambda: raw(162))
+tried("syncfs", lambda: raw(306, r))
+tried("inotify_init1", lambda: raw(294, 0))
+fd = os.open(sys.argv[1], os.O_RDWR)
+tried("resvsp64", lambda: fcntl.ioctl(fd, 0x4030582a, bytes(48)))  # FS_IOC_RESVSP64: fallocate by another name
+tried("zero_range", lambda: fcntl.ioctl(fd, 0x40305839, bytes(48)))
+tried("resvsp_high_bits", lambda: raw(16, fd, 0x4030582a | 1 << 32, ctypes.addressof(ctypes.create_string_buffer(48))))
+tried("tcgets_high_bits_tiocsti", lambda: raw(16, r, 0x5412 | 1 << 32, ctypes.addressof(ctypes.c_char(b"x"))))
+tried("fionread", lambda: fcntl.ioctl(r, 0x541B, b"\0" * 4))
+tried("set_inheritable", lambda: os.set_inheritable(r, True))
+tried("pr_set_pdeathsig", lambda: raw(157, 1, 0))
+tried("pr_set_dumpable", lambda: raw(157, 4, 0))
+tried("pr_set_ptracer", lambda: raw(157, 0x59616d61, 0))
+tried("pr_get_pdeathsig", lambda: raw(157, 2, ctypes.addressof(ctypes.c_int(0))))
 print(__import__("json").dumps(out))
 """
 
 
 @pytest.mark.skipif(os.uname().machine != "x86_64", reason="the probe uses x86-64 syscall numbers")
-def test_the_seccomp_filter_denies_what_issue_30_used_and_nothing_the_worker_needs(tmp_path):
+def test_the_seccomp_filter_denies_what_issues_30_and_48_used_and_nothing_the_worker_needs(tmp_path):
     """The filter alone, in a throwaway process: every syscall of the findings fails with EPERM
     (high bits set or not), and what the worker does itself still works."""
     target = tmp_path / "x"
@@ -166,9 +180,11 @@ def test_the_seccomp_filter_denies_what_issue_30_used_and_nothing_the_worker_nee
     r = subprocess.run([sys.executable, "-c", SECCOMP_PROBE, str(target)], capture_output=True, text=True,
                        cwd=ROOT, timeout=60)
     got = json.loads(r.stdout.strip().splitlines()[-1])
-    allowed = {"f_getfl", "sigusr2_self"}
+    allowed = {"f_getfl", "sigusr2_self", "fionread", "set_inheritable", "pr_get_pdeathsig"}
     assert {k for k, v in got.items() if v == "allowed"} == allowed, got
-    assert all(v == "EPERM" for k, v in got.items() if k not in allowed), got
+    ioctls = {"tiocsti", "resvsp64", "zero_range", "resvsp_high_bits", "tcgets_high_bits_tiocsti"}
+    assert all(v == "ENOTTY" for k, v in got.items() if k in ioctls), got
+    assert all(v == "EPERM" for k, v in got.items() if k not in allowed | ioctls), got
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="a uid of its own for the worker needs root")

@@ -247,3 +247,48 @@ def test_the_player_draws_the_board_in_headless_chromium(run, tmp_path):
             continue
         drawn = int((rgb == PALETTE[colour]).all(axis=1).sum())
         assert drawn == 64 * int((board == colour).sum()), colour
+
+
+EVIL = "<!--<script>"  # issue 48: in a script element this swallowed the player's own script
+
+
+def _json_block(html: str) -> str:
+    """The data block as the HTML parser ends it: in a script element's text only `<` can
+    change the tokenizer's state (`</script` closes it, `<!--` then `<script` escapes), so
+    with no `<` inside, the element ends at the first `</script` after its tag."""
+    start = html.index('<script type="application/json" id="duck-player">')
+    start = html.index(">", start) + 1
+    return html[start:html.index("</script", start)]
+
+
+def test_model_text_cannot_break_the_player_page(tmp_path):
+    """`<!--<script>` in a model's code, output, notes and reasoning and in a policy's reason:
+    each page's data block holds no `<` (the parser's rules), parses whole, and the page's
+    script runs in headless Chromium where one is installed (it fills the step line)."""
+    from devkit.stub.models import FixedModel
+    from devkit.stub.server import StubServer
+    code = f"# {EVIL}\nnotes['n'] = {EVIL!r}\nprint({EVIL + '</script><script>'!r})\naction('UP')"
+    reply = {"content": f"plan: {EVIL}", "reasoning": f"think {EVIL}", "code": code}
+    with StubServer(FixedModel([reply] * 3)) as url:
+        cfg = load_config(overrides=["model.retries=0", "model.name=stub", "agent.fallback=null", "play.policy=llm",
+                                     f'model.urls=["{url}"]', "play.max_actions=3"])
+        play_folder(BUNDLED, tmp_path / "model", cfg, games=["zb01"])
+    (tmp_path / "says.py").write_text(USER_POLICY.replace('f"step {self.step_count}: up, then down"', repr(EVIL)))
+    play_folder(BUNDLED, tmp_path / "user", policy=f"{tmp_path / 'says.py'}:Says", games=["zb01"])
+    pages = []
+    for name in ("model", "user"):
+        write_report(tmp_path / name)
+        block = _json_block((tmp_path / name / "player.html").read_text())
+        assert "<" not in block
+        pages.append((tmp_path / name / "player.html", json.loads(block)["games"][0]))
+    turn = next(iter(pages[0][1]["turns"].values()))
+    assert EVIL in turn["code"] and EVIL + "</script><script>" in turn["out"], turn
+    assert EVIL in pages[1][1]["rt"]
+    if chromium() is None:
+        pytest.skip("no headless Chromium here: checked by the parser's rules only")
+    for path, g in pages:
+        url = path.as_uri() + f"#game={g['id']}&step=1"
+        dom = subprocess.run([chromium(), *BROWSER, "--dump-dom", url], capture_output=True, text=True, timeout=120)
+        assert dom.returncode == 0, dom.stderr[-2000:]
+        step = re.search(r'<div id="step">(.*?)</div>', dom.stdout, re.S).group(1)
+        assert re.sub("<[^>]+>", "", step).startswith("step 1 / "), (path, step)  # the player's script ran

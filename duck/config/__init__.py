@@ -155,9 +155,10 @@ class KernelConfig(Section):
     disk_mb: PositiveInt = _PLAN.kernel_disk_mb
     # Files and folders in its temp dir (the tmpfs's nr_inodes; else counted by the host): an
     # inode costs ~1 KB of kernel memory no data quota counts (900K empty folders once took
-    # ~1 GB and 155 s to clean up, issue 30). 16384 is ~16 MB per kernel, far more than model
-    # code has ever written (a few files).
-    disk_inodes: PositiveInt = 16384
+    # ~1 GB and 155 s to clean up, issue 30), and the host's count walks them all. Model code
+    # writes a few files (none in the Duck's 18,779 snippets): 1024 (16384 before issue 48,
+    # whose walk took 70-98 ms at 15,000 files).
+    disk_inodes: PositiveInt = 1024
     # Sandbox layers not to apply even where the machine allows them (duck.sandbox.wall.isolation):
     # for testing the fallbacks, and a way out if a layer misbehaves on some machine
     # ("cgroup": the worker's memory cgroup, duck.sandbox.wall.cgroup).

@@ -1,25 +1,15 @@
 """The host half of `action(...)`: read the names the model wrote, step the game through the
-`Session` (which records every action), and answer in the Duck's result format.
+`Session` (which records every action), and answer in the Duck's result format, key for key
+(../shared/duck-traces/README.md, "Sandbox API": recorded Duck code prints them).
 
-The result dicts follow ../shared/duck-traces/README.md ("Sandbox API", `action(actions)`)
-key for key, because recorded Duck code prints them (DESIGN §3: the model-facing variables
-stay the Duck's). The rules that matter for play:
-
-* a batch stops after an action that completes a level, ends the game or wins it, at a
-  later action the game does not allow now (`invalid_action`), and when play must stop
-  (`stopped`: `should_stop`, the session's budget, deadline or stop); after such a result
-  further calls in the same snippet do nothing (`previous_<reason>`), so code cannot act blind
-  on a board it has not looked at;
-* the host owns the clock: a stop is applied here, between two actions, never by killing the
-  worker mid-step;
-* after GAME_OVER only RESET plays.
-
-Names (`MODEL_NAMES`: the Duck's, plus UNDO, CLICK and clicks written as the results display
-them, `'MOUSE(row=20, col=20)'`) are duck.game.actions'. The guards against wasted actions
-(`ActionHost.guards`, installed by the agent: duck.sandbox.batch_guards) are checked here
-between two actions; every executed action's frames go into `CallActions.steps`
-(duck.game.change.Step) for the turn's facts. The replay of the Duck's recorded code caps its
-calls in a subclass of its own (`duck replay`'s kernel).
+A batch stops after an action that completes a level, ends the game or wins it, at a later
+action the game does not allow now (`invalid_action`), and when play must stop (`stopped`: the
+session's budget, deadline or stop, or the call's own limit, `CallActions.deadline`, checked
+between two actions); after such a result further calls of the snippet play nothing
+(`previous_<reason>`): code cannot act blind on a board it has not looked at. After GAME_OVER
+only RESET plays. Names are duck.game.actions' (`MODEL_NAMES`); the guards against wasted actions
+(duck.sandbox.batch_guards) are checked between two actions; every executed action's frames go
+into `CallActions.steps` for the turn's facts. `duck replay` caps its calls in a subclass.
 """
 
 from __future__ import annotations
@@ -94,6 +84,10 @@ class CallActions:
     # The results the host answered with (the last RESULTS of them): the tool message's action
     # and guard lines come from here, never from what the worker sends back (issue 37).
     results: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=RESULTS))
+    deadline: float | None = None  # the call's limit (time.monotonic()): a batch stops between actions there
+
+    def out_of_time(self) -> bool:
+        return self.deadline is not None and time.monotonic() >= self.deadline
 
 
 class ActionHost:
@@ -180,7 +174,7 @@ class ActionHost:
             if i and self.guards and self.guards.blocks(call.ineffective, self.level_number()):
                 batch.stop("guard_blocked", self.guards.block_line(call.ineffective, self.level_number()), end=True)
                 break
-            if i and self.should_stop():
+            if i and (self.should_stop() or call.out_of_time()):  # issue 48: the clock, per action
                 batch.stop("stopped")
                 break
             refused = self._play(action, i, batch, call, info)

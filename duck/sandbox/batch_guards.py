@@ -2,20 +2,16 @@
 between two actions, so model code cannot catch, skip or undo them.
 
 * `stop_on_no_effect`: a batch stops after an action that changed nothing away from the HUD
-  border (duck.game.change: the board's interior is the same after it). The rest of that
-  batch is not played; the snippet goes on, and at level 1 it may still act.
+  border (duck.game.change); the snippet goes on, and at level 1 it may still act.
 * `block_from_level` (2 by default, 0 off): from that level on, once an action of a call changed
-  nothing away from the border, no further action of the same call is played: the request is
-  refused and the snippet is ended (the worker raises its `StopSnippet`, a BaseException that
-  `except Exception` does not catch; a bare `except:` that swallows it gains nothing, since
-  every later request of the call is refused too).
-* No action after GAME_OVER, a level change or a win in the same call: the host's own rule
-  (duck.sandbox.actions, `previous_<reason>`), always.
+  nothing away from the border, no further action of the call is played: the request is refused
+  and the snippet ended (`StopSnippet`, a BaseException; swallowing it gains nothing, as every
+  later request of the call is refused too).
+* No action after GAME_OVER, a level change or a win in the same call (duck.sandbox.actions).
 
-Each guard that fires puts one line in the action result (`guard`), which the call's tool
-message shows (duck.sandbox.render), right above the next turn. The agent installs the guards on its kernel
-(`Kernel.install_guards`, from `agent.guards`); a kernel without them (the replays of the Duck's recorded
-code) plays every action it is asked to, as the Duck's harness did.
+Each guard that fires puts one line in the action result (`guard`), which the tool message shows.
+The agent installs them (`Kernel.install_guards`, from `agent.guards`); the replays of the Duck's
+recorded code play every action asked, as the Duck's harness did.
 """
 
 from __future__ import annotations

@@ -1,24 +1,15 @@
 """The file-modes fallback (host side). Wherever the worker has a uid of its own but no mount
 namespace (duck.sandbox.wall.isolation.without_mount_namespace), `games_for_play` closes the run's
 folder (its run.json names the games' path) and its records and conversations folders (0700):
-Landlock, where it holds, does not mediate inotify or stat, and a worker watched the records
-being written (issue 37). Where neither Landlock nor a mount namespace holds
-(duck.sandbox.wall.isolation.relies_on_file_modes), only file modes keep the games from it too. Then
-`games_for_play` also:
-
-* plays the games from a root-only copy (a 0700 folder of root's), never from the original;
-* keeps the original folder's path out of this process's command line (which every process
-  on the machine can read in /proc/<pid>/cmdline; the red team found the games there, issue
-  30): the argv bytes are overwritten in place, as `ps` shows them, and processes forked
-  afterwards (the play workers) inherit the scrubbed copy. The worker's own plan travels
-  over its pipe (duck.sandbox.process);
-* says loudly, once, when the original folder is itself open to other users: its path is
-  hidden, but a worker that guesses it can read it, and no file mode of ours can change that
-  (on Kaggle /kaggle/input is read-only).
-
-Other processes' /proc entries: where a mount namespace exists the worker gets a /proc with
-hidepid (duck.sandbox.wall.confine); here (no CAP_SYS_ADMIN) the scrubbed command line is what is
-left, and Landlock, where the kernel has it, denies /proc altogether.
+Landlock does not mediate stat, and a worker once watched the records being written (issue 37).
+Where neither Landlock nor a mount namespace holds (`relies_on_file_modes`), only file modes keep
+the games from it too, and `games_for_play` also plays them from a root-only copy (0700, root's);
+keeps the original folder's path out of this process's command line (readable by every process
+in /proc/<pid>/cmdline: the red team found the games there, issue 30), overwriting the argv bytes
+in place, so that the play workers forked afterwards inherit the scrubbed copy; and says once,
+loudly, when the original folder is itself open to other users (a worker that guesses its path
+can read it; on Kaggle /kaggle/input is read-only). Other processes' /proc entries: hidepid where
+a mount namespace exists, else the scrubbed command line and Landlock, which denies /proc.
 """
 
 from __future__ import annotations

@@ -1,34 +1,16 @@
-"""The sandbox: one persistent Python worker process per game (DESIGN §3).
+"""The sandbox's host side: the Kernel, one worker per game and one process per call (DESIGN §3).
 
-`Kernel(session)` starts `duck.sandbox.worker` and keeps it in step with the game: every new
-observation goes to the worker once, as a delta (duck.sandbox.state), so an `action()` call
-costs the same at step 1,000 as at step 10 (the Duck rebuilt the whole history in a fresh
-interpreter on every call: 27 s per action after 150 actions). `kernel.run(code)` runs one
-model snippet and returns a `CallResult`: what happened, as data; `.text` is the tool message
-the model receives (duck.sandbox.render).
-
-Time-outs: at the call's limit the worker gets SIGUSR1, which raises `KernelTimeout` in the
-snippet and keeps the namespace; if the snippet swallows it or hangs in C code, the process
-group is killed after a grace period, a fresh worker is started, the game variables are
-restored from the host's copy, and the message tells the model its definitions were lost.
-Crashes (os._exit, a segfault, a closed pipe) are handled the same way. Printed output is
-kept even then (head streamed as written, tail synced every 0.25 s).
-
-The worker is untrusted once it has run a snippet. The threat model and the layers around it
-(its own uid, Landlock, seccomp, namespaces, hard limits; the guard only for messages) are in
-the package's docstring (duck/sandbox/__init__.py). The process itself (start, kill, restart,
-leftovers, quota) is duck.sandbox.lifecycle; here, the call: every message from the worker is
+`Kernel(session)` starts `duck.sandbox.worker` and keeps it in step with the game, sending each
+new observation once, as a delta (duck.sandbox.state). `kernel.run(code)` runs one snippet in a
+process the worker forks for it (duck.sandbox.call) and returns a `CallResult`: what happened,
+as data; `.text` is the tool message the model receives (duck.sandbox.render). Every message is
 checked and cut to size (duck.sandbox.trust) in one loop (`_exchange`), which answers the
-worker's requests (action(), explore) and watches the clock and the disk quota. What a message
-may not do to the host (issue 37): outlive its call (the deadline is checked after every
-message, nothing is played past it, each reply write ends at the deadline plus the grace);
-belong to another call (every message carries the call's id; anything after `done`, or on the
-pipe between calls, restarts the worker); run between calls (after its `done` the worker is
-frozen, duck.sandbox.freeze, and one that used CPU meanwhile is restarted); be kept (the tool
-message's action lines come from the host's own record of the results it answered with).
-
-Use: `k = Kernel(session); k.run(code) -> CallResult; k.act(action)` for actions the host
-takes itself; `k.notes`; `k.close()`. The worker starts on the first call (or `start_soon()`).
+call's action requests, watches the clock (SIGUSR1 at the limit, a kill after the grace) and the
+disk quota. An action belongs to the call that played it (issue 48): nothing is taken before
+the worker names the call's process, nothing after its `done`, and that process is killed at
+its `done`, so no code of one call runs in the next. A crash, a hang or a protocol violation
+costs a fresh worker (game variables and notes restored). Threat model: docs/sandbox.md.
+Use: `k = Kernel(session); k.run(code) -> CallResult; k.act(action)`; `k.notes`; `k.close()`.
 """
 
 from __future__ import annotations
@@ -47,10 +29,10 @@ from duck.config import KernelConfig
 from duck.game.actions import Action, display
 from duck.game.source import Observation
 from duck.play.session import Session
-from duck.sandbox import freeze, render, trust, wire
+from duck.sandbox import render, trust, wire
 from duck.sandbox.actions import ActionHost, CallActions
 from duck.sandbox.batch_guards import Guards
-from duck.sandbox.lifecycle import QUOTA_CHECK_S, WorkerProcess
+from duck.sandbox.lifecycle import WRITE_DEADLINE_S, WorkerProcess
 from duck.sandbox.state import GameState
 
 # The kernel's `notes` dict, as JSON, is kept up to this size (kernel.notes_dict_chars before
@@ -97,6 +79,9 @@ class Call:
     deadline: float
     grace_s: float
     actions: CallActions = field(default_factory=CallActions)
+
+    def __post_init__(self) -> None:
+        self.actions.deadline = self.deadline
     out: list[str] = field(default_factory=list)
     kept: int = 0  # characters in `out`
     tail_text: str = ""
@@ -130,15 +115,15 @@ class Kernel(WorkerProcess):
         own = [session.game.files_dir] if session.game.files_dir else []
         self.deny_read = [*own, *(str(p) for p in deny_read)]
         # Hidden from the worker where a mount namespace allows, closed by file modes (and
-        # verified) where not: the games, the records and the conversations.
+        # verified) where not: the games and the run's folder (run.json names the games; the
+        # records and the conversations, which file modes close where nothing hides them).
         records = Path(session.writer.path).resolve().parent
-        super().__init__(config or KernelConfig(), [*self.deny_read, str(records), str(records.parent / "conversations")],
-                         session.event)
+        super().__init__(config or KernelConfig(), [*self.deny_read, str(records.parent), str(records),
+                                                    str(records.parent / "conversations")], session.event)
         self.session = session
         self.host = ActionHost(session)
         self.state = GameState(self.host.names())
         self.calls = 0
-        self.frozen = freeze.Frozen()  # the worker between calls (duck.sandbox.freeze)
         self.append("", session.obs)
 
     @property
@@ -181,9 +166,11 @@ class Kernel(WorkerProcess):
             raise wire.WireError("the kernel worker did not take the state")
         trust.check(got[0], ("synced",), self.calls)
         self.state.sent()
+        self.state.settled()
 
     # --- running code ----------------------------------------------------------------
-    def run(self, code: str, *, timeout_s: float | None = None, info: dict[str, Any] | None = None) -> CallResult:
+    def run(self, code: str, *, timeout_s: float | None = None,
+            info: dict[str, Any] | None = None) -> CallResult:
         """Run one snippet; `info` goes into the record with each action it plays."""
         self.started()
         t0 = time.monotonic()
@@ -195,9 +182,9 @@ class Kernel(WorkerProcess):
         if not code:
             return CallResult("empty", error=EMPTY, timeout_s=timeout)
         died = self.proc is not None and self.proc.poll() is not None
-        woke = self._wake() if self.proc is not None and not died else None
         if self.proc is None or died:
             self.restart() if died else self.start()
+        junk = None if died else self._between()
         head = render.OUTPUT_CHARS // 2
         call = Call(head, render.OUTPUT_CHARS - head, t0 + timeout, self.cfg.grace_s)
         done, crash = self._exchange(code, call, timeout, info)
@@ -205,82 +192,81 @@ class Kernel(WorkerProcess):
         if died and not res.restarted:
             res.restarted = True
             res.error_kind = res.error_kind or "died between calls"
-        if woke:
-            res.restarted, res.notice = True, "; ".join(n for n in (woke, res.notice) if n)
-        if self.proc is not None and self.frozen.pid != self.proc.pid:  # a new worker: frozen too
-            self.frozen.freeze(self.proc.pid)
+        if junk:
+            res.restarted, res.notice = True, "; ".join(n for n in (junk, res.notice) if n)
         res.steps, res.died, res.timeout_s = call.actions.steps, died, timeout
         res.wall_ms = (time.monotonic() - t0) * 1000
         return res
 
-    def _wake(self) -> str | None:
-        """Before a call: the worker, frozen since its last `done`, wrote nothing and used no
-        CPU meanwhile (else it is restarted, and the game's record says what it did); then it
-        gets SIGCONT. Returns what the model is told, or None."""
-        why = None
-        if self.worker is not None and self.worker.reader.pending():
-            why = "wrote to its pipe between calls"
-        burnt = self.frozen.burnt()
-        if burnt is not None and burnt > freeze.BURNT_S:
-            why = f"used {burnt:.2f} s of CPU between calls while frozen"
-        self.frozen.thaw()
-        if why is None:
+    def _between(self) -> str | None:
+        """Before a call: nothing may have been written on the worker's pipe since the last (the
+        worker writes only when asked; a call's process is dead by its end). Else a restart,
+        recorded, and what the model is told."""
+        if self.worker is None or not self.worker.reader.pending():
             return None
+        why = "wrote to its pipe between calls"
         self.session.event("error", f"the kernel worker {why}: restarted")
         self.restart()
         return (f"the kernel {why}: it was restarted, your functions and variables are gone "
                 "(game variables and notes are restored)")
 
-    def kill(self) -> None:
-        self.frozen.pid = None  # (SIGKILL ends a stopped process; nothing to wake)
-        super().kill()
-
-    def close(self) -> None:
-        self.frozen.thaw()  # it must read its `exit`
-        super().close()
-
     def _exchange(self, code: str, call: Call, timeout: float,
                   info: dict[str, Any] | None) -> tuple[dict[str, Any] | None, str]:
-        """The call loop: send the state the worker lacks and the snippet, then take the
-        worker's messages until it is done; every message checked (duck.sandbox.trust), every
-        request answered, the clock and the disk quota watched. Returns (the done message,
-        "") or (None, why the worker must be killed)."""
+        """The call: send the worker the state it lacks and the snippet, learn the pid of the
+        process it forks for it, then that process's messages (`_messages`). Returns (the done
+        message, "") or (None, why the worker must be killed)."""
         try:
-            if self.state.behind:
-                self._sync()
-            self.send({"op": "run", "code": code, "call": self.calls, "head": call.head, "tail": call.tail,
-                       "timeout": timeout, "valid": self.state.valid})
-            while True:
-                limit = call.limit()
-                got = self.recv(min(limit, time.monotonic() + QUOTA_CHECK_S) if self.counted() else limit)
+            self._sync()  # (every call: the last call's process told it nothing; 0.05 ms)
+            worker_has = self.state.synced
+            try:
+                self.send({"op": "run", "code": code, "call": self.calls, "head": call.head,
+                           "tail": call.tail, "timeout": timeout, "valid": self.state.valid})
+                got = self.recv(call.limit())  # the worker names the call's process before it runs anything
                 if got is None:
-                    if self.over_quota():
-                        return None, self.quota_message()
-                    if time.monotonic() < limit:
-                        continue
-                    if call.interrupted_at is not None:
-                        return None, "hung"
-                    call.interrupted_at = time.monotonic()
-                    os.kill(self.proc.pid, signal.SIGUSR1)
-                    continue
-                msg = trust.check(got[0], ("out", "tail", "action", "done"), self.calls)
-                if msg["op"] == "done":  # frozen until the next call; nothing may follow its done
-                    self.frozen.freeze(self.proc.pid)
-                    if self.worker.reader.pending():
-                        return None, "protocol violation: a message after its done"
-                    return msg, ""
-                if msg["op"] in ("out", "tail"):
-                    call.output(msg)
-                else:
-                    self._answer(msg, call, info)
+                    return None, "hung"
+                self.begin_call(trust.check(got[0], ("forked",), self.calls)["pid"])
+                self.send({"op": "go", "call": self.calls})
+                return self._messages(call, info)
+            finally:
+                self.state.synced = worker_has  # what the call's process was told, the worker was not
         except (wire.PipeClosed, OSError) as e:
             return None, f"{e}"
         except wire.WireError as e:  # a message the protocol does not allow (trust.Misbehaved too)
             return None, f"protocol violation: {e}"
 
+    def _messages(self, call: Call, info: dict[str, Any] | None) -> tuple[dict[str, Any] | None, str]:
+        """The call's process's messages until its `done` (then it is killed, and nothing may
+        follow), each checked; its action requests answered; the clock and the quota watched."""
+        while True:
+            limit = call.limit()
+            got = self.recv(limit)
+            if got is None:
+                if time.monotonic() < limit:
+                    continue
+                if call.interrupted_at is not None:
+                    return None, "hung"
+                call.interrupted_at = time.monotonic()
+                self.signal_call(signal.SIGUSR1)
+                continue
+            msg = trust.check(got[0], ("out", "tail", "action", "done", "ended"), self.calls)
+            if msg["op"] == "ended":  # the worker says the call's process died before its done
+                return None, f"exit {os.waitstatus_to_exitcode(msg['status'])}"
+            if msg["op"] == "done":
+                self.end_call()
+                got = self.recv(time.monotonic() + WRITE_DEADLINE_S)  # the worker has reaped it
+                if got is None or got[0].get("op") != "ended":
+                    return None, "protocol violation: a message after its done"
+                trust.check(got[0], ("ended",), self.calls)
+                return msg, ""
+            if msg["op"] in ("out", "tail"):
+                call.output(msg)
+            else:
+                self._answer(msg, call, info)
+
     def _crashed(self, call: Call, crash: str) -> CallResult:
         """The worker hung, died or misbehaved: a fresh one, and what the call printed."""
-        crash = self.quota_hit or crash  # the quota's clock killed it (duck.sandbox.lifecycle._watch)
+        self.end_call()  # (and the quota's clock stopped: it says whether it killed the call's process)
+        crash = self.quota_hit or crash
         try:
             status = self.proc.wait(timeout=0.2) if self.proc else None
         except subprocess.TimeoutExpired:
@@ -288,8 +274,8 @@ class Kernel(WorkerProcess):
         self.kill()
         self.start()
         kind = "timeout" if crash == "hung" or call.interrupted_at is not None else "crash"
-        error_kind = ("hung" if crash == "hung" else crash if crash.startswith(("protocol", "its temp"))
-                      else f"exit {status}")
+        error_kind = ("hung" if crash == "hung" else
+                      crash if crash.startswith(("protocol", "its temp", "exit ")) else f"exit {status}")
         res = CallResult(kind, restarted=True, actions=list(call.actions.executed), error_kind=error_kind)
         res.stdout = call.stdout(call.tail_text, call.total)
         res.stdout_total = call.total or len(res.stdout)
@@ -306,7 +292,8 @@ class Kernel(WorkerProcess):
                          result=trust.clean(done.get("result")), action_results=results,
                          actions=list(call.actions.executed),
                          error_kind=trust.text(ended, 100) if ended is not None else None,
-                         notes_error=trust.text(done["notes_error"], 500) if done.get("notes_error") else None)
+                         notes_error=trust.text(done["notes_error"], 500) if done.get("notes_error")
+                         else None)
         res.stdout = call.stdout(trust.text(done["tail"], call.tail), done["total"])
         res.stdout_total = done["total"]
         notes = done.get("notes")
@@ -314,12 +301,19 @@ class Kernel(WorkerProcess):
             notes = trust.clean(notes)
             if len(json.dumps(notes)) <= NOTES_CHARS:
                 self.state.notes = notes
-        res.notice, res.restarted = self.end_leftovers()
-        if res.notice is None and self.over_quota():
+        left = self.end_leftovers()
+        said = [left] if left else []
+        if done.get("restored"):
+            said.append(trust.text(done["restored"], 300) + ": this call started without them")
+        lost = [trust.text(x, 200) for x in (done.get("dropped") or [])[:50] if isinstance(x, str)]
+        if lost:
+            said.append("these variables cannot be kept between calls and are gone: " + "; ".join(lost))
+        if not res.restarted and self.over_quota():
             self.restart()
             res.restarted = True
-            res.notice = (f"the kernel's {self.quota_message().removeprefix('its ')}: the kernel was restarted, "
-                          "your functions, variables and files are gone")
+            said = [f"the kernel's {self.quota_message().removeprefix('its ')}: the kernel was restarted, "
+                    "your functions, variables and files are gone"]
+        res.notice = "; ".join(said) or None
         return res
 
     def _answer(self, msg: dict[str, Any], call: Call, info: dict[str, Any] | None) -> None:
@@ -329,7 +323,8 @@ class Kernel(WorkerProcess):
             result = self.host.terminal_result(len(msg.get("actions") or []))
         else:
             try:
-                result, done, end = self.host.run_batch(msg["actions"], call.actions, info)  # checked by trust.check
+                # (the request checked by trust.check)
+                result, done, end = self.host.run_batch(msg["actions"], call.actions, info)
             except Exception as e:  # noqa: BLE001 - the game or our code failed: tell the snippet
                 result, done, error = {}, [], "action failed in sandbox host."
                 self.session.event("error", f"kernel action failed: {type(e).__name__}: {e}",

@@ -1,24 +1,20 @@
-"""The kernel's worker process, host side: start it, end it, restart it, and watch what it
-leaves (processes, threads, files).
+"""The kernel's worker and each call's process, host side: start, end, restart, what they leave.
 
-Starting: a uid of its own where the host is root (`isolation.UidLease`), a temp dir, the
-plan of the layers (`isolation.plan`: limits, mounts, Landlock, seccomp), a memory cgroup
-where one can be made, then `process.spawn` and the worker's `ready` message with the layers
-it verified (reported once in a `sandbox` event, again when a restart got other ones).
-Ending: `process.end` (by pid, group and uid, every wait with a time-out), then its cgroup,
-what its uid left outside the temp dir where nothing kept it in, the temp dir. After each
-call: processes it left are killed, a thread it left means a restart, and where no tmpfs
-bounds the temp dir its size and files are counted against `kernel.disk_mb` and
-`kernel.disk_inodes` (`over_quota`), and also on a clock whatever the traffic: a thread
-(`_watch`) walks it every QUOTA_CHECK_S and kills the worker past the quota (issue 37: a call
-printing every 0.1 s was never checked until it ended). Clean-up cannot crash: every step of
-`kill()` and `close()` is caught and recorded, and the uid lease is always released. The
-threat model and the layers: duck/sandbox/__init__.py.
+Starting: a uid of its own where the host is root (`isolation.UidLease`), a temp dir, the plan of
+the layers (`isolation.plan`), a memory cgroup where one can be made, then `process.spawn` and the
+worker's `ready` with the layers it verified (a `sandbox` event, again when a restart got other
+ones). Each call: `begin_call(pid)` (a pidfd of the call's process, the quota's clock:
+duck.sandbox.wall.clock), `signal_call`, `end_call` (killed, waited for); then what it left: a
+process is killed (none can be where the kernel refuses new ones), and where no tmpfs bounds the
+temp dir it is counted once (`over_quota`). Ending: `process.end` (by pid, group and uid, every
+wait with a time-out), its cgroup, what its uid left outside the temp dir, the temp dir. Clean-up
+cannot crash: every step is caught and recorded, and the uid lease is always released.
 """
 
 from __future__ import annotations
 
 import os
+import select
 import signal
 import subprocess
 import tempfile
@@ -28,11 +24,10 @@ from typing import Any, Callable
 
 from duck.config import KernelConfig
 from duck.sandbox import process, wire
-from duck.sandbox.wall import cgroup, isolation, quota
+from duck.sandbox.wall import cgroup, clock, isolation, quota
 
 WRITE_DEADLINE_S = 10.0  # a worker that reads nothing for this long is dead to the host
 MAX_WORKER_MESSAGE = 8 << 20  # bytes; larger is a protocol violation
-QUOTA_CHECK_S = 0.5  # how often the disk quota is checked where no tmpfs bounds it
 
 
 class WorkerProcess:
@@ -50,8 +45,12 @@ class WorkerProcess:
         self.cgroup: dict[str, Any] | None = None  # the worker's memory cgroup (duck.sandbox.wall.cgroup)
         self.workdir: str | None = None
         self._starting: threading.Thread | None = None  # start_soon()'s thread
-        self._watching: tuple[threading.Event, threading.Thread] | None = None  # the quota's clock
         self.quota_hit: str | None = None  # why the clock killed the worker (taken by the next crash)
+        self.clock: clock.Clock | None = None  # the quota's, while a call runs
+        self.watches: clock.Watches | None = None  # its inotify watches of the temp dir (kept across calls)
+        self.call_pid: int | None = None  # the process of the call under way (duck.sandbox.call)
+        self.call_fd = -1  # and a pidfd of it: never a reused pid
+        self.last_call: int | None = None  # the last one, a zombie until the worker's next message
 
     def worker_config(self) -> dict[str, Any]:
         """What the worker is told at start besides its plan."""
@@ -65,8 +64,9 @@ class WorkerProcess:
         self.workdir = tempfile.mkdtemp(prefix="duck-kernel-")
         if uid is not None:
             os.chown(self.workdir, uid, uid)
-        plan = isolation.plan(workdir=self.workdir, uid=uid, memory_mb=self.cfg.memory_mb, disk_mb=self.cfg.disk_mb,
-                              disk_inodes=self.cfg.disk_inodes, hide=self.hide, off=self.cfg.layers_off)
+        plan = isolation.plan(workdir=self.workdir, uid=uid, memory_mb=self.cfg.memory_mb,
+                              disk_mb=self.cfg.disk_mb, disk_inodes=self.cfg.disk_inodes, hide=self.hide,
+                              off=self.cfg.layers_off)
         if "cgroup" in self.cfg.layers_off or os.geteuid() != 0:
             plan["cgroup_off"] = "turned off" if os.geteuid() == 0 else "not root"
         else:
@@ -80,10 +80,10 @@ class WorkerProcess:
             self.kill()
             raise RuntimeError(f"the kernel worker did not start{': ' + log if log else ''}")
         if layers != self.layers:  # the first start, or a restart that got other layers
-            self.event("sandbox", f"kernel worker confined in {(time.monotonic() - t0) * 1000:.0f} ms", layers)
+            ms = (time.monotonic() - t0) * 1000
+            self.event("sandbox", f"kernel worker confined in {ms:.0f} ms", layers)
             self.layers = layers
         self.tmpfs = layers.get("disk_quota", "").startswith("on: tmpfs")
-        self._watch()
 
     def send(self, msg: dict[str, Any], blob: bytes = b"", deadline: float | None = None) -> None:
         """Write to the worker; a worker that does not read by `deadline` (at most
@@ -125,13 +125,18 @@ class WorkerProcess:
         the temp dir (where no tmpfs or Landlock kept it in), the temp dir. No step's failure
         stops the next: each is recorded as an `error` event."""
         uid = self.lease.uid if self.lease else None
-        self._unwatch()
+        self.end_call()
+        if self.watches is not None:
+            self.watches.close()
+            self.watches = None
         worker, self.worker, self.proc = self.worker, None, None
         cg, self.cgroup = self.cgroup, None
         workdir, self.workdir = self.workdir, None
         shared = uid is not None and self._shared_writable()
-        steps = (("end the worker", lambda: self._end(worker, uid)), ("remove its cgroup", lambda: cgroup.remove(cg)),
-                 ("remove its files in the shared folders", lambda: shared and quota.remove_owned(uid, skip=workdir)),
+        steps = (("end the worker", lambda: self._end(worker, uid)),
+                 ("remove its cgroup", lambda: cgroup.remove(cg)),
+                 ("remove its files in the shared folders",
+                  lambda: shared and quota.remove_owned(uid, skip=workdir)),
                  ("remove its temp dir", lambda: workdir and quota.remove_tree(workdir)))
         for what, step in steps:
             try:
@@ -190,11 +195,13 @@ class WorkerProcess:
         """Whether the host must count the worker's disk use (no tmpfs, or shared folders open)."""
         return bool(self.workdir) and (not self.tmpfs or (self.lease is not None and self._shared_writable()))
 
-    def _usage(self, workdir: str | None, pid: int | None) -> quota.Usage:
-        limit = quota.Usage(self.cfg.disk_mb << 20, self.cfg.disk_inodes)
+    def _limit(self) -> quota.Usage:
+        return quota.Usage(self.cfg.disk_mb << 20, self.cfg.disk_inodes)
+
+    def _usage(self, workdir: str | None, pid: int | None, on_dir: Any = None) -> quota.Usage:
         uid = self.lease.uid if self.lease else None
-        return quota.usage(None if self.tmpfs else workdir, uid if self._shared_writable() else None, pid, limit,
-                           file_bytes=isolation.FILE_MB << 20, fs_uid=uid)
+        return quota.usage(None if self.tmpfs else workdir, uid if self._shared_writable() else None, pid,
+                           self._limit(), file_bytes=isolation.FILE_MB << 20, fs_uid=uid, on_dir=on_dir)
 
     def over_quota(self) -> bool:
         """Past `kernel.disk_mb` or `kernel.disk_inodes`, counting what no tmpfs bounds
@@ -203,7 +210,7 @@ class WorkerProcess:
         closes them. What cannot be counted is over (and recorded)."""
         if not self.counted():
             return False
-        used = self._usage(self.workdir, self.proc.pid if self.proc else None)
+        used = self._usage(self.workdir, self.call_pid)
         if used.unseen:
             self._record(f"kernel disk quota: {used.unseen}")
         return used.over(self.cfg.disk_mb << 20, self.cfg.disk_inodes)
@@ -211,63 +218,71 @@ class WorkerProcess:
     def quota_message(self) -> str:
         return f"its temp dir outgrew the disk quota of {self.cfg.disk_mb} MB or {self.cfg.disk_inodes} files"
 
-    def _watch(self) -> None:
-        """Check the quota every QUOTA_CHECK_S from a thread, whatever the worker sends; past
-        it, SIGKILL the worker (through a pidfd: never a reused pid) and keep why in
-        `quota_hit`, for the call that sees the worker die (Kernel._crashed)."""
-        if not self.counted() or self.proc is None:
-            return
-        stop, workdir, pid = threading.Event(), self.workdir, self.proc.pid
+    # --- the call's process ---------------------------------------------------------------
+    def begin_call(self, pid: int) -> None:
+        """The worker forked `pid` for this call (it runs nothing before the worker hears back:
+        the pid is its own, and it stays a zombie until the worker's next message)."""
+        self.call_pid, self.call_fd = pid, os.pidfd_open(pid)
+        self._watch()
+
+    def signal_call(self, sig: int) -> None:
         try:
-            pidfd = os.pidfd_open(pid)
+            signal.pidfd_send_signal(self.call_fd, sig)
         except OSError:
-            return  # it is gone already
+            pass  # it has ended: the pipe says so
+
+    def end_call(self) -> None:
+        """Kill the call's process (whatever its code left running ends with it) and wait until
+        it has exited: nothing it writes can follow."""
+        self._unwatch()
+        if self.call_pid is None:
+            return
+        pid, fd, self.last_call = self.call_pid, self.call_fd, self.call_pid
+        self.call_pid, self.call_fd = None, -1
+        if self.lease is None:  # no uid of its own: its children are found by descent
+            process.kill_all(process.descendants(pid))
+        try:
+            signal.pidfd_send_signal(fd, signal.SIGKILL)
+            select.select([fd], [], [], process.REAP_S)  # readable once it has exited
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+
+    def _watch(self) -> None:
+        """While the call runs, its disk use on the quota's clock (duck.sandbox.wall.clock) where no
+        tmpfs bounds it: past the quota the clock kills the call's process and `quota_hit` says
+        why, for the call that sees it die (Kernel._crashed)."""
+        if not self.counted() or self.call_pid is None:
+            return
+        workdir, pid, uid = self.workdir, self.call_pid, self.lease.uid if self.lease else None
+        paths = [workdir, *(quota.SHARED if uid is not None and self._shared_writable() else ())]
         self.quota_hit = None
-
-        def loop() -> None:
-            try:
-                while not stop.wait(QUOTA_CHECK_S):
-                    used = self._usage(workdir, pid)
-                    if used.over(self.cfg.disk_mb << 20, self.cfg.disk_inodes):
-                        self.quota_hit = self.quota_message() + (f" ({used.unseen})" if used.unseen else "")
-                        signal.pidfd_send_signal(pidfd, signal.SIGKILL)
-                        return
-            except OSError:
-                pass  # the worker is gone: the call sees it
-            finally:
-                os.close(pidfd)
-
-        t = threading.Thread(target=loop, name="kernel-quota", daemon=True)
-        t.start()
-        self._watching = (stop, t)
+        if self.watches is None:
+            self.watches = clock.Watches()
+        self.clock = clock.Clock(lambda on_dir: self._usage(workdir, pid, on_dir), self._limit(), paths, pid,
+                                 self.call_fd, isolation.FILE_MB << 20, self.watches)
+        self.clock.start()
 
     def _unwatch(self) -> None:
-        if self._watching is not None:
-            self._watching[0].set()
-            self._watching[1].join()
-            self._watching = None
+        if self.clock is not None:
+            self.clock.stop()
+            if self.clock.hit:
+                self.quota_hit = f"{self.quota_message()} ({self.clock.hit})"
+            self.clock = None
 
-    def end_leftovers(self) -> tuple[str | None, bool]:
-        """End what outlived the call: processes are killed; a thread cannot be ended alone,
-        so the worker is restarted. Returns what was done, for the model, and whether the
-        worker was restarted."""
+    def end_leftovers(self) -> str | None:
+        """After the call's process has ended: any other process it started is killed (none can be
+        where the kernel refuses new processes). Returns what was done, for the model."""
         if self.proc is None or self.proc.poll() is not None:
-            return None, False
-        said = []
-        # Where the kernel itself refuses new processes (one process for the uid, or the
-        # seccomp rule) there is nothing to look for; the scan of /proc costs ~8 ms.
-        no_children = "one process" in self.layers.get("limits", "") or self.layers.get("seccomp", "").startswith("on")
-        others = [] if no_children else process.leftovers(self.proc.pid, self.lease.uid if self.lease else None)
-        for p in others:
-            try:
-                os.kill(p, signal.SIGKILL)
-            except OSError:
-                pass
-        if others:
-            said.append(f"{len(others)} process(es) started by your code outlived the call and were ended")
-        restarted = process.threads(self.proc.pid) > 1
-        if restarted:
-            self.restart()
-            said.append("a thread started by your code outlived the call: the kernel was restarted, your "
-                        "functions and variables are gone (game variables and notes are restored)")
-        return "; ".join(said) or None, restarted
+            return None
+        # Where the kernel itself refuses new processes (RLIMIT_NPROC for the uid, or the seccomp
+        # rule) there is nothing to look for; the scan of /proc costs ~8 ms.
+        no_children = ("one process" in self.layers.get("limits", "")
+                       or self.layers.get("seccomp", "").startswith("on"))
+        uid = self.lease.uid if self.lease else None
+        others = [] if no_children else [p for p in process.leftovers(self.proc.pid, uid)
+                                         if p != self.last_call]
+        if process.kill_all(others):
+            return f"{len(others)} process(es) started by your code outlived the call and were ended"
+        return None

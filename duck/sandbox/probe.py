@@ -13,29 +13,41 @@ import sys
 from typing import Any
 
 from duck.sandbox import wire
-from duck.sandbox.wall.confine import confine
+from duck.sandbox.wall.confine import confine, prctl
 from duck.sandbox.guard import GUARD, Guard
 
+PR_SET_DUMPABLE = 4
 
-def begin(argv: list[str], what: str) -> tuple[wire.Reader, int, dict[str, Any], dict[str, str]]:
+
+def begin(argv: list[str], what: str) -> tuple[wire.Reader, int, dict[str, Any], dict[str, str], Guard]:
     """The first steps of a worker (and of this probe): read the config (the first message on
     RFD: a command line is readable by every process on the machine, and the plan names the
     games' and the records' folders), confine itself by its plan, install the guard. Returns
-    (the reader, the write fd, the config, the verified layers)."""
+    (the reader, the write fd, the config, the verified layers, the guard)."""
     rfd, wfd = int(argv[0]), int(argv[1])
     reader = wire.Reader(rfd)
     first = reader.recv()
     if first is None or first[0].get("op") != "config":
         raise SystemExit(f"{what} expected its config first")
     cfg = first[0]["cfg"]
-    layers = confine(cfg["plan"])
-    sys.addaudithook(Guard(os.getcwd(), cfg.get("deny_read", [])))
+
+    def map_ids() -> bool:  # the host writes this process's id maps in its new user namespace
+        wire.send(wfd, {"op": "userns"})
+        got = reader.recv()
+        return got is not None and got[0].get("op") == "mapped"
+
+    layers = confine(cfg["plan"], map_ids)
+    guard = Guard(os.getcwd(), cfg.get("deny_read", []))
+    sys.addaudithook(guard)
     layers["guard"] = GUARD
-    return reader, wfd, cfg, layers
+    return reader, wfd, cfg, layers, guard
 
 
 def main(argv: list[str]) -> None:
-    reader, wfd, _, layers = begin(argv, "the probe")
+    reader, wfd, _, layers, _ = begin(argv, "the probe")
+    # Dumpable, as each call's process makes itself (duck.sandbox.call): the host checks it can
+    # read its /proc/<pid>/fd as its uid (duck.sandbox.wall.quota.fail_closed).
+    prctl(PR_SET_DUMPABLE, 1)
     wire.send(wfd, {"op": "ready", "pid": os.getpid(), "layers": layers})
     try:
         reader.recv()  # `exit`, or the host closing the pipe

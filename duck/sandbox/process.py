@@ -1,23 +1,16 @@
 """Host process control: starting a worker, and ending it whatever its code did (host side).
 
-Why (issue 30): model code once called `os.setpgid(0, <host's pgid>)`, then slept in an
-atexit handler, stopped itself or swallowed its time-outs; the host's `killpg(worker pid)` hit
-an empty group and its `wait()` had no time-out, so `duck play` never ended. Here:
-
-* the worker starts in a session of its own (`start_new_session`): it has no controlling
-  terminal (no TIOCSTI into the user's shell) and cannot join the host's process group, since
-  setpgid only reaches groups of its own session (seccomp denies setpgid and setsid as well);
-* its plan travels over the pipe, never on its command line (which any process can read);
-* `end()` kills it by pid, by its own group and by its uid, and every wait has a time-out:
-  a worker the kernel cannot reap (stuck in uninterruptible sleep) is reported, never waited on.
-* a host that dies takes its workers with it, even a SIGKILLed one whose worker is frozen
-  between calls: the worker asks for SIGKILL at its parent's death (PR_SET_PDEATHSIG,
-  duck.sandbox.wall.confine), and since that signal follows the thread that forked, every worker
-  is forked from one thread that lives as long as the process (`_popen`), never from the
-  short-lived thread of `start_soon` or a game's;
-* `probe()` starts a worker that only confines itself (duck.sandbox.probe: the same
-  `confine()`, without numpy) and says what it verified: the layer report of every record
-  header (duck.sandbox.wall.isolation.report) comes from it.
+Model code once joined the host's process group, then slept at exit, stopped itself or swallowed
+its time-outs, and `duck play` never ended (issue 30). So: the worker starts in a session of its
+own (no controlling terminal, no way into the host's group; seccomp denies setpgid and setsid
+too); its plan travels over the pipe, never on its command line; `end()` kills by pid, group and
+uid, and every wait has a time-out (a worker the kernel cannot reap is reported, never waited on).
+A host that dies takes its workers with it: each asks for SIGKILL at its parent's death
+(PR_SET_PDEATHSIG), and since that signal follows the forking thread, every worker is forked from
+one thread that lives as long as the process (`_popen`), never from start_soon's or a game's.
+`ready()` takes the worker's first messages (the id maps of its user namespace, written here:
+`map_ids`; its verified layers); `probe()` starts a worker that only confines itself
+(duck.sandbox.probe): the layer report of every record header comes from it.
 """
 
 from __future__ import annotations
@@ -73,11 +66,12 @@ def _popen(*args: Any, **kw: Any) -> subprocess.Popen:
     return forker.submit(subprocess.Popen, *args, **kw).result()
 
 
-def spawn(cfg: dict[str, Any], workdir: str, max_message: int, module: str = "duck.sandbox.worker") -> Started:
+def spawn(cfg: dict[str, Any], workdir: str, max_message: int,
+          module: str = "duck.sandbox.worker") -> Started:
     """Start `python -m MODULE RFD WFD` in `workdir` and send it `cfg` (its plan)."""
     h2w_r, h2w_w = os.pipe()
     w2h_r, w2h_w = os.pipe()
-    err_r, err_w = os.pipe()  # its stderr: a pipe whose capacity caps it (issue 37: a file on the host's disk)
+    err_r, err_w = os.pipe()  # its stderr: a pipe, whose capacity caps it (issue 37: not a file)
     try:
         proc = _popen(
             [sys.executable, "-s", "-m", module, str(h2w_r), str(w2h_w)],
@@ -105,12 +99,11 @@ def end(started: Started, uid: int | None) -> str | None:
     close the pipes. Returns None, or why the worker could not be reaped."""
     proc = started.proc
     if proc.returncode is None:  # not reaped yet: its pid (and group id) cannot have been reused
-        others = [] if uid is not None else descendants(proc.pid)
-        for kill, target in ((os.kill, proc.pid), (os.killpg, proc.pid), *((os.kill, p) for p in others)):
-            try:
-                kill(target, signal.SIGKILL)
-            except OSError:
-                pass
+        kill_all([proc.pid, *([] if uid is not None else descendants(proc.pid))])
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
     if uid is not None:
         end_uid(uid)
     note = None
@@ -140,19 +133,37 @@ def last_error_line(started: Started) -> str:
     return lines[-1] if lines else ""
 
 
-def ready(started: Started, uid: int | None) -> dict[str, str] | None:
-    """The layers of the worker's `ready` message (what it verified), cut to size and with the
-    disk quota failed closed where the host cannot count it (duck.sandbox.wall.quota.fail_closed);
-    None if it did not come within START_S."""
+def ready(started: Started, uid: int | None, probe: bool = False) -> dict[str, str] | None:
+    """The layers of the worker's `ready` message (what it verified), cut to size and, for a
+    `probe` (dumpable as each call's process is), with the disk quota failed closed where the
+    host cannot count it (duck.sandbox.wall.quota.fail_closed); None if it did not come within START_S."""
+    end = time.monotonic() + START_S
     try:
-        got = started.reader.recv(time.monotonic() + START_S)
-        msg = trust.check(got[0], ("ready",)) if got is not None else None
-    except wire.WireError:
+        got = started.reader.recv(end)
+        msg = trust.check(got[0], ("userns", "ready")) if got is not None else None
+        if msg is not None and msg["op"] == "userns":  # (before any model code: it asks once, at start)
+            map_ids(started.proc.pid, uid)
+            wire.send(started.wfd, {"op": "mapped"}, deadline=end)
+            got = started.reader.recv(end)
+            msg = trust.check(got[0], ("ready",)) if got is not None else None
+    except (wire.WireError, OSError):
         return None
     if msg is None:
         return None
     layers = {trust.text(k, 40): trust.text(v, 300) for k, v in msg["layers"].items()}
-    return quota.fail_closed(layers, started.proc.pid, uid)  # (while it lives)
+    return quota.fail_closed(layers, started.proc.pid, uid) if probe else layers  # (while it lives)
+
+
+def map_ids(pid: int, uid: int | None) -> None:
+    """Map, in the worker's new user namespace, root and its own uid each to itself (it drops to
+    that uid; only a process outside the namespace with CAP_SETUID may write more than one line)."""
+    lines = "0 0 1\n" + (f"{uid} {uid} 1\n" if uid else "")
+    for name in ("uid_map", "gid_map"):
+        fd = os.open(f"/proc/{pid}/{name}", os.O_WRONLY)
+        try:
+            os.write(fd, lines.encode())
+        finally:
+            os.close(fd)
 
 
 def probe(cfg: dict[str, Any], workdir: str) -> dict[str, str] | str:
@@ -160,7 +171,7 @@ def probe(cfg: dict[str, Any], workdir: str) -> dict[str, str] | str:
     did not start."""
     started = spawn(cfg, workdir, 1 << 20, module="duck.sandbox.probe")
     uid = cfg["plan"].get("uid")
-    layers = ready(started, uid)
+    layers = ready(started, uid, probe=True)
     if layers is None:
         line = last_error_line(started)
         end(started, uid)
@@ -176,27 +187,20 @@ def probe(cfg: dict[str, Any], workdir: str) -> dict[str, str] | str:
 
 # --- what outlived a call ----------------------------------------------------------------
 
-def _status_field(pid: str, name: str) -> str | None:
+def _live_uid(pid: str) -> int | None:
+    """The real uid of a live process (a zombie, dead and waiting for its parent, has none)."""
     try:
         with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith(name):
-                    return line.split(":", 1)[1]
-    except OSError:
+            fields = dict(line.split(":", 1) for line in f if line.startswith(("State:", "Uid:")))
+        return None if fields["State"].split()[0] == "Z" else int(fields["Uid"].split()[0])
+    except (OSError, KeyError, ValueError, IndexError):
         return None
-    return None
 
 
 def pids_of_uid(uid: int) -> list[int]:
-    """Every process whose real uid is `uid` (/proc's owner can be changed by the process
+    """Every live process whose real uid is `uid` (/proc's owner can be changed by the process
     itself, PR_SET_DUMPABLE; the status line cannot)."""
-    out = []
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            field = _status_field(name, "Uid:")
-            if field and int(field.split()[0]) == uid:
-                out.append(int(name))
-    return out
+    return [int(name) for name in os.listdir("/proc") if name.isdigit() and _live_uid(name) == uid]
 
 
 def descendants(pid: int) -> list[int]:
@@ -224,15 +228,19 @@ def threads(pid: int) -> int:
         return 0
 
 
-def end_uid(uid: int) -> int:
-    """Kill every process of `uid`; returns how many there were."""
-    pids = pids_of_uid(uid)
+def kill_all(pids: list[int]) -> int:
+    """SIGKILL each of `pids` (one already gone is skipped); returns how many there were."""
     for p in pids:
         try:
             os.kill(p, signal.SIGKILL)
         except OSError:
             pass
     return len(pids)
+
+
+def end_uid(uid: int) -> int:
+    """Kill every process of `uid`; returns how many there were."""
+    return kill_all(pids_of_uid(uid))
 
 
 def leftovers(worker_pid: int, uid: int | None) -> list[int]:

@@ -39,25 +39,25 @@ class GameState:
             self.last_anim = list(obs.frames)
             self.anims[len(self.entries) - 1] = self.last_anim
 
-    @property
-    def behind(self) -> bool:
-        """Whether the worker lacks entries."""
-        return self.synced < len(self.entries)
-
     def delta(self) -> tuple[dict[str, Any], bytes]:
-        """The entries the worker lacks with every animation frame of each action not sent yet
-        (a batch's), or, after a restart, of the last action only; then the last result and
-        `valid_actions`. Call `sent()` once it is on its way."""
+        """The entries the receiver lacks (from `synced`) with every animation frame of each
+        action the worker has not had yet, or, after a restart, of the last action only; then
+        the last result and `valid_actions`. Call `sent()` once it is on its way. (A call's
+        process hears of its own actions; the worker, which outlives it, at the next call.)"""
         items, blobs = [], []
         end = len(self.entries)
         for i in range(self.synced, end):
             text, step, level = self.entries[i]
             frames = self.anims.get(i) or (self.last_anim if (i == end - 1 and text and self.last_anim)
                                            else [self.grids[i]])
-            items.append({"a": text, "s": step, "l": level, "n": len(frames), "shape": list(frames[-1].shape)})
+            items.append({"a": text, "s": step, "l": level, "n": len(frames),
+                          "shape": list(frames[-1].shape)})
             blobs += [np.ascontiguousarray(f, dtype=np.int8).tobytes() for f in frames]
-        self.anims.clear()
         return {"entries": items, "last_result": self.last_result, "valid": self.valid}, b"".join(blobs)
 
     def sent(self) -> None:
         self.synced = len(self.entries)
+
+    def settled(self) -> None:
+        """The worker has every entry: their animation frames need not be kept."""
+        self.anims = {i: f for i, f in self.anims.items() if i >= self.synced}

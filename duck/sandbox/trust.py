@@ -82,14 +82,18 @@ def clean(value: Any, depth: int = 0, *, budget: list[int] | None = None) -> Any
 
 _SHAPES: dict[str, dict[str, tuple[type, ...]]] = {
     "ready": {"pid": (int,), "layers": (dict,)},
+    "userns": {},
     "synced": {"n": (int,)},
     "out": {"text": (str,)},
     "tail": {"text": (str,), "total": (int,)},
     "action": {"actions": (list,)},
     "done": {"kind": (str, type(None)), "error": (str, type(None)), "total": (int,),
-             "tail": (str,), "notes": (dict, type(None)), "notes_error": (str, type(None))},
+             "tail": (str,), "notes": (dict, type(None)), "notes_error": (str, type(None)),
+             "dropped": (list,), "restored": (str,)},
+    "forked": {"pid": (int,)},
+    "ended": {"status": (int,)},
 }
-_OPTIONAL = {"notes", "notes_error", "result"}
+_OPTIONAL = {"notes", "notes_error", "result", "dropped", "restored"}
 MAX_ACTIONS_PER_REQUEST = 1000
 
 

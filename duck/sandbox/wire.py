@@ -27,7 +27,7 @@ MAX_MESSAGE = 256 << 20  # anything larger is garbage on the pipe
 # JSON values one message may hold, counted before it is parsed: an upper bound from its
 # brackets and commas (those inside strings too). 8 MB of one-key dicts parsed into ~585 MB
 # of Python objects (issue 37); 100,000 nodes are at most ~25 MB. The worker cuts what it sends
-# to fit (`nodes`: duck.sandbox.worker.sized).
+# to fit (`nodes`: duck.sandbox.call.sized).
 MAX_NODES = 100_000
 
 

@@ -197,7 +197,10 @@ if (D.games.length) choose(gi, +(h.get("step") || 0), h.get("frame") ? +h.get("f
 
 def player_html(data: dict[str, Any]) -> str:
     """The page for `duck.lab.report.player.player_data(...)`."""
-    blob = json.dumps(data, separators=(",", ":")).replace("</", "<\\/")
+    # Every `<` escaped (JSON's \u003c): in a script element `</script` ends it and `<!--` followed
+    # by `<script` makes the parser swallow the next script (issue 48: one string from model output
+    # broke the page for every game); with no `<` left the block ends only at its own `</script>`.
+    blob = json.dumps(data, separators=(",", ":")).replace("<", "\\u003c")
     run = esc(data.get("run", ""))
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>duck player: {run}</title><style>{CSS}</style></head>

@@ -1,32 +1,17 @@
 """The worker confining itself at start-up, before it reads any model code (worker side).
 
-The host starts the worker as its own user (root on Kaggle and in CI), in a session of its
-own, with a plan (`duck.sandbox.wall.isolation.plan`) sent over the pipe (never on a command line,
-which every process on the machine can read); `confine(plan)` applies, in this order, every
-layer the machine allows and returns what it verified, layer by layer ("on ..." or "off: why"):
-
-1. the memory cgroup the host made for it (`duck.sandbox.wall.cgroup`), joined while root;
-2. namespaces (root with CAP_SYS_ADMIN only): network (no interface but a down loopback),
-   IPC (no SysV object outlives the kernel) and a private mount namespace, in which a tmpfs
-   with a size and an inode cap is mounted on the temp dir (the disk quota), empty read-only
-   tmpfs hide the games folders, the run's records, /dev/shm, /dev/mqueue and /var/tmp, /proc
-   is mounted again with hidepid (other users' processes invisible), and the Python
-   installation is re-exposed when one of its parent folders is closed to other users (pyenv
-   under /root: a tmpfs on /root holding only the bind-mounted .pyenv);
-3. hard resource limits (address space, file size, open files, no core files; one process
-   for the worker's uid: no thread, no child), set while still privileged;
-4. the drop to the worker's own unprivileged uid and gid (no supplementary groups), checked,
-   then the file modes checked: a root-only probe file and the hidden folders must be closed;
-5. no_new_privs, always (Landlock refuses a process without it or CAP_SYS_ADMIN: as root
-   without CAP_SYS_ADMIN, in a Kaggle-like container, it once failed while reported on);
-6. Landlock: reads only beneath the Python installation and the system libraries, writes
-   only beneath the temp dir (and /dev/null); no TCP; no signals outside the sandbox;
-7. the seccomp filter (`duck.sandbox.wall.seccomp`).
-
-Each layer is verified right after it is applied (`duck.sandbox.wall.verify`: a probe that must
-fail, or the kernel's own word), and only a verified layer is reported on. Nothing here
-trusts the model: it has not run yet. A layer that cannot be applied is reported, never
-silently skipped; the host records what the worker reports.
+`confine(plan)` applies, in this order, every layer the machine allows (the plan came over the
+pipe: duck.sandbox.wall.isolation.plan) and returns what it verified, layer by layer ("on ..." or
+"off: why"): the memory cgroup the host made, joined while root; namespaces: network, IPC and a
+private mount namespace with a tmpfs of the quota's size and inodes on the temp dir, the games,
+the run folder, /dev/shm, /dev/mqueue and /var/tmp hidden, /proc with hidepid and the Python
+installation re-exposed where its parent is closed (as root with CAP_SYS_ADMIN, or without it in
+a user namespace of its own whose id maps the host writes, issue 48); hard limits, set while
+privileged; the drop to its own uid, checked, then the file modes; no_new_privs, always; Landlock
+(reads: Python and the system libraries; writes: the temp dir); the seccomp filter's worker part.
+Each layer is verified right after it is applied (duck.sandbox.wall.verify) and only a verified
+layer is reported on; one that cannot be applied is reported, never skipped. The threat model:
+docs/sandbox.md.
 """
 
 from __future__ import annotations
@@ -35,13 +20,13 @@ import ctypes
 import os
 import resource
 import signal
-from typing import Any
+from typing import Any, Callable
 
 from duck.sandbox.wall import landlock, verify
 
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_MOVE, MS_REC, MS_PRIVATE = 32, 4096, 8192, 16384, 1 << 18
-PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS = 1, 4, 38
+PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS = 1, 38
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -50,9 +35,15 @@ _libc = ctypes.CDLL(None, use_errno=True)
 SYSTEM_READ = ("/usr/lib", "/usr/lib64", "/usr/lib32", "/lib", "/lib64", "/lib32", "/usr/share/zoneinfo",
                "/etc/localtime", "/etc/ld.so.cache", "/sys/devices/system/cpu/online",
                "/dev/urandom", "/dev/random", "/dev/zero")
+NPROC = 16  # processes of the worker's uid (see set_limits)
 # World-writable places outside the temp dir whose use no quota would count: closed under an
 # empty read-only tmpfs in the mount namespace (/tmp holds the temp dir: the host counts it).
 SHARED_WRITABLE = ("/dev/shm", "/dev/mqueue", "/var/tmp")
+
+
+def prctl(option: int, arg: int = 0) -> int:
+    """prctl(2) through the libc loaded before the guard (which refuses ctypes.dlopen after)."""
+    return _libc.prctl(option, arg, 0, 0, 0)
 
 
 def _mount(src: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
@@ -163,8 +154,8 @@ def set_limits(plan: dict[str, Any], one_process: bool) -> str:
               (resource.RLIMIT_FSIZE, int(plan.get("file_mb", 16)) * mb),
               (resource.RLIMIT_NOFILE, int(plan.get("open_files", 64))),
               (resource.RLIMIT_CORE, 0)]
-    if one_process:
-        limits.append((resource.RLIMIT_NPROC, 1))
+    if one_process:  # the worker, the call's process (which lowers it to 1: no thread), and slack for the
+        limits.append((resource.RLIMIT_NPROC, NPROC))  # zombies a restart leaves until init reaps them
     failed = []
     for lim, value in limits:
         try:
@@ -174,7 +165,7 @@ def set_limits(plan: dict[str, Any], one_process: bool) -> str:
         except (ValueError, OSError):
             failed.append(str(lim))
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a too-large file fails, not the kernel
-    what = "address space, file size, open files, core" + (", one process" if one_process else "")
+    what = "address space, file size, open files, core" + (", one process per call" if one_process else "")
     return f"on: hard {what}" if not failed else f"partly: could not set {', '.join(failed)}"
 
 
@@ -232,8 +223,29 @@ def _file_modes(plan: dict[str, Any]) -> str | None:
     return verify.summary(checks)
 
 
-def confine(plan: dict[str, Any]) -> dict[str, str]:
-    """Apply the plan's layers to this process, in order; returns what was verified."""
+def _cap_sys_admin() -> bool:
+    with open("/proc/self/status") as f:
+        return bool(int(next(ln.split()[1] for ln in f if ln.startswith("CapEff:")), 16) >> 21 & 1)
+
+
+def _user_namespace(map_ids: Callable[[], bool] | None) -> str | None:
+    """Root without CAP_SYS_ADMIN (Kaggle-like): a user namespace of its own, in which it may make
+    the others and mount (the host writes its id maps: 0 and its uid, each to itself, as only a
+    process outside may). None, or why not (Docker's default seccomp profile refuses it)."""
+    if map_ids is None:
+        return "no one to map its ids"
+    try:
+        os.unshare(os.CLONE_NEWUSER)
+    except OSError as e:
+        return f"no user namespace ({e.strerror})"
+    if not map_ids() or os.geteuid() != 0:
+        raise OSError("the host did not map the worker's ids in its user namespace")
+    return None
+
+
+def confine(plan: dict[str, Any], map_ids: Callable[[], bool] | None = None) -> dict[str, str]:
+    """Apply the plan's layers to this process, in order; returns what was verified. `map_ids()`
+    asks the host to map its ids in a user namespace (duck.sandbox.process.ready)."""
     layers: dict[str, str] = {}
     parent = os.getppid()  # the host (duck.sandbox.process.spawn)
     try:  # before any file-system rule: the binding finds and loads libseccomp
@@ -247,11 +259,17 @@ def confine(plan: dict[str, Any]) -> dict[str, str]:
     off = set(plan.get("off", ()))
     layers["cgroup"] = _join_cgroup(plan) if root else "off: not root"
     mounts = False
-    if root and "namespaces" not in off:
+    admin = root and _cap_sys_admin()
+    userns = None if not root or "namespaces" in off or admin else _user_namespace(map_ids)
+    if root and "namespaces" not in off and userns is None:
         mounts = _namespaces(plan, layers)
+        if not admin:  # (in the user namespace it made: say so)
+            layers.update({k: f"{v} (in a user namespace of its own)" for k, v in layers.items()
+                           if k in ("network", "ipc", "mounts") and v.startswith("on")})
     else:
         layers["network"] = layers["mounts"] = layers["ipc"] = \
-            "off: " + ("not root (no namespaces)" if not root else "turned off")
+            "off: " + ("not root (no namespaces)" if not root else "turned off" if "namespaces" in off
+                       else f"no CAP_SYS_ADMIN, and {userns}")
     if not mounts:
         layers["disk_quota"] = ("on: checked by the host (size and inodes of the temp dir, its unlinked open files, "
                                 "and what its uid owns in /tmp, /var/tmp and /dev/shm)")
@@ -264,18 +282,17 @@ def confine(plan: dict[str, Any]) -> dict[str, str]:
     modes = "the worker keeps the host's uid"
     if uid is not None and root:
         _drop(uid, int(plan["gid"]))  # an error here is fatal: the host sees no `ready`
-        # Dumpable again (the drop cleared it): a host without CAP_SYS_PTRACE reads its
-        # /proc/<pid>/fd as this uid to count deleted open files (duck.sandbox.wall.quota).
-        _libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
+        # (The drop made it non-dumpable: no call's process, of the same uid, may open its
+        # /proc/<pid>/mem. Each call's process makes itself dumpable: duck.sandbox.call.)
         layers["uid"] = "on: a uid of its own, no groups"
         modes = _file_modes(plan)
     elif "uid" not in layers:
         layers["uid"] = "off: " + ("not root" if not root else "turned off")
     if "/proc hides" in layers["mounts"] and uid is not None and (err := verify.hidepid(int(plan["host_pid"]))):
         layers["mounts"] = f"off: {err}"
-    # SIGKILL when the host dies: frozen between calls, the worker would never read the EOF
-    # on its pipe. After the uid drop, which clears it; a host that died before this line
-    # shows as another parent.
+    # SIGKILL when the host dies (a worker blocked on its pipe, or a call's process in a loop,
+    # would outlive a host killed without its clean-up). After the uid drop, which clears it; a
+    # host that died before this line shows as another parent.
     _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     if os.getppid() != parent:
         os._exit(1)
@@ -330,9 +347,9 @@ def _seccomp() -> str:
     """Load the seccomp filter and verify it: its layer line."""
     from duck.sandbox.wall import seccomp
     try:
-        n = seccomp.load()
+        n = seccomp.load(seccomp.TEMPLATE, os.getpid())
         err = verify.seccomp()
-        return f"on: {n} rules (libseccomp)" if err is None else f"off: {err}"
+        return f"on: {n} rules (libseccomp), and each call's own" if err is None else f"off: {err}"
     except OSError as e:
         return f"off: {e}"
 

@@ -1,23 +1,16 @@
 """The worker's disk use where no tmpfs bounds it (host side): bytes, inodes and folder depth of
-its temp dir, the files it holds open or mapped after deleting them, and what its uid owns in
-the world-writable folders outside it; and removing a tree of any depth.
+its temp dir, the files a call's process holds open or mapped after deleting them, and what its
+uid owns in the world-writable folders outside it; and removing a tree of any depth.
 
-Why: without a mount namespace (root without CAP_SYS_ADMIN, as on Kaggle) the temp dir is a
-plain folder on the host's disk. Measured by size alone it missed 900K empty folders (kernel
-memory the data quota never counted; their cleanup took 155 s), an unlinked open file, and
-hundreds of MB in /dev/shm and /tmp (issue 30). Issue 37 found the walk dodged: a path longer
-than PATH_MAX was skipped, a deleted file kept only by a memory map was never counted, and
-without CAP_SYS_PTRACE `/proc/<pid>/fd` read as empty. Now:
-
-* `tree()` walks by descriptors (openat/scandir of a folder's fd: no path grows with the depth),
-  counts folders nested deeper than `MAX_DEPTH` and anything it cannot read as over the quota
-  (`Usage.unseen`: what went unseen, never a silent zero);
-* `unlinked_open_files()` counts deleted files held open (`/proc/<pid>/fd`) and deleted files
-  kept by a memory map (`/proc/<pid>/maps`); where the host lacks CAP_SYS_PTRACE it reads them
-  with this thread's file-system uid set to the worker's (`setfsuid`: per thread, the worker
-  made itself dumpable in duck.sandbox.wall.confine), and where even that fails the usage is unseen;
-* `remove_tree()` removes without recursion: 989 nested folders raised RecursionError out of
-  `shutil.rmtree` and the host's clean-up (issue 37).
+Without a mount namespace the temp dir is a plain folder on the host's disk: issue 30 found 900K
+empty folders, an unlinked open file and hundreds of MB in /dev/shm uncounted; issue 37 a path
+beyond PATH_MAX skipped, a deleted file kept by a memory map, /proc/<pid>/fd empty without
+CAP_SYS_PTRACE. So `tree()` walks by descriptors (no path grows with the depth) and counts folders
+deeper than MAX_DEPTH and anything unreadable as over (`Usage.unseen`, never a silent zero);
+`unlinked_open_files()` reads /proc/<pid>/fd and maps, as the process's uid where the host lacks
+CAP_SYS_PTRACE (`setfsuid`, per thread; each call's process is born dumpable), unseen where even
+that fails; `remove_tree()` removes without recursion (989 nested folders raised RecursionError).
+When it runs: duck.sandbox.wall.clock, and docs/sandbox.md.
 """
 
 from __future__ import annotations
@@ -28,7 +21,7 @@ import os
 import stat
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Callable, Iterator
 
 # World-writable folders any uid can fill (the temp dir itself lives in /tmp).
 SHARED = ("/tmp", "/var/tmp", "/dev/shm")
@@ -53,10 +46,11 @@ class Usage:
         return bool(self.unseen) or self.bytes > max_bytes or self.inodes > max_inodes
 
 
-def tree(path: str, stop: Usage) -> Usage:
+def tree(path: str, stop: Usage, on_dir: Callable[[int, str], None] | None = None) -> Usage:
     """Bytes (as allocated) and inodes under `path` (itself included), stopping early once past
     either of `stop`'s figures; an entry it cannot read or a folder deeper than MAX_DEPTH sets
-    `unseen`. An entry removed while the walk runs is simply not counted."""
+    `unseen`. An entry removed while the walk runs is simply not counted. `on_dir(fd, path)`:
+    each folder as it is entered (the quota's clock watches them: duck.sandbox.wall.clock)."""
     used = Usage()
     try:
         st = os.lstat(path)
@@ -69,13 +63,16 @@ def tree(path: str, stop: Usage) -> Usage:
     except OSError as e:
         used.unseen = f"{path}: {e.strerror}"
         return used
-    stack = [(fd, os.scandir(fd))]
+    stack, names = [(fd, os.scandir(fd))], [path]
+    if on_dir:
+        on_dir(fd, path)
     try:
         while stack and not used.over(stop.bytes, stop.inodes):
             e = next(stack[-1][1], None)
             if e is None:
                 stack[-1][1].close()
                 os.close(stack.pop()[0])
+                names.pop()
                 continue
             try:
                 st = e.stat(follow_symlinks=False)
@@ -86,6 +83,9 @@ def tree(path: str, stop: Usage) -> Usage:
                         break
                     sub = os.open(e.name, _DIR, dir_fd=stack[-1][0])
                     stack.append((sub, os.scandir(sub)))
+                    names.append(e.name)
+                    if on_dir:
+                        on_dir(sub, "/".join(names))
             except OSError as e:
                 if e.errno not in _VANISHED:
                     raise
@@ -226,12 +226,12 @@ def owned(uid: int, skip: str | None = None) -> list[str]:
 
 
 def usage(workdir: str | None, uid: int | None, pid: int | None, stop: Usage, *, file_bytes: int = 0,
-          fs_uid: int | None = None) -> Usage:
+          fs_uid: int | None = None, on_dir: Callable[[int, str], None] | None = None) -> Usage:
     """Everything the worker's disk quota counts (`stop`: the quota, to end the walk early): the
     temp dir (None where a tmpfs bounds it), the worker's deleted open or mapped files (read as
     `fs_uid`, the worker's, where root may not), and what `uid` owns in the shared folders
     (None where Landlock closes them)."""
-    used = tree(workdir, stop) if workdir else Usage()
+    used = tree(workdir, stop, on_dir) if workdir else Usage()
     if pid is not None and workdir:
         used.add(unlinked_open_files(pid, fs_uid, file_bytes, workdir))
     if uid is not None:
