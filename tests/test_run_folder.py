@@ -176,6 +176,8 @@ def test_a_run_json_from_before_issue_40_resumes_in_todays_fields():
     resumed = config_of(old)
     assert resumed.model.serve.cudagraph_mode == "PIECEWISE"  # what that run was served with (the default then)
     resumed.model.serve.cudagraph_mode = ""
+    assert resumed.kernel.disk_inodes == 16384  # its file cap then (issue 48 lowered the default to 1,024)
+    resumed.kernel.disk_inodes = today.kernel.disk_inodes
     assert resumed.model_dump() == today.model_dump() and set(resumed.derived) == set(today.derived)
     nav_off = json.loads(json.dumps(old))
     nav_off["config"]["explorer"]["options"] = {"nav": False}

@@ -22,6 +22,7 @@ import functools
 import importlib
 import json
 import linecache
+import random
 import struct
 import types
 from typing import Any, Callable
@@ -38,6 +39,7 @@ MAX_DEPTH = 200
 PLAIN = (type(None), bool, int, float, str)
 BUILTIN_BASES = (object, list, dict)
 CACHES = {"_ascii": str, "_seg": dict, "_labels": np.ndarray}  # what a game frame computes once
+RNG_BITS = {"PCG64", "PCG64DXSM"}  # numpy bit generators whose state is ints only
 SKIP_ATTRS = {"__dict__", "__weakref__", "__module__", "__qualname__", "__slots__", "__doc__"}
 
 
@@ -159,6 +161,13 @@ class Dumper:
             return ["view", self.view_ids[id(v)], caches]
         if t is complex:
             return ["c", v.real, v.imag]
+        if t is random.Random:  # its state inline: the loader's Random.setstate checks it
+            return ["rng", *_plain(v.getstate())]
+        if t is np.random.Generator:
+            state = v.bit_generator.state
+            if state.get("bit_generator") not in RNG_BITS or not int_state(state):
+                raise Unsupported(f"a Generator over {state.get('bit_generator')} (PCG64 travels)")
+            return ["npg", state]
         if t in (bytes, bytearray):
             return ["y" if t is bytes else "Y", *self._bytes(bytes(v))]
         if t in (range, slice):
@@ -258,6 +267,11 @@ class Dumper:
         attrs = [[k, self.ref(x, d)] for k, x in c.__dict__.items() if k not in SKIP_ATTRS and not isinstance(x, made)]
         return ["cls", c.__name__, c.__qualname__, self._refs(c.__bases__, d), slots, c.__dict__.get("__doc__"),
                 attrs]
+
+
+def int_state(v: Any) -> bool:
+    """Whether `v` is made of dicts, strings and ints only (a PCG64 state)."""
+    return type(v) in (int, str) or type(v) is dict and all(type(k) is str and int_state(x) for k, x in v.items())
 
 
 def base_ok(b: Any, ours: bool) -> bool:
