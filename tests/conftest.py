@@ -4,7 +4,9 @@ kernel on a bundled game (closed at the end of each test)."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +22,20 @@ ROOT = Path(__file__).resolve().parent.parent
 BUNDLED = ROOT / "tests" / "games"
 BROKEN = ROOT / "tests" / "fixtures" / "broken_games"
 PUBLIC = ROOT / "environment_files"
+# A test that runs past this is hung: it fails with its name and where it stood, instead of a CI
+# whose own 90-minute limit ends the whole suite without a word (an agent run that never acted did).
+CEILING_S = float(os.environ.get("DUCK_TEST_CEILING_S", "900"))
+
+
+@pytest.fixture(autouse=True)
+def _ceiling(request):
+    def hung(signum, frame):
+        raise TimeoutError(f"{request.node.nodeid} ran past {CEILING_S:g} s (tests/conftest.py's ceiling): hung")
+    before = signal.signal(signal.SIGALRM, hung)
+    signal.setitimer(signal.ITIMER_REAL, CEILING_S)
+    yield
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    signal.signal(signal.SIGALRM, before)
 
 
 def solutions() -> dict[str, list[list[list[int]]]]:
