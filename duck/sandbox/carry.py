@@ -164,8 +164,7 @@ class Dumper:
         if t is random.Random:  # its state inline: the loader's Random.setstate checks it
             return ["rng", *_plain(v.getstate())]
         if t is np.random.Generator:
-            state = v.bit_generator.state
-            if state.get("bit_generator") not in RNG_BITS or not int_state(state):
+            if not rng_state(state := v.bit_generator.state):
                 raise Unsupported(f"a Generator over {state.get('bit_generator')} (PCG64 travels)")
             return ["npg", state]
         if t in (bytes, bytearray):
@@ -269,9 +268,13 @@ class Dumper:
                 attrs]
 
 
-def int_state(v: Any) -> bool:
-    """Whether `v` is made of dicts, strings and ints only (a PCG64 state)."""
-    return type(v) in (int, str) or type(v) is dict and all(type(k) is str and int_state(x) for k, x in v.items())
+def rng_state(v: Any) -> bool:
+    """Whether `v` is a numpy bit generator's state that travels (PCG64's: dicts of strings and ints)."""
+    return type(v) is dict and v.get("bit_generator") in RNG_BITS and _ints(v)
+
+
+def _ints(v: Any) -> bool:
+    return type(v) in (int, str) or type(v) is dict and all(type(k) is str and _ints(x) for k, x in v.items())
 
 
 def base_ok(b: Any, ours: bool) -> bool:

@@ -24,8 +24,9 @@ from typing import Any, Callable
 import numpy as np
 
 from duck.game.frames import Frame
-from duck.sandbox.carry import (BUILTIN_BASES, CACHES, END, HEAD, MAGIC, MAX_DEPTH, MAX_NODES, PLAIN, RNG_BITS,
-                                SKIP_ATTRS, int_state, base_ok, compile_cell, complete, inert, module_named, resolve, unplain)
+from duck.sandbox.carry import (BUILTIN_BASES, CACHES, END, HEAD, MAGIC, MAX_DEPTH, MAX_NODES, PLAIN, SKIP_ATTRS,
+                                base_ok, compile_cell, complete, inert, module_named, resolve, rng_state,
+                                unplain)
 
 _KEPT: list[Any] = []  # what a failed load built: never collected, so no finalizer of the model's runs
 
@@ -225,11 +226,12 @@ class Loader:
         if tag == "cls":
             return self.cls(a)
         if tag == "rng":  # setstate checks the version, the 625 words and the gauss value
-            _check(len(a) == 3 and type(a[1]) is list and type(a[2]) in (float, type(None)), "a Random's state")
-            (rng := random.Random()).setstate((a[0], tuple(a[1]), a[2]))
+            _check(len(a) == 3 and type(a[1]) is list and type(a[2]) in (float, type(None)), "a Random")
+            rng = random.Random()
+            rng.setstate((a[0], tuple(a[1]), a[2]))
             return rng
         if tag == "npg":  # the bit generator's own setter checks the state
-            _check(type(a[0]) is dict and a[0].get("bit_generator") in RNG_BITS and int_state(a[0]), "a Generator's state")
+            _check(rng_state(a[0]), "a Generator's state")
             bits = getattr(np.random, a[0]["bit_generator"])()
             bits.state = a[0]
             return np.random.Generator(bits)
