@@ -20,7 +20,9 @@ from duck.llm.render import IMAGE_PAD, ChatTemplate
 from duck.play.conversation import read_conversation, unranges
 from duck.play.record import read_record
 from duck.train.samples import reply_off
-from train_runs import duck, manifest, play_pinned, play_player, play_script, samples
+from train_runs import NEEDS_TEMPLATE, duck, manifest, play_pinned, play_player, play_script, samples
+
+pytestmark = NEEDS_TEMPLATE
 
 PREFIX_OFF = "<|im_start|>assistant\n<think>\n\n</think>\n\n"
 
@@ -209,10 +211,11 @@ def test_a_hosted_teachers_game_is_rendered_with_the_students_variables(tmp_path
               {"content": "Go.", "reasoning": "Right.", "code": "action('RIGHT')"}]
     run = play_script(tmp_path / "run", script, "model.profile=hosted", "model.api_key_env=",
                       "model.name=teacher/big", max_actions=1, hosted=Hosted())
+    (run / "run.json").write_text('{"git": null}')  # a run played outside a git checkout
     code, _, err = duck(capsys, "export-sft", str(run), "--out", str(tmp_path / "data"))
     assert code == 0, err
     s = samples(tmp_path / "data")[0]
-    assert s["source"] | {"commit": None} == {
+    assert s["source"] == {
         "model": "teacher/big", "profile": "hosted", "policy": "llm", "commit": None, "provider": "127.0.0.1",
         "teacher": "teacher/big", "reasoning_kind": "full"}
     assert s["template_kwargs"] == {"preserve_thinking": True, "enable_thinking": True}

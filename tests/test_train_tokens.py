@@ -13,9 +13,9 @@ import pytest
 
 from duck.play.record import pack_ids, unpack_ids
 from duck.train.tokens import load
-from train_runs import duck, manifest, play_player, play_script, samples
+from train_runs import NEEDS_TEMPLATE, duck, manifest, play_player, play_script, samples
 
-pytestmark = pytest.mark.train
+pytestmark = [pytest.mark.train, NEEDS_TEMPLATE]
 TOKENIZER = "qwen3.6-27b"
 
 

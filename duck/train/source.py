@@ -166,7 +166,7 @@ def load_game(run: Run, path: Path, template_sha: str, forced: bool, student: St
     turn_level, won, completed = _levels(conv)
     url = (start.get("urls") or [""])[0]
     source = {"model": model, "profile": profile, "policy": start.get("policy"),
-              "commit": info.get("git", {}).get("commit"),
+              "commit": (info.get("git") or {}).get("commit"),
               "provider": (urlparse(url).hostname or "hosted") if hosted else "vllm",
               "teacher": model if teacher else None, "reasoning_kind": _reasoning_kind(conv, hosted)}
     return Game(run, path, conv, grids, variables, source, turn_level, won, completed, state or "unknown",
