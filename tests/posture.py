@@ -73,8 +73,7 @@ def _exposures() -> list[tuple[str, list[str]]]:
     for p in [*python_paths(), os.path.realpath(sys.executable), str(ROOT)]:
         top = closed_ancestor(p)
         if top:
-            rest = p[len(top):].strip("/")  # (the checkout itself closed, as mktemp -d makes it: all of it)
-            groups.setdefault(top, set()).update([rest.split("/")[0]] if rest else os.listdir(top))
+            groups.setdefault(top, set()).add(p[len(top):].strip("/").split("/")[0])
     return sorted((top, sorted(names)) for top, names in groups.items())
 
 
