@@ -217,7 +217,7 @@ class Export:
                     self.skip("samples over --max-per-game")
                     continue
                 self.per_game[game.game_id] = self.per_game.get(game.game_id, 0) + 1
-                writer.write(part, _ordered(sample, game, self.opts.unit))
+                writer.write(part, _ordered(sample, game, self.opts.unit, {r.turn for r in reqs}))
                 self._count(sample)
 
     def _replies(self, sample: dict[str, Any]) -> None:
@@ -273,18 +273,13 @@ def _source_key(source: dict[str, Any]) -> str:
     return f"{source.get('model')}@{source.get('provider')}"
 
 
-def _ordered(sample: dict[str, Any], game: Any, unit: str) -> dict[str, Any]:
-    """The sample's fields in the documented order."""
+def _ordered(sample: dict[str, Any], game: Any, unit: str, turns: set[int | None]) -> dict[str, Any]:
+    """The sample's fields in the documented order (`turns`: the turns of its requests)."""
     return {"id": sample["id"], "game_id": game.game_id, "pass": game.conv.start.get("pass", 0), "unit": unit,
             "messages": sample["messages"], "tools": game.tools, "template_kwargs": game.variables,
             "text": sample["text"], "loss": sample["loss"], "turns": sample["turns"], "source": game.source,
-            "outcome": {"levels_won": sum(game.won.get(t, 0) for t in _turns_of(sample, game)),
+            "outcome": {"levels_won": sum(game.won.get(t, 0) for t in turns),
                         "final_state": game.final_state}}
-
-
-def _turns_of(sample: dict[str, Any], game: Any) -> set[int]:
-    lines = {line["n"]: line.get("turn") for line in game.conv.requests}
-    return {lines.get(t["n"]) for t in sample["turns"]}
 
 
 def _main(args: argparse.Namespace) -> int:

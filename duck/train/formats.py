@@ -15,7 +15,7 @@ import json
 from typing import Any
 
 from duck.play.record import unpack_ids
-from duck.train.samples import END
+from duck.train.samples import END, reasoning_of
 
 IMAGE = "<image>"
 
@@ -32,10 +32,6 @@ def _parts(content: Any) -> tuple[str, list[str]]:
         elif isinstance(p, dict) and p.get("type") == "text":
             text.append(p.get("text", ""))
     return "".join(text), images
-
-
-def _reasoning(m: dict[str, Any]) -> str:
-    return next((m[k] for k in ("reasoning", "reasoning_content") if isinstance(m.get(k), str)), "")
 
 
 def _last_query(messages: list[dict[str, Any]]) -> int:
@@ -55,7 +51,7 @@ def ms_swift(sample: dict[str, Any]) -> dict[str, Any]:
         role = m.get("role")
         if role == "assistant":
             if preserve or k > query:
-                text = f"<think>\n{_reasoning(m).strip()}\n</think>\n\n{text.strip()}"
+                text = f"<think>\n{reasoning_of(m).strip()}\n</think>\n\n{text.strip()}"
             out.append({"role": "assistant", "content": text, "loss": k in loss})
             for c in m.get("tool_calls") or []:
                 f = c.get("function") or {}

@@ -244,9 +244,7 @@ class GameSamples:
         if text[:start].endswith(THINK_END):
             return start
         msg = self.message(r.reply["message"])
-        reasoning = next((msg[k] for k in ("reasoning", "reasoning_content")
-                          if isinstance(msg.get(k), str)), "")
-        at = start + len(reasoning.strip()) + len(THINK_END)
+        at = start + len(reasoning_of(msg).strip()) + len(THINK_END)
         if text[start:at].endswith(THINK_END):
             return at
         raise HistoryError(f"request {r.n}: its thinking does not end where it is counted to")
@@ -262,3 +260,8 @@ def _replied(group: list[Request]) -> list[Request]:
 def span_key(text: str, span: list[int]) -> str:
     """What makes two spans duplicates: the same prompt prefix and reply."""
     return hashlib.sha256(text[:span[1]].encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def reasoning_of(m: dict[str, Any]) -> str:
+    """A message's reasoning, in whichever field the server sent it."""
+    return next((m[k] for k in ("reasoning", "reasoning_content") if isinstance(m.get(k), str)), "")
